@@ -1,0 +1,9 @@
+// The subcommands of the `ember` program; each takes (argc, argv) with argv[0] its own name.
+#pragma once
+
+namespace ember::apps {
+
+int run_demo(int argc, char** argv);
+int run_version(int argc, char** argv);
+
+}  // namespace ember::apps

@@ -1,0 +1,39 @@
+// The `ember` command-line program.
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "apps/commands.h"
+#include "runtime/error.h"
+
+namespace {
+
+void print_usage(std::ostream& os) {
+  os << "usage: ember <command> [options]\n"
+        "\n"
+        "commands:\n"
+        "  demo        fit a small regression with ember's tensors and autograd\n"
+        "  version     print ember's version and build options\n"
+        "\n"
+        "Run `ember <command> --help` for a command's options.\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    print_usage(argc < 2 ? std::cerr : std::cout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  try {
+    if (command == "demo") return ember::apps::run_demo(argc - 1, argv + 1);
+    if (command == "version") return ember::apps::run_version(argc - 1, argv + 1);
+  } catch (const ember::Error& e) {
+    std::cerr << "ember " << command << ": error: " << e.what() << "\n";
+    return 1;
+  }
+  std::cerr << "ember: unknown command '" << command << "'\n\n";
+  print_usage(std::cerr);
+  return 2;
+}

@@ -1,0 +1,145 @@
+// Half (IEEE binary16) and BFloat16 (bfloat16) storage types with bit-exact conversions.
+//
+// Both are 2-byte structs holding raw bits; arithmetic happens in float. Conversions from float
+// round to nearest even, keep ±Inf, keep NaN (and its payload where it fits), and produce
+// subnormals exactly, so every one of the 65,536 bit patterns survives a round trip through float.
+// The same code runs on the host and in CUDA kernels.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define EMBER_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define EMBER_HOST_DEVICE inline
+#endif
+
+namespace ember {
+
+namespace detail {
+
+EMBER_HOST_DEVICE uint32_t float_bits(float value) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(value);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
+#endif
+}
+
+EMBER_HOST_DEVICE float bits_float(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+#endif
+}
+
+// float -> binary16, round to nearest even.
+EMBER_HOST_DEVICE uint16_t float_to_half_bits(float value) {
+  uint32_t bits = float_bits(value);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  bits &= 0x7fffffffu;
+  if (bits >= 0x7f800000u) {  // Inf or NaN
+    if (bits == 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u);
+    uint32_t payload = (bits >> 13) & 0x3ffu;
+    if (payload == 0) payload = 0x200u;  // the payload lived in the low bits only: stay a NaN
+    return static_cast<uint16_t>(sign | 0x7c00u | payload);
+  }
+  if (bits >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to Inf
+  if (bits < 0x38800000u) {
+    // Below the smallest normal half (2^-14): adding 0.5 puts the float's last mantissa bit at
+    // 2^-24, the half subnormal step, so the FPU's own round-to-nearest-even does the rounding.
+    const float shifted = bits_float(bits) + 0.5f;
+    return static_cast<uint16_t>(sign | (float_bits(shifted) - 0x3f000000u));
+  }
+  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits to even.
+  const uint32_t odd = (bits >> 13) & 1u;
+  bits += 0xc8000fffu + odd;
+  return static_cast<uint16_t>(sign | (bits >> 13));
+}
+
+// binary16 -> float, exact.
+EMBER_HOST_DEVICE float half_bits_to_float(uint16_t half) {
+  const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
+  const uint32_t exponent = (half >> 10) & 0x1fu;
+  const uint32_t mantissa = half & 0x3ffu;
+  if (exponent == 0x1f) return bits_float(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0) {
+    // Zero or subnormal: mantissa * 2^-24 is exact in float.
+    const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
+    return bits_float(sign | float_bits(magnitude));
+  }
+  return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+// float -> bfloat16, round to nearest even.
+EMBER_HOST_DEVICE uint16_t float_to_bfloat16_bits(float value) {
+  const uint32_t bits = float_bits(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {  // NaN: truncate, keep it a NaN
+    uint16_t upper = static_cast<uint16_t>(bits >> 16);
+    if ((upper & 0x7fu) == 0) upper |= 0x40u;
+    return upper;
+  }
+  const uint32_t odd = (bits >> 16) & 1u;
+  return static_cast<uint16_t>((bits + 0x7fffu + odd) >> 16);
+}
+
+EMBER_HOST_DEVICE float bfloat16_bits_to_float(uint16_t value) {
+  return bits_float(static_cast<uint32_t>(value) << 16);
+}
+
+}  // namespace detail
+
+struct alignas(2) Half {
+  uint16_t bits = 0;
+
+  Half() = default;
+  EMBER_HOST_DEVICE Half(float value) : bits(detail::float_to_half_bits(value)) {}  // NOLINT
+  EMBER_HOST_DEVICE operator float() const { return detail::half_bits_to_float(bits); }  // NOLINT
+  EMBER_HOST_DEVICE static Half from_bits(uint16_t raw) {
+    Half h;
+    h.bits = raw;
+    return h;
+  }
+};
+
+struct alignas(2) BFloat16 {
+  uint16_t bits = 0;
+
+  BFloat16() = default;
+  EMBER_HOST_DEVICE BFloat16(float value)  // NOLINT
+      : bits(detail::float_to_bfloat16_bits(value)) {}
+  EMBER_HOST_DEVICE operator float() const {  // NOLINT
+    return detail::bfloat16_bits_to_float(bits);
+  }
+  EMBER_HOST_DEVICE static BFloat16 from_bits(uint16_t raw) {
+    BFloat16 b;
+    b.bits = raw;
+    return b;
+  }
+};
+
+static_assert(sizeof(Half) == 2 && sizeof(BFloat16) == 2);
+
+// The type arithmetic on T happens in: float for the 16-bit floats, T itself otherwise.
+template <typename T>
+struct AccumulateTypeOf {
+  using type = T;
+};
+template <>
+struct AccumulateTypeOf<Half> {
+  using type = float;
+};
+template <>
+struct AccumulateTypeOf<BFloat16> {
+  using type = float;
+};
+template <typename T>
+using acc_t = typename AccumulateTypeOf<T>::type;
+
+}  // namespace ember

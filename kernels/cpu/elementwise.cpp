@@ -1,0 +1,246 @@
+#include "kernels/cpu/elementwise.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/common/convert.h"
+#include "kernels/common/scalar_types.h"
+#include "kernels/cpu/loops.h"
+
+namespace ember::kernels::cpu {
+namespace {
+
+// Applies f to every element: out = f(in...), arithmetic in acc_t<T>. The three branches keep the
+// common cases (all dense; second operand a broadcast scalar) free of stride multiplications so
+// that the compiler vectorises them.
+template <typename Out, typename A, typename Fn>
+void map1(const StridedLayout& layout, Out* out, const A* a, Fn fn) {
+  for_each_run<2>(layout, {reinterpret_cast<char*>(out), reinterpret_cast<char*>(const_cast<A*>(a))},
+                  {sizeof(Out), sizeof(A)}, [&](int64_t n, char* const* p, const int64_t* s) {
+                    Out* o = reinterpret_cast<Out*>(p[0]);
+                    const A* x = reinterpret_cast<const A*>(p[1]);
+                    if (s[0] == 1 && s[1] == 1) {
+                      for (int64_t i = 0; i < n; ++i) o[i] = fn(x[i]);
+                    } else {
+                      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = fn(x[i * s[1]]);
+                    }
+                  });
+}
+
+template <typename Out, typename A, typename B, typename Fn>
+void map2(const StridedLayout& layout, Out* out, const A* a, const B* b, Fn fn) {
+  for_each_run<3>(layout,
+                  {reinterpret_cast<char*>(out), reinterpret_cast<char*>(const_cast<A*>(a)),
+                   reinterpret_cast<char*>(const_cast<B*>(b))},
+                  {sizeof(Out), sizeof(A), sizeof(B)},
+                  [&](int64_t n, char* const* p, const int64_t* s) {
+                    Out* o = reinterpret_cast<Out*>(p[0]);
+                    const A* x = reinterpret_cast<const A*>(p[1]);
+                    const B* y = reinterpret_cast<const B*>(p[2]);
+                    if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
+                      for (int64_t i = 0; i < n; ++i) o[i] = fn(x[i], y[i]);
+                    } else if (s[0] == 1 && s[1] == 1 && s[2] == 0) {
+                      const B y0 = y[0];
+                      for (int64_t i = 0; i < n; ++i) o[i] = fn(x[i], y0);
+                    } else if (s[0] == 1 && s[1] == 0 && s[2] == 1) {
+                      const A x0 = x[0];
+                      for (int64_t i = 0; i < n; ++i) o[i] = fn(x0, y[i]);
+                    } else {
+                      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = fn(x[i * s[1]], y[i * s[2]]);
+                    }
+                  });
+}
+
+template <typename Acc>
+Acc sigmoid_of(Acc x) {
+  return Acc(1) / (Acc(1) + std::exp(-x));
+}
+
+template <typename T, typename Acc>
+void unary_typed(UnaryOp op, const StridedLayout& layout, T* out, const T* in, Acc p) {
+  auto run = [&](auto f) {
+    map1(layout, out, in, [f](T x) { return convert<T>(f(convert<Acc>(x))); });
+  };
+  switch (op) {
+    case UnaryOp::neg:
+      return run([](Acc x) { return static_cast<Acc>(-x); });
+    case UnaryOp::abs:
+      return run([](Acc x) { return x < Acc(0) ? static_cast<Acc>(-x) : x; });
+    case UnaryOp::exp:
+      return run([](Acc x) { return static_cast<Acc>(std::exp(x)); });
+    case UnaryOp::log:
+      return run([](Acc x) { return static_cast<Acc>(std::log(x)); });
+    case UnaryOp::sqrt:
+      return run([](Acc x) { return static_cast<Acc>(std::sqrt(x)); });
+    case UnaryOp::rsqrt:
+      return run([](Acc x) { return static_cast<Acc>(Acc(1) / std::sqrt(x)); });
+    case UnaryOp::sin:
+      return run([](Acc x) { return static_cast<Acc>(std::sin(x)); });
+    case UnaryOp::cos:
+      return run([](Acc x) { return static_cast<Acc>(std::cos(x)); });
+    case UnaryOp::tanh:
+      return run([](Acc x) { return static_cast<Acc>(std::tanh(x)); });
+    case UnaryOp::sigmoid:
+      return run([](Acc x) { return static_cast<Acc>(sigmoid_of(x)); });
+    case UnaryOp::relu:
+      // `x < 0 ? 0 : x` keeps NaN, as PyTorch does.
+      return run([](Acc x) { return x < Acc(0) ? Acc(0) : x; });
+    case UnaryOp::gelu_erf:
+      return run([](Acc x) {
+        return static_cast<Acc>(Acc(0.5) * x * (Acc(1) + std::erf(x * Acc(0.70710678118654752440))));
+      });
+    case UnaryOp::gelu_tanh:
+      return run([](Acc x) {
+        const Acc inner = Acc(0.79788456080286535588) * (x + Acc(0.044715) * x * x * x);
+        return static_cast<Acc>(Acc(0.5) * x * (Acc(1) + std::tanh(inner)));
+      });
+    case UnaryOp::silu:
+      return run([](Acc x) { return static_cast<Acc>(x * sigmoid_of(x)); });
+    case UnaryOp::pow_scalar:
+      if (p == Acc(2)) return run([](Acc x) { return static_cast<Acc>(x * x); });
+      return run([p](Acc x) { return static_cast<Acc>(std::pow(x, p)); });
+    case UnaryOp::sign:
+      return run([](Acc x) { return static_cast<Acc>((Acc(0) < x) - (x < Acc(0))); });
+    case UnaryOp::reciprocal:
+      return run([](Acc x) { return static_cast<Acc>(Acc(1) / x); });
+    case UnaryOp::square:
+      return run([](Acc x) { return static_cast<Acc>(x * x); });
+    case UnaryOp::erf:
+      return run([](Acc x) { return static_cast<Acc>(std::erf(x)); });
+  }
+}
+
+template <typename T, typename Acc>
+void binary_typed(BinaryOp op, const StridedLayout& layout, T* out, const T* a, const T* b,
+                  Acc alpha) {
+  auto run = [&](auto f) {
+    map2(layout, out, a, b, [f](T x, T y) { return convert<T>(f(convert<Acc>(x), convert<Acc>(y))); });
+  };
+  switch (op) {
+    case BinaryOp::add:
+      if (alpha == Acc(1)) return run([](Acc x, Acc y) { return static_cast<Acc>(x + y); });
+      return run([alpha](Acc x, Acc y) { return static_cast<Acc>(x + alpha * y); });
+    case BinaryOp::sub:
+      if (alpha == Acc(1)) return run([](Acc x, Acc y) { return static_cast<Acc>(x - y); });
+      return run([alpha](Acc x, Acc y) { return static_cast<Acc>(x - alpha * y); });
+    case BinaryOp::mul:
+      return run([](Acc x, Acc y) { return static_cast<Acc>(x * y); });
+    case BinaryOp::div:
+      return run([](Acc x, Acc y) { return static_cast<Acc>(x / y); });
+    case BinaryOp::pow:
+      return run([](Acc x, Acc y) { return static_cast<Acc>(std::pow(x, y)); });
+    case BinaryOp::maximum:
+      // NaN in either input gives NaN, as torch.maximum does.
+      return run([](Acc x, Acc y) { return x != x ? x : (y != y ? y : (x < y ? y : x)); });
+    case BinaryOp::minimum:
+      return run([](Acc x, Acc y) { return x != x ? x : (y != y ? y : (y < x ? y : x)); });
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void unary(UnaryOp op, const StridedLayout& layout, T* out, const T* in, double scalar) {
+  using Acc = acc_t<T>;
+  unary_typed<T, Acc>(op, layout, out, in, static_cast<Acc>(scalar));
+}
+
+template <typename T>
+void binary(BinaryOp op, const StridedLayout& layout, T* out, const T* a, const T* b, double alpha) {
+  using Acc = acc_t<T>;
+  binary_typed<T, Acc>(op, layout, out, a, b, static_cast<Acc>(alpha));
+}
+
+template <typename T>
+void compare(CompareOp op, const StridedLayout& layout, bool* out, const T* a, const T* b) {
+  using Acc = acc_t<T>;
+  auto run = [&](auto f) {
+    map2(layout, out, a, b, [f](T x, T y) { return f(convert<Acc>(x), convert<Acc>(y)); });
+  };
+  switch (op) {
+    case CompareOp::eq:
+      return run([](Acc x, Acc y) { return x == y; });
+    case CompareOp::ne:
+      return run([](Acc x, Acc y) { return x != y; });
+    case CompareOp::lt:
+      return run([](Acc x, Acc y) { return x < y; });
+    case CompareOp::le:
+      return run([](Acc x, Acc y) { return x <= y; });
+    case CompareOp::gt:
+      return run([](Acc x, Acc y) { return x > y; });
+    case CompareOp::ge:
+      return run([](Acc x, Acc y) { return x >= y; });
+  }
+}
+
+template <typename Dst, typename Src>
+void copy(const StridedLayout& layout, Dst* out, const Src* in) {
+  map1(layout, out, in, [](Src x) { return convert<Dst>(x); });
+}
+
+template <typename T>
+void fill(const StridedLayout& layout, T* out, T value) {
+  for_each_run<1>(layout, {reinterpret_cast<char*>(out)}, {sizeof(T)},
+                  [value](int64_t n, char* const* p, const int64_t* s) {
+                    T* o = reinterpret_cast<T*>(p[0]);
+                    if (s[0] == 1) {
+                      for (int64_t i = 0; i < n; ++i) o[i] = value;
+                    } else {
+                      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = value;
+                    }
+                  });
+}
+
+template <typename T>
+void where(const StridedLayout& layout, T* out, const bool* cond, const T* a, const T* b) {
+  for_each_run<4>(layout,
+                  {reinterpret_cast<char*>(out), reinterpret_cast<char*>(const_cast<bool*>(cond)),
+                   reinterpret_cast<char*>(const_cast<T*>(a)),
+                   reinterpret_cast<char*>(const_cast<T*>(b))},
+                  {sizeof(T), sizeof(bool), sizeof(T), sizeof(T)},
+                  [](int64_t n, char* const* p, const int64_t* s) {
+                    T* o = reinterpret_cast<T*>(p[0]);
+                    const bool* c = reinterpret_cast<const bool*>(p[1]);
+                    const T* x = reinterpret_cast<const T*>(p[2]);
+                    const T* y = reinterpret_cast<const T*>(p[3]);
+                    for (int64_t i = 0; i < n; ++i) o[i * s[0]] = c[i * s[1]] ? x[i * s[2]] : y[i * s[3]];
+                  });
+}
+
+#define EMBER_INSTANTIATE_NUMERIC(T)                                                          \
+  template void unary<T>(UnaryOp, const StridedLayout&, T*, const T*, double);                \
+  template void binary<T>(BinaryOp, const StridedLayout&, T*, const T*, const T*, double);    \
+  template void compare<T>(CompareOp, const StridedLayout&, bool*, const T*, const T*);
+
+EMBER_INSTANTIATE_NUMERIC(float)
+EMBER_INSTANTIATE_NUMERIC(double)
+EMBER_INSTANTIATE_NUMERIC(Half)
+EMBER_INSTANTIATE_NUMERIC(BFloat16)
+EMBER_INSTANTIATE_NUMERIC(int32_t)
+EMBER_INSTANTIATE_NUMERIC(int64_t)
+EMBER_INSTANTIATE_NUMERIC(uint8_t)
+#undef EMBER_INSTANTIATE_NUMERIC
+
+#define EMBER_INSTANTIATE_ANY(T)                                                       \
+  template void fill<T>(const StridedLayout&, T*, T);                                  \
+  template void where<T>(const StridedLayout&, T*, const bool*, const T*, const T*);   \
+  template void copy<T, float>(const StridedLayout&, T*, const float*);                \
+  template void copy<T, double>(const StridedLayout&, T*, const double*);              \
+  template void copy<T, Half>(const StridedLayout&, T*, const Half*);                  \
+  template void copy<T, BFloat16>(const StridedLayout&, T*, const BFloat16*);          \
+  template void copy<T, int32_t>(const StridedLayout&, T*, const int32_t*);            \
+  template void copy<T, int64_t>(const StridedLayout&, T*, const int64_t*);            \
+  template void copy<T, uint8_t>(const StridedLayout&, T*, const uint8_t*);            \
+  template void copy<T, bool>(const StridedLayout&, T*, const bool*);
+
+EMBER_INSTANTIATE_ANY(float)
+EMBER_INSTANTIATE_ANY(double)
+EMBER_INSTANTIATE_ANY(Half)
+EMBER_INSTANTIATE_ANY(BFloat16)
+EMBER_INSTANTIATE_ANY(int32_t)
+EMBER_INSTANTIATE_ANY(int64_t)
+EMBER_INSTANTIATE_ANY(uint8_t)
+EMBER_INSTANTIATE_ANY(bool)
+#undef EMBER_INSTANTIATE_ANY
+
+}  // namespace ember::kernels::cpu

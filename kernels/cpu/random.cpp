@@ -1,0 +1,99 @@
+#include "kernels/cpu/random.h"
+
+#include <cmath>
+
+#include "kernels/common/convert.h"
+#include "kernels/common/philox.h"
+#include "kernels/cpu/loops.h"
+
+namespace ember::kernels::cpu {
+namespace {
+
+// U(i) in [0, 1): f32 precision for 32-bit-or-smaller types, f64 precision for double.
+template <typename T>
+double unit(uint64_t seed, uint64_t offset, int64_t i) {
+  if constexpr (std::is_same_v<T, double>) {
+    return uints_to_unit_double(philox_word(seed, offset, 2 * i), philox_word(seed, offset, 2 * i + 1));
+  } else {
+    return uint_to_unit_float(philox_word(seed, offset, i));
+  }
+}
+
+template <typename T>
+double open_unit(uint64_t seed, uint64_t offset, int64_t i) {
+  if constexpr (std::is_same_v<T, double>) {
+    return 1.0 - unit<T>(seed, offset, i);  // (0, 1]
+  } else {
+    return uint_to_open_unit_float(philox_word(seed, offset, i));
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void uniform(T* out, int64_t n, double low, double high, uint64_t seed, uint64_t offset) {
+  const int threads = threads_for(n);
+#pragma omp parallel for num_threads(threads) if (threads > 1)
+  for (int64_t i = 0; i < n; ++i) out[i] = convert<T>(low + (high - low) * unit<T>(seed, offset, i));
+}
+
+template <typename T>
+void normal(T* out, int64_t n, double mean, double std, uint64_t seed, uint64_t offset) {
+  // Pair p uses uniforms 2p and 2p+1 and gives elements 2p (cos) and 2p+1 (sin).
+  const int64_t pairs = (n + 1) / 2;
+  const int threads = threads_for(n);
+#pragma omp parallel for num_threads(threads) if (threads > 1)
+  for (int64_t p = 0; p < pairs; ++p) {
+    const double u1 = open_unit<T>(seed, offset, 2 * p);
+    const double u2 = unit<T>(seed, offset, 2 * p + 1);
+    const double radius = std::sqrt(-2.0 * std::log(u1));
+    const double angle = 6.283185307179586 * u2;
+    out[2 * p] = convert<T>(mean + std * radius * std::cos(angle));
+    if (2 * p + 1 < n) out[2 * p + 1] = convert<T>(mean + std * radius * std::sin(angle));
+  }
+}
+
+template <typename T>
+void randint(T* out, int64_t n, int64_t low, int64_t high, uint64_t seed, uint64_t offset) {
+  const uint64_t range = static_cast<uint64_t>(high - low);
+  const int threads = threads_for(n);
+#pragma omp parallel for num_threads(threads) if (threads > 1)
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t word = (static_cast<uint64_t>(philox_word(seed, offset, 2 * i)) << 32) |
+                          philox_word(seed, offset, 2 * i + 1);
+    out[i] = convert<T>(low + static_cast<int64_t>(word % range));
+  }
+}
+
+template <typename T>
+void bernoulli(T* out, int64_t n, double p, uint64_t seed, uint64_t offset) {
+  const int threads = threads_for(n);
+#pragma omp parallel for num_threads(threads) if (threads > 1)
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = convert<T>(uint_to_unit_float(philox_word(seed, offset, i)) < p ? 1 : 0);
+  }
+}
+
+#define EMBER_INSTANTIATE_FLOAT(T)                                              \
+  template void uniform<T>(T*, int64_t, double, double, uint64_t, uint64_t);    \
+  template void normal<T>(T*, int64_t, double, double, uint64_t, uint64_t);
+EMBER_INSTANTIATE_FLOAT(float)
+EMBER_INSTANTIATE_FLOAT(double)
+EMBER_INSTANTIATE_FLOAT(Half)
+EMBER_INSTANTIATE_FLOAT(BFloat16)
+#undef EMBER_INSTANTIATE_FLOAT
+
+#define EMBER_INSTANTIATE_ANY(T)                                                  \
+  template void randint<T>(T*, int64_t, int64_t, int64_t, uint64_t, uint64_t);    \
+  template void bernoulli<T>(T*, int64_t, double, uint64_t, uint64_t);
+EMBER_INSTANTIATE_ANY(float)
+EMBER_INSTANTIATE_ANY(double)
+EMBER_INSTANTIATE_ANY(Half)
+EMBER_INSTANTIATE_ANY(BFloat16)
+EMBER_INSTANTIATE_ANY(int32_t)
+EMBER_INSTANTIATE_ANY(int64_t)
+EMBER_INSTANTIATE_ANY(uint8_t)
+EMBER_INSTANTIATE_ANY(bool)
+#undef EMBER_INSTANTIATE_ANY
+
+}  // namespace ember::kernels::cpu

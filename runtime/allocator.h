@@ -1,0 +1,40 @@
+// Allocators hand out device memory for Storage. Both the CPU and the CUDA allocator cache freed
+// blocks for reuse, because training allocates the same sizes every step and a fresh 64 MB
+// buffer costs page faults (CPU) or a device synchronisation (cudaFree).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "runtime/device.h"
+
+namespace ember {
+
+struct AllocatorStats {
+  size_t allocated_bytes = 0;       // in blocks handed out now
+  size_t reserved_bytes = 0;        // held from the system: handed out plus cached
+  size_t peak_allocated_bytes = 0;  // the most ever handed out at once
+  size_t num_allocs = 0;            // requests served
+  size_t num_cache_hits = 0;        // requests served from the cache
+  std::string str() const;
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns memory for at least `nbytes` bytes (nbytes may be 0: a valid, unique pointer).
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* ptr) = 0;
+  virtual AllocatorStats stats() const = 0;
+  virtual void reset_peak() = 0;
+  // Returns the cached, unused blocks to the system.
+  virtual void empty_cache() = 0;
+};
+
+// The process-wide CPU caching allocator: 64-byte aligned blocks.
+Allocator& cpu_allocator();
+// The allocator for `device` (the CUDA one exists only in builds with CUDA).
+Allocator& allocator_for(const Device& device);
+
+}  // namespace ember

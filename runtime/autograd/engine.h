@@ -1,0 +1,21 @@
+// The backward pass: runs the graph behind `roots` once, in dependency order.
+#pragma once
+
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace ember {
+
+// Gradients of `roots` are `gradients` (an undefined entry means ones, for one-element roots).
+// Nodes run when every gradient flowing into them has been summed (dependency counting), ready
+// nodes latest-created first, leaves' accumulators first of all. Iterative: any depth works.
+// Without `retain_graph` the nodes' saved tensors are freed as they run.
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients,
+                  bool retain_graph);
+
+// Sums `grad` over the dims that broadcasting added or expanded so it has `shape`.
+// The one place the gradient of a broadcast is reduced back to its input's shape.
+Tensor sum_to(const Tensor& grad, const Shape& shape);
+
+}  // namespace ember

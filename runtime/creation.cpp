@@ -1,0 +1,136 @@
+// Tensor creation: empty, zeros, ones, full, from host data.
+#include <cstring>
+
+#include "kernels/common/convert.h"
+#include "runtime/dispatch.h"
+#include "runtime/ops.h"
+
+namespace ember {
+
+namespace {
+void check_shape(const Shape& shape, const char* op) {
+  for (int64_t s : shape) {
+    EMBER_CHECK(s >= 0, op, ": negative size in shape ", shape_str(shape));
+  }
+}
+
+Tensor finish(Tensor t, const TensorOptions& options) {
+  if (options.requires_grad) t.requires_grad_(true);
+  return t;
+}
+}  // namespace
+
+Tensor empty(const Shape& shape, TensorOptions options) {
+  check_shape(shape, "empty");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(
+      static_cast<size_t>(shape_numel(shape)) * element_size(options.dtype), options.device);
+  impl->sizes = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = options.dtype;
+  return finish(Tensor(std::move(impl)), options);
+}
+
+Tensor empty_strided(const Shape& shape, const Shape& strides, TensorOptions options) {
+  check_shape(shape, "empty_strided");
+  EMBER_CHECK(shape.size() == strides.size(), "empty_strided: shape ", shape_str(shape),
+              " and strides ", shape_str(strides), " differ in length");
+  int64_t span = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    EMBER_CHECK(strides[i] >= 0, "empty_strided: negative stride in ", shape_str(strides));
+    if (shape[i] == 0) span = 0;
+  }
+  if (span != 0) {
+    for (size_t i = 0; i < shape.size(); ++i) span += (shape[i] - 1) * strides[i];
+  }
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(span) * element_size(options.dtype),
+                                            options.device);
+  impl->sizes = shape;
+  impl->strides = strides;
+  impl->dtype = options.dtype;
+  return finish(Tensor(std::move(impl)), options);
+}
+
+Tensor full(const Shape& shape, const Scalar& value, TensorOptions options) {
+  const bool requires_grad = options.requires_grad;
+  options.requires_grad = false;
+  Tensor t = empty(shape, options);
+  t.fill_(value);
+  if (requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+Tensor zeros(const Shape& shape, TensorOptions options) { return full(shape, 0, options); }
+Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1, options); }
+
+Tensor empty_like(const Tensor& t) { return empty(t.sizes(), TensorOptions(t.dtype(), t.device())); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), TensorOptions(t.dtype(), t.device())); }
+Tensor ones_like(const Tensor& t) { return ones(t.sizes(), TensorOptions(t.dtype(), t.device())); }
+Tensor full_like(const Tensor& t, const Scalar& value) {
+  return full(t.sizes(), value, TensorOptions(t.dtype(), t.device()));
+}
+
+Tensor scalar_tensor(const Scalar& value, TensorOptions options) { return full({}, value, options); }
+
+namespace {
+template <typename Host>
+Tensor from_host(const std::vector<Host>& values, const Shape& shape, TensorOptions options) {
+  check_shape(shape, "from_vector");
+  EMBER_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ",
+              values.size(), " values do not fill shape ", shape_str(shape), " (",
+              shape_numel(shape), " elements)");
+  Tensor host = empty(shape, TensorOptions(options.dtype, Device::cpu()));
+  dispatch_all(options.dtype, "from_vector", [&]<typename T>() {
+    T* out = host.data<T>();
+    for (size_t i = 0; i < values.size(); ++i) out[i] = convert<T>(values[i]);
+  });
+  Tensor result = host.to(options.device);
+  if (options.requires_grad) result.requires_grad_(true);
+  return result;
+}
+}  // namespace
+
+Tensor from_vector(const std::vector<float>& values, const Shape& shape, TensorOptions options) {
+  return from_host(values, shape, options);
+}
+Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions options) {
+  return from_host(values, shape, options);
+}
+Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, TensorOptions options) {
+  return from_host(values, shape, options);
+}
+
+Tensor from_blob(void* data, const Shape& shape, DType dtype) {
+  check_shape(shape, "from_blob");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(
+      data, static_cast<size_t>(shape_numel(shape)) * element_size(dtype), Device::cpu(), nullptr);
+  impl->sizes = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+template <typename T>
+std::vector<T> to_vector(const Tensor& t) {
+  NoGradGuard no_grad;
+  const Tensor host = t.to(Device::cpu()).contiguous();
+  std::vector<T> values(static_cast<size_t>(host.numel()));
+  dispatch_all(host.dtype(), "to_vector", [&]<typename S>() {
+    const S* in = static_cast<const S*>(host.data_ptr());
+    for (size_t i = 0; i < values.size(); ++i) values[i] = convert<T>(in[i]);
+  });
+  return values;
+}
+
+template std::vector<float> to_vector<float>(const Tensor&);
+template std::vector<double> to_vector<double>(const Tensor&);
+template std::vector<int64_t> to_vector<int64_t>(const Tensor&);
+template std::vector<int32_t> to_vector<int32_t>(const Tensor&);
+template std::vector<uint8_t> to_vector<uint8_t>(const Tensor&);
+template std::vector<bool> to_vector<bool>(const Tensor&);
+template std::vector<Half> to_vector<Half>(const Tensor&);
+template std::vector<BFloat16> to_vector<BFloat16>(const Tensor&);
+
+}  // namespace ember

@@ -1,0 +1,19 @@
+// The runtime's few needs from the CUDA backend beyond kernels: the allocator, copies between
+// host and device, and synchronisation. Implemented in runtime/cuda/ when ember is built with
+// CUDA, and by runtime/no_cuda.cpp (clear errors) otherwise.
+#pragma once
+
+#include <cstddef>
+
+#include "runtime/allocator.h"
+
+namespace ember::cuda_hooks {
+
+Allocator& caching_allocator(int device_index);
+// dst/src may be host or device memory; `kind` picks the direction. Ordered on the current stream
+// of `device_index`; host-side copies complete before returning.
+enum class CopyKind { host_to_device, device_to_host, device_to_device };
+void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind, int device_index);
+void synchronize(int device_index);
+
+}  // namespace ember::cuda_hooks

@@ -1,0 +1,739 @@
+// Elementwise ops: checks, type promotion, dispatch to the device's kernel, autograd.
+#include "runtime/ops/elementwise.h"
+
+#include <cmath>
+
+#include "kernels/common/convert.h"
+#include "kernels/cpu/elementwise.h"
+#include "runtime/cuda_hooks.h"
+#include "runtime/autograd/engine.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/autograd/node.h"
+#include "runtime/dispatch.h"
+#include "runtime/ops.h"
+#include "runtime/ops/layout.h"
+
+#if EMBER_WITH_CUDA
+#include "kernels/cuda/elementwise.h"
+#include "runtime/cuda/stream.h"
+#endif
+
+namespace ember {
+
+using kernels::BinaryOp;
+using kernels::CompareOp;
+using kernels::UnaryOp;
+
+namespace {
+
+enum class Category { boolean = 0, integer = 1, floating = 2 };
+
+Category category_of(DType d) {
+  if (d == DType::boolean) return Category::boolean;
+  return is_floating(d) ? Category::floating : Category::integer;
+}
+
+// PyTorch's combine_categories: `higher` has the higher priority (more dims).
+DType combine(DType higher, DType lower) {
+  if (category_of(higher) >= category_of(lower)) return higher;
+  // The lower-priority operand brings a higher category: it decides the category, and within a
+  // floating category keeps its own dtype (an i64 tensor plus an f16 0-d tensor is f16).
+  if (category_of(lower) == Category::floating) return lower;
+  return promote_types(higher, lower);
+}
+
+void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
+  EMBER_CHECK(a.device() == b.device(), op, ": expected all tensors on the same device, got ",
+              describe(a), " and ", describe(b));
+}
+
+// A 0-d CPU tensor may meet a tensor on another device (like a Python number): move it there.
+Tensor on_device_of(const Tensor& x, const Tensor& reference) {
+  if (x.device() != reference.device() && x.dim() == 0 && x.is_cpu()) return x.to(reference.device());
+  return x;
+}
+
+void launch_binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha,
+                   const char* name) {
+  const kernels::StridedLayout layout = make_layout(out, {&a, &b}, name);
+  if (out.is_cuda()) {
+#if EMBER_WITH_CUDA
+    dispatch_numeric(out.dtype(), name, [&]<typename T>() {
+      kernels::cuda::binary<T>(op, layout, static_cast<T*>(out.data_ptr()),
+                               static_cast<const T*>(a.data_ptr()),
+                               static_cast<const T*>(b.data_ptr()), alpha,
+                               cuda::current_stream(out.device().index));
+    });
+    return;
+#endif
+  }
+  dispatch_numeric(out.dtype(), name, [&]<typename T>() {
+    kernels::cpu::binary<T>(op, layout, static_cast<T*>(out.data_ptr()),
+                            static_cast<const T*>(a.data_ptr()),
+                            static_cast<const T*>(b.data_ptr()), alpha);
+  });
+}
+
+void launch_unary(UnaryOp op, const Tensor& out, const Tensor& in, double scalar, const char* name) {
+  const kernels::StridedLayout layout = make_layout(out, {&in}, name);
+  if (out.is_cuda()) {
+#if EMBER_WITH_CUDA
+    dispatch_numeric(out.dtype(), name, [&]<typename T>() {
+      kernels::cuda::unary<T>(op, layout, static_cast<T*>(out.data_ptr()),
+                              static_cast<const T*>(in.data_ptr()), scalar,
+                              cuda::current_stream(out.device().index));
+    });
+    return;
+#endif
+  }
+  dispatch_numeric(out.dtype(), name, [&]<typename T>() {
+    kernels::cpu::unary<T>(op, layout, static_cast<T*>(out.data_ptr()),
+                           static_cast<const T*>(in.data_ptr()), scalar);
+  });
+}
+
+const char* unary_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::neg: return "neg";
+    case UnaryOp::abs: return "abs";
+    case UnaryOp::exp: return "exp";
+    case UnaryOp::log: return "log";
+    case UnaryOp::sqrt: return "sqrt";
+    case UnaryOp::rsqrt: return "rsqrt";
+    case UnaryOp::sin: return "sin";
+    case UnaryOp::cos: return "cos";
+    case UnaryOp::tanh: return "tanh";
+    case UnaryOp::sigmoid: return "sigmoid";
+    case UnaryOp::relu: return "relu";
+    case UnaryOp::gelu_erf: return "gelu";
+    case UnaryOp::gelu_tanh: return "gelu";
+    case UnaryOp::silu: return "silu";
+    case UnaryOp::pow_scalar: return "pow";
+    case UnaryOp::sign: return "sign";
+    case UnaryOp::reciprocal: return "reciprocal";
+    case UnaryOp::square: return "square";
+    case UnaryOp::erf: return "erf";
+  }
+  return "?";
+}
+
+const char* binary_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::add:
+      return "add";
+    case BinaryOp::sub:
+      return "sub";
+    case BinaryOp::mul:
+      return "mul";
+    case BinaryOp::div:
+      return "div";
+    case BinaryOp::pow:
+      return "pow";
+    case BinaryOp::maximum:
+      return "maximum";
+    case BinaryOp::minimum:
+      return "minimum";
+  }
+  return "?";
+}
+
+OpId binary_op_id(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::add:
+      return OpId::add;
+    case BinaryOp::sub:
+      return OpId::sub;
+    case BinaryOp::mul:
+      return OpId::mul;
+    case BinaryOp::div:
+      return OpId::div;
+    case BinaryOp::pow:
+      return OpId::pow;
+    case BinaryOp::maximum:
+      return OpId::maximum;
+    case BinaryOp::minimum:
+      return OpId::minimum;
+  }
+  return OpId::add;
+}
+
+// Gradients of a binary op at (a, b) with output `out`, for the cotangent g. Shapes are the
+// broadcast shape: the engine sums them back to each input's shape.
+std::vector<Tensor> binary_backward(BinaryOp op, const Tensor& g, const Tensor& a, const Tensor& b,
+                                    const Tensor& out, double alpha) {
+  switch (op) {
+    case BinaryOp::add:
+      return {g, alpha == 1.0 ? g : g * alpha};
+    case BinaryOp::sub:
+      return {g, g * (-alpha)};
+    case BinaryOp::mul:
+      return {g * b, g * a};
+    case BinaryOp::div:
+      return {g / b, -g * out / b};
+    case BinaryOp::pow: {
+      // d/da = b a^(b-1); d/db = out ln(a), taken as 0 where a == 0 (PyTorch's convention).
+      Tensor grad_a = g * b * pow(a, sub(b, 1));
+      Tensor log_a = where(eq(a, 0), zeros_like(a), log(a));
+      return {grad_a, g * out * log_a};
+    }
+    case BinaryOp::maximum:
+    case BinaryOp::minimum: {
+      // The larger (smaller) input takes the gradient; ties split it evenly, as PyTorch does.
+      const bool is_max = op == BinaryOp::maximum;
+      Tensor a_wins = (is_max ? gt(a, b) : lt(a, b)).to(g.dtype());
+      Tensor tie = eq(a, b).to(g.dtype()) * 0.5;
+      Tensor share_a = a_wins + tie;
+      return {g * share_a, g * (1.0 - share_a)};
+    }
+  }
+  return {};
+}
+
+Tensor binary_op(BinaryOp op, const Tensor& a_in, const Tensor& b_in, const Scalar& alpha) {
+  const char* name = binary_name(op);
+  const Tensor a = on_device_of(a_in, b_in);
+  const Tensor b = on_device_of(b_in, a_in);
+  check_same_device(a, b, name);
+  DType dtype = result_type(a, b);
+  if (op == BinaryOp::div && !is_floating(dtype)) dtype = DType::f32;
+  EMBER_CHECK(dtype != DType::boolean, name, ": not supported for bool tensors (",
+              describe(a), ", ", describe(b), ")");
+  const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
+  const Tensor ca = a.to(dtype), cb = b.to(dtype);
+  Tensor out = empty(shape, TensorOptions(dtype, a.device()));
+  {
+    NoGradGuard no_grad;
+    launch_binary(op, out, ca, cb, alpha.to_double(), name);
+  }
+  if (any_requires_grad({&ca, &cb})) {
+    const double alpha_value = alpha.to_double();
+    const bool needs_inputs = op != BinaryOp::add && op != BinaryOp::sub;
+    const bool needs_out = op == BinaryOp::div || op == BinaryOp::pow;
+    std::vector<Tensor> saved;
+    if (needs_inputs) saved = {ca, cb};
+    if (needs_out) saved.push_back(out);
+    record(binary_op_id(op), {ca, cb}, out, saved,
+           [op, alpha_value, needs_inputs, needs_out](
+               const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             const Tensor none;
+             return binary_backward(op, g, needs_inputs ? s[0] : none,
+                                    needs_inputs ? s[1] : none, needs_out ? s[2] : none,
+                                    alpha_value);
+           });
+  }
+  return out;
+}
+
+// A bare number as a 0-d tensor of the dtype it meets `x` with.
+Tensor wrap_scalar(const Tensor& x, const Scalar& s) {
+  return scalar_tensor(s, TensorOptions(result_type(x, s), x.device()));
+}
+
+// Integer inputs to a floating-point function compute in f32.
+Tensor floating_input(const Tensor& x) {
+  return is_floating(x.dtype()) ? x : x.to(DType::f32);
+}
+
+Tensor unary_op(UnaryOp op, OpId id, const Tensor& x_in, double scalar, bool keep_integers,
+                bool save_input, bool save_output,
+                std::function<Tensor(const Tensor& g, const Tensor& x, const Tensor& y)> derivative) {
+  const char* name = unary_name(op);
+  (void)id;
+  const Tensor x = keep_integers ? x_in : floating_input(x_in);
+  EMBER_CHECK(x.dtype() != DType::boolean, name, ": not supported for bool tensors");
+  Tensor out = empty(x.sizes(), TensorOptions(x.dtype(), x.device()));
+  launch_unary(op, out, x, scalar, name);
+  if (derivative && any_requires_grad({&x})) {
+    std::vector<Tensor> saved;
+    if (save_input) saved.push_back(x);
+    if (save_output) saved.push_back(out);
+    record(id, {x}, out, saved,
+           [derivative, save_input, save_output](const Tensor& g, const std::vector<Tensor>& s)
+               -> std::vector<Tensor> {
+             const Tensor none;
+             const Tensor& xs = save_input ? s[0] : none;
+             const Tensor& ys = save_output ? s[save_input ? 1 : 0] : none;
+             return {derivative(g, xs, ys)};
+           });
+  }
+  return out;
+}
+
+Tensor compare_op(CompareOp op, const Tensor& a_in, const Tensor& b_in, const char* name) {
+  const Tensor a = on_device_of(a_in, b_in);
+  const Tensor b = on_device_of(b_in, a_in);
+  check_same_device(a, b, name);
+  const DType dtype = result_type(a, b);
+  const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
+  NoGradGuard no_grad;
+  const Tensor ca = a.to(dtype), cb = b.to(dtype);
+  Tensor out = empty(shape, TensorOptions(DType::boolean, a.device()));
+  const kernels::StridedLayout layout = make_layout(out, {&ca, &cb}, name);
+  if (out.is_cuda()) {
+#if EMBER_WITH_CUDA
+    dispatch_all(dtype, name, [&]<typename T>() {
+      if constexpr (!std::is_same_v<T, bool>) {
+        kernels::cuda::compare<T>(op, layout, out.data<bool>(), static_cast<const T*>(ca.data_ptr()),
+                                  static_cast<const T*>(cb.data_ptr()),
+                                  cuda::current_stream(out.device().index));
+      } else {
+        EMBER_FAIL(name, ": comparisons of bool tensors are not supported");
+      }
+    });
+    return out;
+#endif
+  }
+  dispatch_all(dtype, name, [&]<typename T>() {
+    if constexpr (!std::is_same_v<T, bool>) {
+      kernels::cpu::compare<T>(op, layout, out.data<bool>(), static_cast<const T*>(ca.data_ptr()),
+                               static_cast<const T*>(cb.data_ptr()));
+    } else {
+      // bool compares as u8.
+      const Tensor ua = ca.to(DType::u8), ub = cb.to(DType::u8);
+      const kernels::StridedLayout byte_layout = make_layout(out, {&ua, &ub}, name);
+      kernels::cpu::compare<uint8_t>(op, byte_layout, out.data<bool>(), ua.data<uint8_t>(),
+                                     ub.data<uint8_t>());
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+// ---- type promotion ----------------------------------------------------------------------------
+
+DType result_type(const Tensor& a, const Tensor& b) {
+  const bool a_dims = a.dim() > 0, b_dims = b.dim() > 0;
+  if (a_dims == b_dims) return promote_types(a.dtype(), b.dtype());
+  return a_dims ? combine(a.dtype(), b.dtype()) : combine(b.dtype(), a.dtype());
+}
+
+DType result_type(const Tensor& a, const Scalar& b) { return combine(a.dtype(), b.default_dtype()); }
+
+// ---- unary -------------------------------------------------------------------------------------
+
+Tensor neg(const Tensor& x) {
+  return unary_op(UnaryOp::neg, OpId::neg, x, 0, true, false, false,
+                  [](const Tensor& g, const Tensor&, const Tensor&) { return -g; });
+}
+
+Tensor abs(const Tensor& x) {
+  return unary_op(UnaryOp::abs, OpId::abs, x, 0, true, true, false,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) { return g * sign(in); });
+}
+
+Tensor exp(const Tensor& x) {
+  return unary_op(UnaryOp::exp, OpId::exp, x, 0, false, false, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y; });
+}
+
+Tensor log(const Tensor& x) {
+  return unary_op(UnaryOp::log, OpId::log, x, 0, false, true, false,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) { return g / in; });
+}
+
+Tensor sqrt(const Tensor& x) {
+  return unary_op(UnaryOp::sqrt, OpId::sqrt, x, 0, false, false, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& y) { return g / (y * 2.0); });
+}
+
+Tensor rsqrt(const Tensor& x) {
+  // y = x^-1/2, dy/dx = -y^3 / 2
+  return unary_op(UnaryOp::rsqrt, OpId::rsqrt, x, 0, false, false, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& y) {
+                    return g * (y * y * y) * (-0.5);
+                  });
+}
+
+Tensor sin(const Tensor& x) {
+  return unary_op(UnaryOp::sin, OpId::sin, x, 0, false, true, false,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) { return g * cos(in); });
+}
+
+Tensor cos(const Tensor& x) {
+  return unary_op(UnaryOp::cos, OpId::cos, x, 0, false, true, false,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) { return -g * sin(in); });
+}
+
+Tensor tanh(const Tensor& x) {
+  return unary_op(UnaryOp::tanh, OpId::tanh, x, 0, false, false, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& y) {
+                    return g * (1.0 - y * y);
+                  });
+}
+
+Tensor sigmoid(const Tensor& x) {
+  return unary_op(UnaryOp::sigmoid, OpId::sigmoid, x, 0, false, false, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& y) {
+                    return g * y * (1.0 - y);
+                  });
+}
+
+Tensor relu(const Tensor& x) {
+  return unary_op(UnaryOp::relu, OpId::relu, x, 0, true, false, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& y) {
+                    return g * gt(y, 0).to(g.dtype());
+                  });
+}
+
+Tensor gelu(const Tensor& x, GeluApproximation approximation) {
+  if (approximation == GeluApproximation::none) {
+    // d/dx x Phi(x) = Phi(x) + x phi(x)
+    return unary_op(UnaryOp::gelu_erf, OpId::gelu, x, 0, false, true, false,
+                    [](const Tensor& g, const Tensor& in, const Tensor&) {
+                      const Tensor cdf = (erf(in * 0.70710678118654752440) + 1.0) * 0.5;
+                      const Tensor pdf = exp(in * in * (-0.5)) * 0.39894228040143267794;
+                      return g * (cdf + in * pdf);
+                    });
+  }
+  return unary_op(UnaryOp::gelu_tanh, OpId::gelu, x, 0, false, true, false,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) {
+                    constexpr double k = 0.79788456080286535588, c = 0.044715;
+                    const Tensor x2 = in * in;
+                    const Tensor t = tanh((in + in * x2 * c) * k);
+                    const Tensor dinner = (x2 * (3.0 * c) + 1.0) * k;
+                    return g * ((t + 1.0) * 0.5 + in * (1.0 - t * t) * dinner * 0.5);
+                  });
+}
+
+Tensor erf(const Tensor& x) {
+  // d/dx erf(x) = 2/sqrt(pi) exp(-x^2)
+  return unary_op(UnaryOp::erf, OpId::erf, x, 0, false, true, false,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) {
+                    return g * exp(in * in * (-1.0)) * 1.12837916709551257390;
+                  });
+}
+
+Tensor silu(const Tensor& x) {
+  return unary_op(UnaryOp::silu, OpId::silu, x, 0, false, true, false,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) {
+                    const Tensor s = sigmoid(in);
+                    return g * s * (in * (1.0 - s) + 1.0);
+                  });
+}
+
+Tensor pow(const Tensor& x, const Scalar& exponent) {
+  const double p = exponent.to_double();
+  const bool keep_integers = !exponent.is_floating() && p >= 0;
+  return unary_op(UnaryOp::pow_scalar, OpId::pow_scalar, x, p, keep_integers, true, false,
+                  [p](const Tensor& g, const Tensor& in, const Tensor&) {
+                    if (p == 0.0) return zeros_like(g);
+                    return g * pow(in, p - 1.0) * p;
+                  });
+}
+
+Tensor square(const Tensor& x) { return pow(x, 2); }
+
+Tensor reciprocal(const Tensor& x) {
+  return unary_op(UnaryOp::reciprocal, OpId::reciprocal, x, 0, false, false, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& y) { return -g * y * y; });
+}
+
+Tensor sign(const Tensor& x) {
+  return unary_op(UnaryOp::sign, OpId::abs, x, 0, true, false, false, nullptr);  // no node
+}
+
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  EMBER_CHECK(min || max, "clamp: at least one of min and max must be given");
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = x;
+    if (min) out = maximum(out, scalar_tensor(*min, TensorOptions(x.dtype(), x.device())));
+    if (max) out = minimum(out, scalar_tensor(*max, TensorOptions(x.dtype(), x.device())));
+  }
+  if (any_requires_grad({&x})) {
+    record(OpId::clamp, {x}, out, {x},
+           [min, max](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             Tensor pass = ones_like(g);
+             if (min) pass = pass * ge(s[0], *min).to(g.dtype());
+             if (max) pass = pass * le(s[0], *max).to(g.dtype());
+             return {g * pass};
+           });
+  }
+  return out;
+}
+
+// ---- binary ------------------------------------------------------------------------------------
+
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  return binary_op(BinaryOp::add, a, b, alpha);
+}
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  return binary_op(BinaryOp::sub, a, b, alpha);
+}
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::mul, a, b, 1); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::div, a, b, 1); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::pow, a, b, 1); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::maximum, a, b, 1); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::minimum, a, b, 1); }
+Tensor add(const Tensor& a, const Scalar& b) { return add(a, wrap_scalar(a, b)); }
+Tensor sub(const Tensor& a, const Scalar& b) { return sub(a, wrap_scalar(a, b)); }
+Tensor mul(const Tensor& a, const Scalar& b) { return mul(a, wrap_scalar(a, b)); }
+Tensor div(const Tensor& a, const Scalar& b) { return div(a, wrap_scalar(a, b)); }
+Tensor operator/(const Scalar& a, const Tensor& b) { return div(wrap_scalar(b, a), b); }
+
+// ---- comparisons -------------------------------------------------------------------------------
+
+Tensor eq(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::eq, a, b, "eq"); }
+Tensor ne(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::ne, a, b, "ne"); }
+Tensor lt(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::lt, a, b, "lt"); }
+Tensor le(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::le, a, b, "le"); }
+Tensor gt(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::gt, a, b, "gt"); }
+Tensor ge(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::ge, a, b, "ge"); }
+Tensor eq(const Tensor& a, const Scalar& b) { return eq(a, wrap_scalar(a, b)); }
+Tensor ne(const Tensor& a, const Scalar& b) { return ne(a, wrap_scalar(a, b)); }
+Tensor lt(const Tensor& a, const Scalar& b) { return lt(a, wrap_scalar(a, b)); }
+Tensor le(const Tensor& a, const Scalar& b) { return le(a, wrap_scalar(a, b)); }
+Tensor gt(const Tensor& a, const Scalar& b) { return gt(a, wrap_scalar(a, b)); }
+Tensor ge(const Tensor& a, const Scalar& b) { return ge(a, wrap_scalar(a, b)); }
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  if (a.sizes() != b.sizes()) return false;
+  NoGradGuard no_grad;
+  const Tensor x = a.to(Device::cpu()).to(DType::f64), y = b.to(Device::cpu()).to(DType::f64);
+  const Tensor close = le(abs(x - y), abs(y) * rtol + atol);
+  return sum(close.to(DType::i64)).item<int64_t>() == a.numel();
+}
+
+// ---- selection ---------------------------------------------------------------------------------
+
+Tensor where(const Tensor& condition, const Tensor& a_in, const Tensor& b_in) {
+  EMBER_CHECK(condition.dtype() == DType::boolean, "where: condition must be a bool tensor, got ",
+              describe(condition));
+  const Tensor a = on_device_of(a_in, b_in), b = on_device_of(b_in, a_in);
+  check_same_device(a, b, "where");
+  check_same_device(condition, a, "where");
+  const DType dtype = result_type(a, b);
+  const Shape shape = broadcast_shapes(condition.sizes(), broadcast_shapes(a.sizes(), b.sizes(), "where"), "where");
+  const Tensor ca = a.to(dtype), cb = b.to(dtype);
+  Tensor out = empty(shape, TensorOptions(dtype, a.device()));
+  const kernels::StridedLayout layout = make_layout(out, {&condition, &ca, &cb}, "where");
+  if (out.is_cuda()) {
+#if EMBER_WITH_CUDA
+    dispatch_all(dtype, "where", [&]<typename T>() {
+      kernels::cuda::where<T>(layout, static_cast<T*>(out.data_ptr()), condition.data<bool>(),
+                              static_cast<const T*>(ca.data_ptr()),
+                              static_cast<const T*>(cb.data_ptr()),
+                              cuda::current_stream(out.device().index));
+    });
+#endif
+  } else {
+    dispatch_all(dtype, "where", [&]<typename T>() {
+      kernels::cpu::where<T>(layout, static_cast<T*>(out.data_ptr()), condition.data<bool>(),
+                             static_cast<const T*>(ca.data_ptr()),
+                             static_cast<const T*>(cb.data_ptr()));
+    });
+  }
+  if (any_requires_grad({&ca, &cb})) {
+    record(OpId::where, {ca, cb}, out, {condition},
+           [](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             const Tensor zero = zeros({}, TensorOptions(g.dtype(), g.device()));
+             return {where(s[0], g, zero), where(s[0], zero, g)};
+           });
+  }
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
+  EMBER_CHECK(mask.dtype() == DType::boolean, "masked_fill: mask must be a bool tensor, got ",
+              describe(mask));
+  const Shape shape = broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill");
+  EMBER_CHECK(shape == x.sizes(), "masked_fill: mask of shape ", shape_str(mask.sizes()),
+              " does not broadcast to the input's shape ", shape_str(x.sizes()));
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = where(mask, scalar_tensor(value, TensorOptions(x.dtype(), x.device())), x);
+  }
+  if (any_requires_grad({&x})) {
+    record(OpId::masked_fill, {x}, out, {mask},
+           [](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             return {where(s[0], zeros({}, TensorOptions(g.dtype(), g.device())), g)};
+           });
+  }
+  return out;
+}
+
+// ---- copies and conversions --------------------------------------------------------------------
+
+namespace {
+
+// dst <- src on the same device, with dtype conversion and broadcasting.
+void copy_same_device(const Tensor& dst, const Tensor& src) {
+  const kernels::StridedLayout layout = make_layout(dst, {&src}, "copy_");
+  if (dst.is_cuda()) {
+#if EMBER_WITH_CUDA
+    dispatch_all(dst.dtype(), "copy_", [&]<typename Dst>() {
+      dispatch_all(src.dtype(), "copy_", [&]<typename Src>() {
+        kernels::cuda::copy<Dst, Src>(layout, static_cast<Dst*>(dst.data_ptr()),
+                                      static_cast<const Src*>(src.data_ptr()),
+                                      cuda::current_stream(dst.device().index));
+      });
+    });
+#endif
+    return;
+  }
+  dispatch_all(dst.dtype(), "copy_", [&]<typename Dst>() {
+    dispatch_all(src.dtype(), "copy_", [&]<typename Src>() {
+      kernels::cpu::copy<Dst, Src>(layout, static_cast<Dst*>(dst.data_ptr()),
+                                   static_cast<const Src*>(src.data_ptr()));
+    });
+  });
+}
+
+// Moves a contiguous tensor's bytes to another device.
+Tensor transfer(const Tensor& src, const Device& device) {
+  check_device_available(device);
+  const Tensor dense = src.contiguous();
+  Tensor out = empty(dense.sizes(), TensorOptions(dense.dtype(), device));
+  if (dense.nbytes() == 0) return out;
+  using cuda_hooks::CopyKind;
+  if (dense.is_cpu()) {
+    cuda_hooks::copy_bytes(out.data_ptr(), dense.data_ptr(), dense.nbytes(), CopyKind::host_to_device,
+                           device.index);
+  } else if (device.is_cpu()) {
+    cuda_hooks::copy_bytes(out.data_ptr(), dense.data_ptr(), dense.nbytes(), CopyKind::device_to_host,
+                           dense.device().index);
+  } else {
+    cuda_hooks::copy_bytes(out.data_ptr(), dense.data_ptr(), dense.nbytes(),
+                           CopyKind::device_to_device, device.index);
+  }
+  return out;
+}
+
+}  // namespace
+
+void copy_into(Tensor& dst, const Tensor& src) {
+  EMBER_CHECK(!(grad_enabled() && (src.requires_grad() || dst.requires_grad())),
+              "copy_: autograd through copy_ is not supported (", describe(dst), " <- ",
+              describe(src), "); use clone(), to() or the out-of-place ops, or wrap the copy in "
+              "NoGradGuard");
+  broadcast_shapes(dst.sizes(), src.sizes(), "copy_");
+  Tensor source = src;
+  if (src.device() != dst.device()) source = transfer(src, dst.device());
+  if (source.storage() == dst.storage() && !source.is_same(dst)) source = source.clone();
+  copy_same_device(dst, source);
+  dst.bump_version();
+}
+
+void fill_into(Tensor& dst, const Scalar& value) {
+  EMBER_CHECK(!(grad_enabled() && dst.requires_grad() && dst.is_leaf()),
+              "fill_: a leaf tensor that requires grad cannot be modified in place; wrap it in "
+              "NoGradGuard");
+  const kernels::StridedLayout layout = make_layout(dst, {}, "fill_");
+  if (dst.is_cuda()) {
+#if EMBER_WITH_CUDA
+    dispatch_all(dst.dtype(), "fill_", [&]<typename T>() {
+      kernels::cuda::fill<T>(layout, static_cast<T*>(dst.data_ptr()),
+                             value.is_floating() ? convert<T>(value.to_double())
+                                                 : convert<T>(value.to_int()),
+                             cuda::current_stream(dst.device().index));
+    });
+#endif
+  } else {
+    dispatch_all(dst.dtype(), "fill_", [&]<typename T>() {
+      const T typed = value.is_floating() ? convert<T>(value.to_double()) : convert<T>(value.to_int());
+      kernels::cpu::fill<T>(layout, static_cast<T*>(dst.data_ptr()), typed);
+    });
+  }
+  dst.bump_version();
+}
+
+Tensor to_dtype(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  Tensor out = empty(x.sizes(), TensorOptions(dtype, x.device()));
+  copy_same_device(out, x);
+  if (is_floating(dtype) && any_requires_grad({&x})) {
+    const DType from = x.dtype();
+    record(OpId::to_dtype, {x}, out, {},
+           [from](const Tensor& g, const std::vector<Tensor>&) -> std::vector<Tensor> {
+             return {g.to(from)};
+           });
+  }
+  return out;
+}
+
+Tensor to_device(const Tensor& x, const Device& device) {
+  if (x.device() == device) return x;
+  Tensor out = transfer(x, device);
+  if (any_requires_grad({&x})) {
+    const Device from = x.device();
+    record(OpId::to_device, {x}, out, {},
+           [from](const Tensor& g, const std::vector<Tensor>&) -> std::vector<Tensor> {
+             return {g.to(from)};
+           });
+  }
+  return out;
+}
+
+Tensor clone(const Tensor& x) {
+  Tensor out = empty(x.sizes(), TensorOptions(x.dtype(), x.device()));
+  copy_same_device(out, x);
+  if (any_requires_grad({&x})) {
+    record(OpId::clone, {x}, out, {},
+           [](const Tensor& g, const std::vector<Tensor>&) -> std::vector<Tensor> { return {g}; });
+  }
+  return out;
+}
+
+// ---- in-place ----------------------------------------------------------------------------------
+
+void binary_inplace(BinaryOp op, Tensor& self, const Tensor& other_in, const Scalar& alpha) {
+  const char* name = binary_name(op);
+  const Tensor other = on_device_of(other_in, self);
+  check_same_device(self, other, name);
+  const Shape shape = broadcast_shapes(self.sizes(), other.sizes(), name);
+  EMBER_CHECK(shape == self.sizes(), name, "_: the result of shape ", shape_str(shape),
+              " does not fit the in-place target of shape ", shape_str(self.sizes()));
+  DType dtype = result_type(self, other);
+  if (op == BinaryOp::div && !is_floating(dtype)) dtype = DType::f32;
+  EMBER_CHECK(dtype == self.dtype() || is_floating(self.dtype()) || dtype == promote_types(self.dtype(), dtype),
+              name, "_: result type ", dtype, " cannot be stored in the in-place target of dtype ",
+              self.dtype());
+  EMBER_CHECK(category_of(dtype) <= category_of(self.dtype()), name, "_: result type ", dtype,
+              " cannot be cast to the in-place target's dtype ", self.dtype());
+
+  const bool track = any_requires_grad({&self, &other});
+  if (track) {
+    EMBER_CHECK(!(self.is_leaf() && self.requires_grad()), name,
+                "_: a leaf tensor that requires grad cannot be modified in place (",
+                describe(self), "); wrap optimizer-style updates in NoGradGuard");
+    EMBER_CHECK(!self.is_view(), name,
+                "_: in-place ops on views of tensors that take part in autograd are not supported "
+                "by ember; use the out-of-place op");
+  }
+  const Tensor cother = other.to(self.dtype());
+  // Backward needs self's value from before the write when the op multiplies by it.
+  Tensor old_self;
+  if (track && (op == BinaryOp::mul || op == BinaryOp::div || op == BinaryOp::pow ||
+                op == BinaryOp::maximum || op == BinaryOp::minimum)) {
+    NoGradGuard no_grad;
+    old_self = self.clone();
+  }
+  std::shared_ptr<Node> old_edge = track ? gradient_edge(self) : nullptr;
+  launch_binary(op, self, self, cother, alpha.to_double(), name);
+  self.bump_version();
+  if (!track) return;
+  // The node sees self's old value through a detached stand-in that carries self's old edge.
+  Tensor before = old_self.defined() ? old_self : self.detach();
+  if (old_edge) {
+    before.impl()->autograd = std::make_shared<AutogradMeta>();
+    before.impl()->autograd->requires_grad = true;
+    before.impl()->autograd->grad_fn = old_edge;
+  }
+  const double alpha_value = alpha.to_double();
+  std::vector<Tensor> saved;
+  if (old_self.defined()) saved = {old_self, cother};
+  const bool needs_out = op == BinaryOp::div || op == BinaryOp::pow;
+  if (needs_out) saved.push_back(self.clone());
+  record(binary_op_id(op), {before, cother}, self, saved,
+         [op, alpha_value, needs_out](const Tensor& g,
+                                      const std::vector<Tensor>& s) -> std::vector<Tensor> {
+           const Tensor none;
+           return binary_backward(op, g, s.empty() ? none : s[0], s.empty() ? none : s[1],
+                                  needs_out ? s[2] : none, alpha_value);
+         });
+}
+
+}  // namespace ember

@@ -1,0 +1,62 @@
+#include "runtime/ops/reduction_plan.h"
+
+#include "runtime/autograd/grad_mode.h"
+
+namespace ember {
+
+ReductionPlan plan_reduction(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
+                             const char* op) {
+  ReductionPlan plan;
+  const int64_t nd = x.dim();
+  plan.reduced.assign(nd, dims.empty());
+  for (int64_t d : dims) {
+    const int64_t w = wrap_dim(d, nd, op);
+    if (nd == 0) continue;
+    EMBER_CHECK(!plan.reduced[w], op, ": dim ", w, " appears more than once in the reduced dims");
+    plan.reduced[w] = true;
+  }
+  for (int64_t d = 0; d < nd; ++d) {
+    plan.keepdim_shape.push_back(plan.reduced[d] ? 1 : x.sizes()[d]);
+    if (!plan.reduced[d]) plan.out_shape.push_back(x.sizes()[d]);
+    else if (keepdim) plan.out_shape.push_back(1);
+  }
+  // Reduced dims adjacent in a contiguous input: no copy needed.
+  int64_t first = -1, last = -1;
+  for (int64_t d = 0; d < nd; ++d) {
+    if (!plan.reduced[d]) continue;
+    if (first < 0) first = d;
+    last = d;
+  }
+  bool adjacent = true;
+  for (int64_t d = first; d >= 0 && d <= last; ++d) adjacent = adjacent && plan.reduced[d];
+  NoGradGuard no_grad;
+  if (first < 0) {  // nothing to reduce (0-d input)
+    plan.input = x.contiguous();
+    plan.outer = x.numel();
+    return plan;
+  }
+  if (adjacent && x.is_contiguous()) {
+    plan.input = x;
+    for (int64_t d = 0; d < first; ++d) plan.outer *= x.sizes()[d];
+    for (int64_t d = first; d <= last; ++d) plan.reduce *= x.sizes()[d];
+    for (int64_t d = last + 1; d < nd; ++d) plan.inner *= x.sizes()[d];
+    return plan;
+  }
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < nd; ++d) {
+    if (!plan.reduced[d]) {
+      order.push_back(d);
+      plan.outer *= x.sizes()[d];
+    }
+  }
+  for (int64_t d = 0; d < nd; ++d) {
+    if (plan.reduced[d]) {
+      order.push_back(d);
+      plan.reduce *= x.sizes()[d];
+    }
+  }
+  plan.input = x.permute(order).contiguous();
+  return plan;
+}
+
+}  // namespace ember

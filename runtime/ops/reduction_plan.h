@@ -1,0 +1,25 @@
+// Brings any reduction to the (outer, reduce, inner) form the kernels take.
+#pragma once
+
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace ember {
+
+struct ReductionPlan {
+  Tensor input;        // dense; viewed as (outer, reduce, inner)
+  int64_t outer = 1;
+  int64_t reduce = 1;
+  int64_t inner = 1;
+  std::vector<bool> reduced;  // per input dim
+  Shape out_shape;      // the result's shape (keepdim applied)
+  Shape keepdim_shape;  // the result's shape with reduced dims kept as 1 (for broadcasting back)
+};
+
+// `dims` empty means every dim. A contiguous input whose reduced dims are adjacent is used as it
+// is; otherwise the reduced dims are permuted last and the input copied once.
+ReductionPlan plan_reduction(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
+                             const char* op);
+
+}  // namespace ember

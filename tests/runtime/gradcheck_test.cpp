@@ -1,0 +1,68 @@
+// Every differentiable op passes a finite-difference gradient check in f64, and gives the same
+// result when its inputs are laid out with strides.
+#include <gtest/gtest.h>
+
+#include "runtime/autograd/gradcheck.h"
+#include "tests/common/op_cases.h"
+
+namespace ember::testing {
+namespace {
+
+TEST(Gradcheck, EveryDifferentiableOpHasAGradientCheck) {
+  std::string missing;
+  for (size_t i = 0; i < kNumDifferentiableOps; ++i) {
+    const OpId op = static_cast<OpId>(i);
+    bool found = false;
+    for (const OpCase& c : op_case_registry()) found = found || (c.op == op && c.differentiable_op);
+    if (!found) missing += std::string(" ") + op_name(op);
+  }
+  EXPECT_TRUE(missing.empty())
+      << "differentiable ops (runtime/autograd/op_list.h) without an op case in tests/common:"
+      << missing;
+}
+
+class OpCaseTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OpCaseTest, GradientMatchesFiniteDifferences) {
+  const OpCase& c = find_op_case(GetParam());
+  if (!c.differentiable_op) GTEST_SKIP() << "not differentiable";
+  Generator generator(1234);
+  std::vector<Tensor> inputs = c.make_inputs(DType::f64, Device::cpu(), generator);
+  ASSERT_EQ(inputs.size(), c.differentiable.size()) << "case " << c.name;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (c.differentiable[i]) inputs[i].requires_grad_(true);
+  }
+  GradcheckOptions options;
+  options.eps = c.gradcheck_eps;
+  options.atol = c.gradcheck_atol;
+  options.rtol = c.gradcheck_rtol;
+  const GradcheckResult result = gradcheck(c.fn, inputs, options);
+  EXPECT_TRUE(result.ok) << c.name << ": " << result.message;
+}
+
+TEST_P(OpCaseTest, StridedInputsGiveTheSameResult) {
+  const OpCase& c = find_op_case(GetParam());
+  for (DType dtype : {DType::f64, DType::f32}) {
+    Generator generator(99);
+    const std::vector<Tensor> inputs = c.make_inputs(dtype, Device::cpu(), generator);
+    std::vector<Tensor> strided;
+    for (const Tensor& t : inputs) strided.push_back(strided_copy(t));
+    for (const Tensor& t : strided) {
+      if (t.dim() > 0 && t.size(-1) > 1) {
+        ASSERT_FALSE(t.is_contiguous());
+      }
+    }
+    const Tensor expected = c.fn(inputs);
+    const Tensor actual = c.fn(strided);
+    ASSERT_EQ(expected.sizes(), actual.sizes()) << c.name;
+    EXPECT_TRUE(allclose(actual, expected, 1e-6, 1e-6)) << c.name << " in " << dtype;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, OpCaseTest, ::testing::ValuesIn(op_case_names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return test_name_of(info.param);
+                         });
+
+}  // namespace
+}  // namespace ember::testing

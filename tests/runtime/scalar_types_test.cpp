@@ -1,0 +1,113 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/common/scalar_types.h"
+#include "runtime/dtype.h"
+
+namespace ember {
+namespace {
+
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+float float_of(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+TEST(ScalarTypes, EveryHalfBitPatternRoundTripsExactly) {
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    const Half h = Half::from_bits(static_cast<uint16_t>(bits));
+    const float f = h;
+    ASSERT_EQ(Half(f).bits, bits) << "pattern 0x" << std::hex << bits;
+  }
+}
+
+TEST(ScalarTypes, EveryBFloat16BitPatternRoundTripsExactly) {
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    const BFloat16 b = BFloat16::from_bits(static_cast<uint16_t>(bits));
+    const float f = b;
+    ASSERT_EQ(bits_of(f), bits << 16);
+    ASSERT_EQ(BFloat16(f).bits, bits) << "pattern 0x" << std::hex << bits;
+  }
+}
+
+TEST(ScalarTypes, HalfDecodesKnownValues) {
+  EXPECT_EQ(static_cast<float>(Half::from_bits(0x3c00)), 1.0f);
+  EXPECT_EQ(static_cast<float>(Half::from_bits(0xc000)), -2.0f);
+  EXPECT_EQ(static_cast<float>(Half::from_bits(0x7bff)), 65504.0f);
+  EXPECT_EQ(static_cast<float>(Half::from_bits(0x0001)), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(static_cast<float>(Half::from_bits(0x0400)), std::ldexp(1.0f, -14));  // smallest normal
+  EXPECT_TRUE(std::isinf(static_cast<float>(Half::from_bits(0x7c00))));
+  EXPECT_TRUE(std::isnan(static_cast<float>(Half::from_bits(0x7e00))));
+  EXPECT_TRUE(std::signbit(static_cast<float>(Half::from_bits(0x8000))));
+}
+
+// Reference rounding: the nearest half (ties to even), computed by exhaustive search over the
+// neighbouring representable values in double.
+uint16_t reference_half(float f) {
+  if (std::isnan(f)) return 0x7e00;
+  const double x = f;
+  uint16_t best = 0;
+  double best_error = INFINITY;
+  for (uint32_t b = 0; b < 0x7c00; ++b) {
+    const double v = static_cast<float>(Half::from_bits(static_cast<uint16_t>(b)));
+    const double e = std::fabs(std::fabs(x) - v);
+    if (e < best_error || (e == best_error && (b & 1) == 0)) {
+      best_error = e;
+      best = static_cast<uint16_t>(b);
+    }
+  }
+  // Overflow: at or beyond 65520 rounds to infinity.
+  if (std::fabs(x) >= 65520.0) best = 0x7c00;
+  return static_cast<uint16_t>(best | (std::signbit(f) ? 0x8000 : 0));
+}
+
+TEST(ScalarTypes, FloatToHalfRoundsToNearestEven) {
+  const float cases[] = {1.0f + std::ldexp(1.0f, -11),  // exactly halfway: to even (1.0)
+                         1.0f + 3 * std::ldexp(1.0f, -11),  // halfway: to even (up)
+                         65519.0f, 65520.0f, 1e-8f, 3e-8f, std::ldexp(1.0f, -25),
+                         std::ldexp(1.5f, -25), -0.1f, 0.333333f, 1e5f, -7.0e-6f};
+  for (float f : cases) EXPECT_EQ(Half(f).bits, reference_half(f)) << "value " << f;
+  uint32_t state = 12345;
+  for (int i = 0; i < 2000; ++i) {
+    state = state * 1664525u + 1013904223u;
+    // Random floats in the half range, subnormals included.
+    const float f = float_of((state & 0x807fffffu) | ((102u + (state >> 24) % 42u) << 23));
+    ASSERT_EQ(Half(f).bits, reference_half(f)) << "value " << f;
+  }
+}
+
+TEST(ScalarTypes, FloatToBFloat16RoundsToNearestEven) {
+  EXPECT_EQ(BFloat16(float_of(0x3f808000u)).bits, 0x3f80);  // halfway, even stays
+  EXPECT_EQ(BFloat16(float_of(0x3f818000u)).bits, 0x3f82);  // halfway, odd rounds up
+  EXPECT_EQ(BFloat16(float_of(0x3f808001u)).bits, 0x3f81);  // above halfway
+  EXPECT_EQ(BFloat16(float_of(0x7f7fffffu)).bits, 0x7f80);  // max float rounds to infinity
+  EXPECT_TRUE(std::isnan(static_cast<float>(BFloat16(float_of(0x7f800001u)))));  // NaN stays NaN
+  EXPECT_EQ(BFloat16(float_of(0x00000001u)).bits, 0x0000);  // tiny subnormal rounds to zero
+}
+
+TEST(DType, PromotionFollowsPyTorch) {
+  EXPECT_EQ(promote_types(DType::f16, DType::bf16), DType::f32);
+  EXPECT_EQ(promote_types(DType::i64, DType::f16), DType::f16);
+  EXPECT_EQ(promote_types(DType::u8, DType::i32), DType::i32);
+  EXPECT_EQ(promote_types(DType::boolean, DType::u8), DType::u8);
+  EXPECT_EQ(promote_types(DType::f32, DType::f64), DType::f64);
+  EXPECT_EQ(promote_types(DType::i32, DType::i64), DType::i64);
+  for (DType a : kAllDTypes) {
+    for (DType b : kAllDTypes) EXPECT_EQ(promote_types(a, b), promote_types(b, a));
+  }
+}
+
+TEST(DType, NamesRoundTrip) {
+  for (DType d : kAllDTypes) EXPECT_EQ(parse_dtype(dtype_name(d)), d);
+  EXPECT_THROW(parse_dtype("f8"), std::exception);
+}
+
+}  // namespace
+}  // namespace ember
