@@ -19,10 +19,12 @@ namespace {
 constexpr size_t kAlignment = 64;
 
 size_t round_to_size_class(size_t nbytes) {
-  if (nbytes <= 4096) return nbytes == 0 ? kAlignment : (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (nbytes <= 4096)
+    return nbytes == 0 ? kAlignment : (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   // Quarter steps between powers of two: 4096, 5120, 6144, 7168, 8192, 10240, ...
   size_t power = 4096;
-  while (power * 2 < nbytes) power *= 2;
+  while (power * 2 < nbytes)
+    power *= 2;
   const size_t step = power / 4;
   return (nbytes + step - 1) / step * step;
 }
@@ -88,7 +90,8 @@ class CpuCachingAllocator final : public Allocator {
  private:
   void release_cached_locked() {
     for (auto& [size, blocks] : free_blocks_) {
-      for (void* ptr : blocks) std::free(ptr);
+      for (void* ptr : blocks)
+        std::free(ptr);
       stats_.reserved_bytes -= size * blocks.size();
       blocks.clear();
     }

@@ -41,7 +41,8 @@ Tensor empty_strided(const Shape& shape, const Shape& strides, TensorOptions opt
     if (shape[i] == 0) span = 0;
   }
   if (span != 0) {
-    for (size_t i = 0; i < shape.size(); ++i) span += (shape[i] - 1) * strides[i];
+    for (size_t i = 0; i < shape.size(); ++i)
+      span += (shape[i] - 1) * strides[i];
   }
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(static_cast<size_t>(span) * element_size(options.dtype),
@@ -61,29 +62,42 @@ Tensor full(const Shape& shape, const Scalar& value, TensorOptions options) {
   return t;
 }
 
-Tensor zeros(const Shape& shape, TensorOptions options) { return full(shape, 0, options); }
-Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1, options); }
+Tensor zeros(const Shape& shape, TensorOptions options) {
+  return full(shape, 0, options);
+}
+Tensor ones(const Shape& shape, TensorOptions options) {
+  return full(shape, 1, options);
+}
 
-Tensor empty_like(const Tensor& t) { return empty(t.sizes(), TensorOptions(t.dtype(), t.device())); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), TensorOptions(t.dtype(), t.device())); }
-Tensor ones_like(const Tensor& t) { return ones(t.sizes(), TensorOptions(t.dtype(), t.device())); }
+Tensor empty_like(const Tensor& t) {
+  return empty(t.sizes(), TensorOptions(t.dtype(), t.device()));
+}
+Tensor zeros_like(const Tensor& t) {
+  return zeros(t.sizes(), TensorOptions(t.dtype(), t.device()));
+}
+Tensor ones_like(const Tensor& t) {
+  return ones(t.sizes(), TensorOptions(t.dtype(), t.device()));
+}
 Tensor full_like(const Tensor& t, const Scalar& value) {
   return full(t.sizes(), value, TensorOptions(t.dtype(), t.device()));
 }
 
-Tensor scalar_tensor(const Scalar& value, TensorOptions options) { return full({}, value, options); }
+Tensor scalar_tensor(const Scalar& value, TensorOptions options) {
+  return full({}, value, options);
+}
 
 namespace {
 template <typename Host>
 Tensor from_host(const std::vector<Host>& values, const Shape& shape, TensorOptions options) {
   check_shape(shape, "from_vector");
-  EMBER_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ",
-              values.size(), " values do not fill shape ", shape_str(shape), " (",
+  EMBER_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape),
+              "from_vector: ", values.size(), " values do not fill shape ", shape_str(shape), " (",
               shape_numel(shape), " elements)");
   Tensor host = empty(shape, TensorOptions(options.dtype, Device::cpu()));
   dispatch_all(options.dtype, "from_vector", [&]<typename T>() {
     T* out = host.data<T>();
-    for (size_t i = 0; i < values.size(); ++i) out[i] = convert<T>(values[i]);
+    for (size_t i = 0; i < values.size(); ++i)
+      out[i] = convert<T>(values[i]);
   });
   Tensor result = host.to(options.device);
   if (options.requires_grad) result.requires_grad_(true);
@@ -119,7 +133,8 @@ std::vector<T> to_vector(const Tensor& t) {
   std::vector<T> values(static_cast<size_t>(host.numel()));
   dispatch_all(host.dtype(), "to_vector", [&]<typename S>() {
     const S* in = static_cast<const S*>(host.data_ptr());
-    for (size_t i = 0; i < values.size(); ++i) values[i] = convert<T>(in[i]);
+    for (size_t i = 0; i < values.size(); ++i)
+      values[i] = convert<T>(in[i]);
   });
   return values;
 }

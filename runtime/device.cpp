@@ -12,7 +12,8 @@ Device Device::parse(const std::string& text) {
   if (text.rfind("cuda:", 0) == 0) {
     const std::string number = text.substr(5);
     bool digits = !number.empty() && number.size() < 4;
-    for (char c : number) digits = digits && c >= '0' && c <= '9';
+    for (char c : number)
+      digits = digits && c >= '0' && c <= '9';
     if (digits) return Device::cuda(std::stoi(number));
   }
   EMBER_FAIL("unknown device '", text, "': expected 'cpu', 'cuda' or 'cuda:N'");
@@ -22,7 +23,9 @@ std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
 }
 
-std::ostream& operator<<(std::ostream& os, const Device& device) { return os << device.str(); }
+std::ostream& operator<<(std::ostream& os, const Device& device) {
+  return os << device.str();
+}
 
 void check_device_available(const Device& device) {
   if (device.is_cpu()) return;
@@ -35,9 +38,8 @@ void check_device_available(const Device& device) {
               "CUDA_VISIBLE_DEVICES=",
               std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "<unset>",
               "); use the cpu device");
-  EMBER_CHECK(device.index >= 0 && device.index < count, "device ", device,
-              " requested, but only ", count, " CUDA device(s) are visible (cuda:0 .. cuda:",
-              count - 1, ")");
+  EMBER_CHECK(device.index >= 0 && device.index < count, "device ", device, " requested, but only ",
+              count, " CUDA device(s) are visible (cuda:0 .. cuda:", count - 1, ")");
 }
 
 }  // namespace ember

@@ -55,7 +55,9 @@ DType parse_dtype(const std::string& name) {
   EMBER_FAIL("unknown dtype '", name, "': expected one of f32, f64, f16, bf16, i32, i64, u8, bool");
 }
 
-std::ostream& operator<<(std::ostream& os, DType dtype) { return os << dtype_name(dtype); }
+std::ostream& operator<<(std::ostream& os, DType dtype) {
+  return os << dtype_name(dtype);
+}
 
 DType promote_types(DType a, DType b) {
   if (a == b) return a;

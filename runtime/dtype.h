@@ -24,15 +24,20 @@ inline bool is_floating(DType d) {
   return d == DType::f32 || d == DType::f64 || d == DType::f16 || d == DType::bf16;
 }
 inline bool is_integral(DType d, bool include_bool) {
-  return d == DType::i32 || d == DType::i64 || d == DType::u8 || (include_bool && d == DType::boolean);
+  return d == DType::i32 || d == DType::i64 || d == DType::u8 ||
+         (include_bool && d == DType::boolean);
 }
-inline bool is_reduced_float(DType d) { return d == DType::f16 || d == DType::bf16; }
+inline bool is_reduced_float(DType d) {
+  return d == DType::f16 || d == DType::bf16;
+}
 
 // The dtype two tensors of the same priority promote to (PyTorch's promoteTypes table).
 DType promote_types(DType a, DType b);
 
 // The dtype arithmetic on these dtypes happens in: f32 for f16/bf16, the dtype itself otherwise.
-inline DType accumulate_dtype(DType d) { return is_reduced_float(d) ? DType::f32 : d; }
+inline DType accumulate_dtype(DType d) {
+  return is_reduced_float(d) ? DType::f32 : d;
+}
 
 // The C++ type stored for each dtype, and back.
 template <typename T>

@@ -2,6 +2,8 @@
 
 namespace ember {
 
-void throw_error(const std::string& message) { throw Error(message); }
+void throw_error(const std::string& message) {
+  throw Error(message);
+}
 
 }  // namespace ember

@@ -30,8 +30,8 @@ std::string concat(Parts&&... parts) {
 
 }  // namespace ember
 
-#define EMBER_CHECK(condition, ...)                                        \
-  do {                                                                     \
+#define EMBER_CHECK(condition, ...)                                               \
+  do {                                                                            \
     if (!(condition)) ::ember::throw_error(::ember::detail::concat(__VA_ARGS__)); \
   } while (false)
 

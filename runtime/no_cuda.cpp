@@ -5,8 +5,12 @@
 
 namespace ember {
 
-bool cuda_compiled() { return false; }
-int cuda_device_count() { return 0; }
+bool cuda_compiled() {
+  return false;
+}
+int cuda_device_count() {
+  return 0;
+}
 
 namespace cuda_hooks {
 
@@ -19,7 +23,9 @@ void copy_bytes(void*, const void*, size_t, CopyKind, int device_index) {
   check_device_available(Device::cuda(device_index));
 }
 
-void synchronize(int device_index) { check_device_available(Device::cuda(device_index)); }
+void synchronize(int device_index) {
+  check_device_available(Device::cuda(device_index));
+}
 
 }  // namespace cuda_hooks
 }  // namespace ember

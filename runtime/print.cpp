@@ -53,12 +53,15 @@ struct Formatter {
 std::vector<int64_t> shown(int64_t n, bool summarise) {
   std::vector<int64_t> idx;
   if (!summarise || n <= 2 * kEdgeItems) {
-    for (int64_t i = 0; i < n; ++i) idx.push_back(i);
+    for (int64_t i = 0; i < n; ++i)
+      idx.push_back(i);
     return idx;
   }
-  for (int64_t i = 0; i < kEdgeItems; ++i) idx.push_back(i);
+  for (int64_t i = 0; i < kEdgeItems; ++i)
+    idx.push_back(i);
   idx.push_back(-1);
-  for (int64_t i = n - kEdgeItems; i < n; ++i) idx.push_back(i);
+  for (int64_t i = n - kEdgeItems; i < n; ++i)
+    idx.push_back(i);
   return idx;
 }
 
@@ -96,7 +99,8 @@ void render(std::ostringstream& os, const std::vector<double>& values, const Sha
       os << "...";
       continue;
     }
-    render(os, values, shape, strides, dim + 1, offset + idx[k] * strides[dim], summarise, f, indent);
+    render(os, values, shape, strides, dim + 1, offset + idx[k] * strides[dim], summarise, f,
+           indent);
   }
   os << "]";
 }
@@ -130,11 +134,13 @@ std::string Tensor::str() const {
       }
       if (all_integer && max_abs < 1e8) {
         f.style = FloatStyle::integer;
-      } else if (max_abs > 1e8 || (min_abs != INFINITY && (min_abs < 1e-4 || max_abs / min_abs > 1000))) {
+      } else if (max_abs > 1e8 ||
+                 (min_abs != INFINITY && (min_abs < 1e-4 || max_abs / min_abs > 1000))) {
         f.style = FloatStyle::scientific;
       }
     }
-    for (double v : visible) f.width = std::max(f.width, f.format(v).size());
+    for (double v : visible)
+      f.width = std::max(f.width, f.format(v).size());
     render(os, values, host.sizes(), host.strides(), 0, 0, summarise, f, 7);
   }
   if (numel() == 0 && dim() != 1) os << ", size=" << shape_str(sizes());
@@ -151,6 +157,8 @@ std::string Tensor::str() const {
   return os.str();
 }
 
-std::ostream& operator<<(std::ostream& os, const Tensor& tensor) { return os << tensor.str(); }
+std::ostream& operator<<(std::ostream& os, const Tensor& tensor) {
+  return os << tensor.str();
+}
 
 }  // namespace ember

@@ -38,11 +38,15 @@ Generator& default_generator() {
   return generator;
 }
 
-void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+void manual_seed(uint64_t seed) {
+  default_generator().manual_seed(seed);
+}
 
 namespace {
 
-Generator& pick(Generator* generator) { return generator ? *generator : default_generator(); }
+Generator& pick(Generator* generator) {
+  return generator ? *generator : default_generator();
+}
 
 // Runs `fill(seed, offset)` over t (dense), reserving the Philox blocks it needs.
 enum class Distribution { uniform, normal, randint, bernoulli };
@@ -103,7 +107,8 @@ void fill_random(Tensor& t, Distribution kind, double a, double b, Generator* ge
           kernels::cpu::normal<T>(out, n, a, b, seed, offset);
         return;
       case Distribution::randint:
-        kernels::cpu::randint<T>(out, n, static_cast<int64_t>(a), static_cast<int64_t>(b), seed, offset);
+        kernels::cpu::randint<T>(out, n, static_cast<int64_t>(a), static_cast<int64_t>(b), seed,
+                                 offset);
         return;
       case Distribution::bernoulli:
         kernels::cpu::bernoulli<T>(out, n, a, seed, offset);
@@ -111,7 +116,8 @@ void fill_random(Tensor& t, Distribution kind, double a, double b, Generator* ge
     }
   };
   if (kind == Distribution::uniform || kind == Distribution::normal) {
-    dispatch_floating(t.dtype(), "random", [&]<typename T>() { run(static_cast<T*>(t.data_ptr())); });
+    dispatch_floating(t.dtype(), "random",
+                      [&]<typename T>() { run(static_cast<T*>(t.data_ptr())); });
   } else {
     dispatch_all(t.dtype(), "random", [&]<typename T>() { run(static_cast<T*>(t.data_ptr())); });
   }
@@ -170,7 +176,8 @@ Tensor randperm(int64_t n, Generator* generator) {
   if (n > 1) {
     const Tensor keys = randint(0, int64_t{1} << 62, {n}, DType::i64, generator);
     const int64_t* k = keys.data<int64_t>();
-    for (int64_t i = n - 1; i > 0; --i) std::swap(perm[i], perm[k[i] % (i + 1)]);
+    for (int64_t i = n - 1; i > 0; --i)
+      std::swap(perm[i], perm[k[i] % (i + 1)]);
   }
   return from_vector(perm, {n}, DType::i64);
 }

@@ -16,20 +16,28 @@ class Scalar {
 
   Scalar() = default;
   Scalar(bool v) : kind_(Kind::boolean), integer_(v), floating_(v) {}  // NOLINT
-  template <typename T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
-  Scalar(T v) : kind_(Kind::integer), integer_(static_cast<int64_t>(v)), floating_(static_cast<double>(v)) {}  // NOLINT
+  template <typename T,
+            std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+  Scalar(T v)
+      : kind_(Kind::integer),
+        integer_(static_cast<int64_t>(v)),
+        floating_(static_cast<double>(v)) {}  // NOLINT
   template <typename T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
   Scalar(T v) : kind_(Kind::floating), floating_(static_cast<double>(v)) {}  // NOLINT
-  Scalar(Half v) : Scalar(static_cast<float>(v)) {}        // NOLINT
-  Scalar(BFloat16 v) : Scalar(static_cast<float>(v)) {}    // NOLINT
+  Scalar(Half v) : Scalar(static_cast<float>(v)) {}                          // NOLINT
+  Scalar(BFloat16 v) : Scalar(static_cast<float>(v)) {}                      // NOLINT
 
   Kind kind() const { return kind_; }
   bool is_floating() const { return kind_ == Kind::floating; }
   double to_double() const { return floating_; }
-  int64_t to_int() const { return kind_ == Kind::floating ? static_cast<int64_t>(floating_) : integer_; }
+  int64_t to_int() const {
+    return kind_ == Kind::floating ? static_cast<int64_t>(floating_) : integer_;
+  }
   // The dtype a bare number of this kind has in type promotion (f32 is the default float).
   DType default_dtype() const {
-    return kind_ == Kind::floating ? DType::f32 : kind_ == Kind::integer ? DType::i64 : DType::boolean;
+    return kind_ == Kind::floating  ? DType::f32
+           : kind_ == Kind::integer ? DType::i64
+                                    : DType::boolean;
   }
 
  private:

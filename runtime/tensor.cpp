@@ -23,7 +23,8 @@ std::string shape_str(const Shape& shape) {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape)
+    n *= s;
   return n;
 }
 
@@ -51,8 +52,12 @@ std::string describe(const Tensor& t) {
 
 // ---- metadata ----------------------------------------------------------------------------------
 
-int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+int64_t Tensor::size(int64_t d) const {
+  return sizes()[wrap_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  return strides()[wrap_dim(d, dim(), "stride")];
+}
 
 bool Tensor::is_contiguous() const {
   const TensorImpl* p = checked();
@@ -94,9 +99,10 @@ bool Tensor::requires_grad() const {
 }
 
 Tensor& Tensor::requires_grad_(bool requires_grad) {
-  EMBER_CHECK(is_leaf() || requires_grad,
-              "requires_grad_(false): only a leaf can stop requiring grad; use detach() on a result "
-              "of an op");
+  EMBER_CHECK(
+      is_leaf() || requires_grad,
+      "requires_grad_(false): only a leaf can stop requiring grad; use detach() on a result "
+      "of an op");
   EMBER_CHECK(!requires_grad || is_floating(dtype()),
               "requires_grad_: only floating-point tensors can require gradients, got ", dtype());
   autograd_meta(*this).requires_grad = requires_grad;
@@ -116,8 +122,8 @@ Tensor Tensor::grad() const {
 void Tensor::set_grad(const Tensor& grad) const {
   if (grad.defined()) {
     EMBER_CHECK(grad.sizes() == sizes() && grad.dtype() == dtype() && grad.device() == device(),
-                "set_grad: the gradient must match the tensor: got ", describe(grad),
-                ", expected ", describe(*this));
+                "set_grad: the gradient must match the tensor: got ", describe(grad), ", expected ",
+                describe(*this));
   }
   autograd_meta(*this).grad = grad;
 }
@@ -163,7 +169,8 @@ Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset)
 
 // The strides that let `new_shape` view the same elements as (sizes, strides) without a copy,
 // or nothing if no such strides exist (PyTorch's computeStride).
-std::optional<Shape> view_strides(const Shape& sizes, const Shape& strides, const Shape& new_shape) {
+std::optional<Shape> view_strides(const Shape& sizes, const Shape& strides,
+                                  const Shape& new_shape) {
   if (sizes.empty()) return Shape(new_shape.size(), 1);
   const int64_t numel = shape_numel(sizes);
   if (numel == 0) return contiguous_strides(new_shape);
@@ -233,7 +240,8 @@ Tensor Tensor::view(const Shape& shape) const {
   auto strides_for_view = view_strides(sizes(), strides(), target);
   EMBER_CHECK(strides_for_view.has_value(), "view: shape ", shape_str(shape),
               " is not compatible with the input's size ", shape_str(sizes()), " and stride ",
-              shape_str(strides()), " (at least one dimension spans two contiguous subspaces); "
+              shape_str(strides()),
+              " (at least one dimension spans two contiguous subspaces); "
               "use reshape() instead");
   return record_reshape(*this, make_view(*this, target, *strides_for_view, storage_offset()));
 }
@@ -279,7 +287,8 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
 }
 
 Tensor Tensor::t() const {
-  EMBER_CHECK(dim() <= 2, "t: expects a tensor with at most 2 dims, got shape ", shape_str(sizes()));
+  EMBER_CHECK(dim() <= 2, "t: expects a tensor with at most 2 dims, got shape ",
+              shape_str(sizes()));
   return dim() < 2 ? *this : transpose(0, 1);
 }
 
@@ -331,12 +340,13 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   Tensor out = make_view(*this, new_sizes, new_strides, storage_offset() + index * strides()[d]);
   if (any_requires_grad({this})) {
     Shape in_shape = sizes();
-    record(OpId::select, {*this}, out, {},
-           [in_shape, d, index](const Tensor& g, const std::vector<Tensor>&) -> std::vector<Tensor> {
-             Tensor grad = zeros(in_shape, TensorOptions(g.dtype(), g.device()));
-             grad.select(d, index).copy_(g);
-             return {grad};
-           });
+    record(
+        OpId::select, {*this}, out, {},
+        [in_shape, d, index](const Tensor& g, const std::vector<Tensor>&) -> std::vector<Tensor> {
+          Tensor grad = zeros(in_shape, TensorOptions(g.dtype(), g.device()));
+          grad.select(d, index).copy_(g);
+          return {grad};
+        });
   }
   return out;
 }
@@ -410,17 +420,23 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
               end_dim);
   Shape shape(sizes().begin(), sizes().begin() + start_dim);
   int64_t merged = 1;
-  for (int64_t i = start_dim; i <= end_dim; ++i) merged *= sizes()[i];
+  for (int64_t i = start_dim; i <= end_dim; ++i)
+    merged *= sizes()[i];
   shape.push_back(merged);
   shape.insert(shape.end(), sizes().begin() + end_dim + 1, sizes().end());
   return reshape(shape);
 }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous() const {
+  return is_contiguous() ? *this : clone();
+}
 
-// ---- copies and conversions ----------------------------------------------------------------------
+// ---- copies and conversions
+// ----------------------------------------------------------------------
 
-Tensor Tensor::to(DType target) const { return dtype() == target ? *this : ember::to_dtype(*this, target); }
+Tensor Tensor::to(DType target) const {
+  return dtype() == target ? *this : ember::to_dtype(*this, target);
+}
 
 Tensor Tensor::to(const Device& target) const {
   return device() == target ? *this : ember::to_device(*this, target);
@@ -430,7 +446,9 @@ Tensor Tensor::to(const Device& target, DType target_dtype) const {
   return to(target).to(target_dtype);
 }
 
-Tensor Tensor::clone() const { return ember::clone(*this); }
+Tensor Tensor::clone() const {
+  return ember::clone(*this);
+}
 
 Tensor& Tensor::copy_(const Tensor& source) {
   ember::copy_into(*this, source);
@@ -442,7 +460,9 @@ Tensor& Tensor::fill_(const Scalar& value) {
   return *this;
 }
 
-Tensor& Tensor::zero_() { return fill_(0); }
+Tensor& Tensor::zero_() {
+  return fill_(0);
+}
 
 Tensor& Tensor::add_(const Tensor& other, const Scalar& alpha) {
   ember::binary_inplace(kernels::BinaryOp::add, *this, other, alpha);

@@ -36,10 +36,10 @@ struct AutogradMeta;
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape sizes;
-  Shape strides;  // in elements
+  Shape strides;       // in elements
   int64_t offset = 0;  // in elements
   DType dtype = DType::f32;
-  bool is_view = false;  // shares its storage with the tensor it was made from
+  bool is_view = false;                    // shares its storage with the tensor it was made from
   std::shared_ptr<AutogradMeta> autograd;  // null until autograd needs it
 };
 
@@ -108,12 +108,13 @@ class Tensor {
   void bump_version() const { storage()->bump_version(); }
 
   // ---- views (share storage) ------------------------------------------------------------------
-  Tensor view(const Shape& shape) const;  // one size may be -1; needs compatible strides
+  Tensor view(const Shape& shape) const;     // one size may be -1; needs compatible strides
   Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy
   Tensor permute(const std::vector<int64_t>& dims) const;
   Tensor transpose(int64_t dim0, int64_t dim1) const;
   Tensor t() const;  // 2-D transpose
-  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;  // clamps like Python
+  Tensor slice(int64_t dim, int64_t start, int64_t end,
+               int64_t step = 1) const;  // clamps like Python
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor select(int64_t dim, int64_t index) const;
   Tensor expand(const Shape& shape) const;  // -1 keeps a size
@@ -189,7 +190,8 @@ Tensor full_like(const Tensor& t, const Scalar& value);
 // A 0-d tensor holding `value`.
 Tensor scalar_tensor(const Scalar& value, TensorOptions options = {});
 // Copies host values into a new tensor of `shape` (CPU, then moved to options.device).
-Tensor from_vector(const std::vector<float>& values, const Shape& shape, TensorOptions options = {});
+Tensor from_vector(const std::vector<float>& values, const Shape& shape,
+                   TensorOptions options = {});
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions options);
 Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, TensorOptions options);
 // Wraps caller-owned CPU memory without copying; the caller keeps it alive.

@@ -99,7 +99,7 @@ struct alignas(2) Half {
   uint16_t bits = 0;
 
   Half() = default;
-  EMBER_HOST_DEVICE Half(float value) : bits(detail::float_to_half_bits(value)) {}  // NOLINT
+  EMBER_HOST_DEVICE Half(float value) : bits(detail::float_to_half_bits(value)) {}       // NOLINT
   EMBER_HOST_DEVICE operator float() const { return detail::half_bits_to_float(bits); }  // NOLINT
   EMBER_HOST_DEVICE static Half from_bits(uint16_t raw) {
     Half h;

@@ -21,7 +21,8 @@ struct StridedLayout {
 
   int64_t numel() const {
     int64_t n = 1;
-    for (int d = 0; d < ndim; ++d) n *= sizes[d];
+    for (int d = 0; d < ndim; ++d)
+      n *= sizes[d];
     return n;
   }
   // True when every operand is dense and in order (stride 1 along a single dim), or empty.

@@ -15,14 +15,17 @@ namespace {
 // that the compiler vectorises them.
 template <typename Out, typename A, typename Fn>
 void map1(const StridedLayout& layout, Out* out, const A* a, Fn fn) {
-  for_each_run<2>(layout, {reinterpret_cast<char*>(out), reinterpret_cast<char*>(const_cast<A*>(a))},
+  for_each_run<2>(layout,
+                  {reinterpret_cast<char*>(out), reinterpret_cast<char*>(const_cast<A*>(a))},
                   {sizeof(Out), sizeof(A)}, [&](int64_t n, char* const* p, const int64_t* s) {
                     Out* o = reinterpret_cast<Out*>(p[0]);
                     const A* x = reinterpret_cast<const A*>(p[1]);
                     if (s[0] == 1 && s[1] == 1) {
-                      for (int64_t i = 0; i < n; ++i) o[i] = fn(x[i]);
+                      for (int64_t i = 0; i < n; ++i)
+                        o[i] = fn(x[i]);
                     } else {
-                      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = fn(x[i * s[1]]);
+                      for (int64_t i = 0; i < n; ++i)
+                        o[i * s[0]] = fn(x[i * s[1]]);
                     }
                   });
 }
@@ -38,15 +41,19 @@ void map2(const StridedLayout& layout, Out* out, const A* a, const B* b, Fn fn) 
                     const A* x = reinterpret_cast<const A*>(p[1]);
                     const B* y = reinterpret_cast<const B*>(p[2]);
                     if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
-                      for (int64_t i = 0; i < n; ++i) o[i] = fn(x[i], y[i]);
+                      for (int64_t i = 0; i < n; ++i)
+                        o[i] = fn(x[i], y[i]);
                     } else if (s[0] == 1 && s[1] == 1 && s[2] == 0) {
                       const B y0 = y[0];
-                      for (int64_t i = 0; i < n; ++i) o[i] = fn(x[i], y0);
+                      for (int64_t i = 0; i < n; ++i)
+                        o[i] = fn(x[i], y0);
                     } else if (s[0] == 1 && s[1] == 0 && s[2] == 1) {
                       const A x0 = x[0];
-                      for (int64_t i = 0; i < n; ++i) o[i] = fn(x0, y[i]);
+                      for (int64_t i = 0; i < n; ++i)
+                        o[i] = fn(x0, y[i]);
                     } else {
-                      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = fn(x[i * s[1]], y[i * s[2]]);
+                      for (int64_t i = 0; i < n; ++i)
+                        o[i * s[0]] = fn(x[i * s[1]], y[i * s[2]]);
                     }
                   });
 }
@@ -87,7 +94,8 @@ void unary_typed(UnaryOp op, const StridedLayout& layout, T* out, const T* in, A
       return run([](Acc x) { return x < Acc(0) ? Acc(0) : x; });
     case UnaryOp::gelu_erf:
       return run([](Acc x) {
-        return static_cast<Acc>(Acc(0.5) * x * (Acc(1) + std::erf(x * Acc(0.70710678118654752440))));
+        return static_cast<Acc>(Acc(0.5) * x *
+                                (Acc(1) + std::erf(x * Acc(0.70710678118654752440))));
       });
     case UnaryOp::gelu_tanh:
       return run([](Acc x) {
@@ -114,7 +122,8 @@ template <typename T, typename Acc>
 void binary_typed(BinaryOp op, const StridedLayout& layout, T* out, const T* a, const T* b,
                   Acc alpha) {
   auto run = [&](auto f) {
-    map2(layout, out, a, b, [f](T x, T y) { return convert<T>(f(convert<Acc>(x), convert<Acc>(y))); });
+    map2(layout, out, a, b,
+         [f](T x, T y) { return convert<T>(f(convert<Acc>(x), convert<Acc>(y))); });
   };
   switch (op) {
     case BinaryOp::add:
@@ -146,7 +155,8 @@ void unary(UnaryOp op, const StridedLayout& layout, T* out, const T* in, double 
 }
 
 template <typename T>
-void binary(BinaryOp op, const StridedLayout& layout, T* out, const T* a, const T* b, double alpha) {
+void binary(BinaryOp op, const StridedLayout& layout, T* out, const T* a, const T* b,
+            double alpha) {
   using Acc = acc_t<T>;
   binary_typed<T, Acc>(op, layout, out, a, b, static_cast<Acc>(alpha));
 }
@@ -184,32 +194,35 @@ void fill(const StridedLayout& layout, T* out, T value) {
                   [value](int64_t n, char* const* p, const int64_t* s) {
                     T* o = reinterpret_cast<T*>(p[0]);
                     if (s[0] == 1) {
-                      for (int64_t i = 0; i < n; ++i) o[i] = value;
+                      for (int64_t i = 0; i < n; ++i)
+                        o[i] = value;
                     } else {
-                      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = value;
+                      for (int64_t i = 0; i < n; ++i)
+                        o[i * s[0]] = value;
                     }
                   });
 }
 
 template <typename T>
 void where(const StridedLayout& layout, T* out, const bool* cond, const T* a, const T* b) {
-  for_each_run<4>(layout,
-                  {reinterpret_cast<char*>(out), reinterpret_cast<char*>(const_cast<bool*>(cond)),
-                   reinterpret_cast<char*>(const_cast<T*>(a)),
-                   reinterpret_cast<char*>(const_cast<T*>(b))},
-                  {sizeof(T), sizeof(bool), sizeof(T), sizeof(T)},
-                  [](int64_t n, char* const* p, const int64_t* s) {
-                    T* o = reinterpret_cast<T*>(p[0]);
-                    const bool* c = reinterpret_cast<const bool*>(p[1]);
-                    const T* x = reinterpret_cast<const T*>(p[2]);
-                    const T* y = reinterpret_cast<const T*>(p[3]);
-                    for (int64_t i = 0; i < n; ++i) o[i * s[0]] = c[i * s[1]] ? x[i * s[2]] : y[i * s[3]];
-                  });
+  for_each_run<4>(
+      layout,
+      {reinterpret_cast<char*>(out), reinterpret_cast<char*>(const_cast<bool*>(cond)),
+       reinterpret_cast<char*>(const_cast<T*>(a)), reinterpret_cast<char*>(const_cast<T*>(b))},
+      {sizeof(T), sizeof(bool), sizeof(T), sizeof(T)},
+      [](int64_t n, char* const* p, const int64_t* s) {
+        T* o = reinterpret_cast<T*>(p[0]);
+        const bool* c = reinterpret_cast<const bool*>(p[1]);
+        const T* x = reinterpret_cast<const T*>(p[2]);
+        const T* y = reinterpret_cast<const T*>(p[3]);
+        for (int64_t i = 0; i < n; ++i)
+          o[i * s[0]] = c[i * s[1]] ? x[i * s[2]] : y[i * s[3]];
+      });
 }
 
-#define EMBER_INSTANTIATE_NUMERIC(T)                                                          \
-  template void unary<T>(UnaryOp, const StridedLayout&, T*, const T*, double);                \
-  template void binary<T>(BinaryOp, const StridedLayout&, T*, const T*, const T*, double);    \
+#define EMBER_INSTANTIATE_NUMERIC(T)                                                       \
+  template void unary<T>(UnaryOp, const StridedLayout&, T*, const T*, double);             \
+  template void binary<T>(BinaryOp, const StridedLayout&, T*, const T*, const T*, double); \
   template void compare<T>(CompareOp, const StridedLayout&, bool*, const T*, const T*);
 
 EMBER_INSTANTIATE_NUMERIC(float)
@@ -221,16 +234,16 @@ EMBER_INSTANTIATE_NUMERIC(int64_t)
 EMBER_INSTANTIATE_NUMERIC(uint8_t)
 #undef EMBER_INSTANTIATE_NUMERIC
 
-#define EMBER_INSTANTIATE_ANY(T)                                                       \
-  template void fill<T>(const StridedLayout&, T*, T);                                  \
-  template void where<T>(const StridedLayout&, T*, const bool*, const T*, const T*);   \
-  template void copy<T, float>(const StridedLayout&, T*, const float*);                \
-  template void copy<T, double>(const StridedLayout&, T*, const double*);              \
-  template void copy<T, Half>(const StridedLayout&, T*, const Half*);                  \
-  template void copy<T, BFloat16>(const StridedLayout&, T*, const BFloat16*);          \
-  template void copy<T, int32_t>(const StridedLayout&, T*, const int32_t*);            \
-  template void copy<T, int64_t>(const StridedLayout&, T*, const int64_t*);            \
-  template void copy<T, uint8_t>(const StridedLayout&, T*, const uint8_t*);            \
+#define EMBER_INSTANTIATE_ANY(T)                                                     \
+  template void fill<T>(const StridedLayout&, T*, T);                                \
+  template void where<T>(const StridedLayout&, T*, const bool*, const T*, const T*); \
+  template void copy<T, float>(const StridedLayout&, T*, const float*);              \
+  template void copy<T, double>(const StridedLayout&, T*, const double*);            \
+  template void copy<T, Half>(const StridedLayout&, T*, const Half*);                \
+  template void copy<T, BFloat16>(const StridedLayout&, T*, const BFloat16*);        \
+  template void copy<T, int32_t>(const StridedLayout&, T*, const int32_t*);          \
+  template void copy<T, int64_t>(const StridedLayout&, T*, const int64_t*);          \
+  template void copy<T, uint8_t>(const StridedLayout&, T*, const uint8_t*);          \
   template void copy<T, bool>(const StridedLayout&, T*, const bool*);
 
 EMBER_INSTANTIATE_ANY(float)

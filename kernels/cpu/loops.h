@@ -35,7 +35,8 @@ void for_each_run(const StridedLayout& layout, const std::array<char*, N>& base,
   if (ndim <= 1) {
     // One run: split it into per-thread slices.
     std::array<int64_t, N> step{};
-    for (int k = 0; k < N; ++k) step[k] = ndim == 0 ? 0 : layout.strides[k][0];
+    for (int k = 0; k < N; ++k)
+      step[k] = ndim == 0 ? 0 : layout.strides[k][0];
     const int threads = threads_for(numel);
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
@@ -45,7 +46,8 @@ void for_each_run(const StridedLayout& layout, const std::array<char*, N>& base,
       const int64_t end = std::min<int64_t>(numel, begin + chunk);
       if (begin < end) {
         std::array<char*, N> ptrs;
-        for (int k = 0; k < N; ++k) ptrs[k] = base[k] + begin * step[k] * elem_size[k];
+        for (int k = 0; k < N; ++k)
+          ptrs[k] = base[k] + begin * step[k] * elem_size[k];
         inner(end - begin, ptrs.data(), step.data());
       }
     }
@@ -55,7 +57,8 @@ void for_each_run(const StridedLayout& layout, const std::array<char*, N>& base,
   const int64_t run = layout.sizes[ndim - 1];
   const int64_t outer = numel / run;
   std::array<int64_t, N> step{};
-  for (int k = 0; k < N; ++k) step[k] = layout.strides[k][ndim - 1];
+  for (int k = 0; k < N; ++k)
+    step[k] = layout.strides[k][ndim - 1];
   const int threads = threads_for(numel);
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
@@ -65,12 +68,14 @@ void for_each_run(const StridedLayout& layout, const std::array<char*, N>& base,
     const int64_t end = std::min<int64_t>(outer, begin + chunk);
     for (int64_t o = begin; o < end; ++o) {
       std::array<char*, N> ptrs;
-      for (int k = 0; k < N; ++k) ptrs[k] = base[k];
+      for (int k = 0; k < N; ++k)
+        ptrs[k] = base[k];
       int64_t rest = o;
       for (int d = ndim - 2; d >= 0; --d) {
         const int64_t i = rest % layout.sizes[d];
         rest /= layout.sizes[d];
-        for (int k = 0; k < N; ++k) ptrs[k] += i * layout.strides[k][d] * elem_size[k];
+        for (int k = 0; k < N; ++k)
+          ptrs[k] += i * layout.strides[k][d] * elem_size[k];
       }
       inner(run, ptrs.data(), step.data());
     }

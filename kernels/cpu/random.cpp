@@ -13,7 +13,8 @@ namespace {
 template <typename T>
 double unit(uint64_t seed, uint64_t offset, int64_t i) {
   if constexpr (std::is_same_v<T, double>) {
-    return uints_to_unit_double(philox_word(seed, offset, 2 * i), philox_word(seed, offset, 2 * i + 1));
+    return uints_to_unit_double(philox_word(seed, offset, 2 * i),
+                                philox_word(seed, offset, 2 * i + 1));
   } else {
     return uint_to_unit_float(philox_word(seed, offset, i));
   }
@@ -34,7 +35,8 @@ template <typename T>
 void uniform(T* out, int64_t n, double low, double high, uint64_t seed, uint64_t offset) {
   const int threads = threads_for(n);
 #pragma omp parallel for num_threads(threads) if (threads > 1)
-  for (int64_t i = 0; i < n; ++i) out[i] = convert<T>(low + (high - low) * unit<T>(seed, offset, i));
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = convert<T>(low + (high - low) * unit<T>(seed, offset, i));
 }
 
 template <typename T>
@@ -74,8 +76,8 @@ void bernoulli(T* out, int64_t n, double p, uint64_t seed, uint64_t offset) {
   }
 }
 
-#define EMBER_INSTANTIATE_FLOAT(T)                                              \
-  template void uniform<T>(T*, int64_t, double, double, uint64_t, uint64_t);    \
+#define EMBER_INSTANTIATE_FLOAT(T)                                           \
+  template void uniform<T>(T*, int64_t, double, double, uint64_t, uint64_t); \
   template void normal<T>(T*, int64_t, double, double, uint64_t, uint64_t);
 EMBER_INSTANTIATE_FLOAT(float)
 EMBER_INSTANTIATE_FLOAT(double)
@@ -83,8 +85,8 @@ EMBER_INSTANTIATE_FLOAT(Half)
 EMBER_INSTANTIATE_FLOAT(BFloat16)
 #undef EMBER_INSTANTIATE_FLOAT
 
-#define EMBER_INSTANTIATE_ANY(T)                                                  \
-  template void randint<T>(T*, int64_t, int64_t, int64_t, uint64_t, uint64_t);    \
+#define EMBER_INSTANTIATE_ANY(T)                                               \
+  template void randint<T>(T*, int64_t, int64_t, int64_t, uint64_t, uint64_t); \
   template void bernoulli<T>(T*, int64_t, double, uint64_t, uint64_t);
 EMBER_INSTANTIATE_ANY(float)
 EMBER_INSTANTIATE_ANY(double)

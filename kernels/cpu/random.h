@@ -19,6 +19,8 @@ template <typename T>
 void bernoulli(T* out, int64_t n, double p, uint64_t seed, uint64_t offset);
 
 // Philox words each fill consumes per element.
-inline constexpr uint64_t words_per_uniform(bool f64) { return f64 ? 2 : 1; }
+inline constexpr uint64_t words_per_uniform(bool f64) {
+  return f64 ? 2 : 1;
+}
 
 }  // namespace ember::kernels::cpu

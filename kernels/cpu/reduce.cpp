@@ -26,11 +26,14 @@ double sum_row(const T* x, int64_t n) {
     Acc lanes[8] = {};
     int64_t i = start;
     for (; i + 8 <= end; i += 8) {
-      for (int l = 0; l < 8; ++l) lanes[l] += convert<Acc>(x[i + l]);
+      for (int l = 0; l < 8; ++l)
+        lanes[l] += convert<Acc>(x[i + l]);
     }
-    for (; i < end; ++i) lanes[0] += convert<Acc>(x[i]);
+    for (; i < end; ++i)
+      lanes[0] += convert<Acc>(x[i]);
     Acc block = 0;
-    for (int l = 0; l < 8; ++l) block += lanes[l];
+    for (int l = 0; l < 8; ++l)
+      block += lanes[l];
     total += static_cast<double>(block);
   }
   return total;
@@ -39,7 +42,8 @@ double sum_row(const T* x, int64_t n) {
 template <typename T>
 int64_t sum_row_integer(const T* x, int64_t n) {
   int64_t total = 0;
-  for (int64_t i = 0; i < n; ++i) total += static_cast<int64_t>(x[i]);
+  for (int64_t i = 0; i < n; ++i)
+    total += static_cast<int64_t>(x[i]);
   return total;
 }
 
@@ -69,11 +73,13 @@ void sum(const T* in, sum_output_t<T>* out, int64_t outer, int64_t reduce, int64
       }
       if constexpr (kFloating) {
         double total = 0;
-        for (double p : partial) total += p;
+        for (double p : partial)
+          total += p;
         out[0] = convert<Out>(static_cast<Acc>(total));
       } else {
         int64_t total = 0;
-        for (int64_t p : partial_int) total += p;
+        for (int64_t p : partial_int)
+          total += p;
         out[0] = static_cast<Out>(total);
       }
       return;
@@ -107,9 +113,11 @@ void sum(const T* in, sum_output_t<T>* out, int64_t outer, int64_t reduce, int64
       std::fill(acc.begin() + i_begin, acc.begin() + i_end, Acc(0));
       for (int64_t r = 0; r < reduce; ++r) {
         const T* row = in + (o * reduce + r) * inner;
-        for (int64_t i = i_begin; i < i_end; ++i) acc[i] += convert<Acc>(row[i]);
+        for (int64_t i = i_begin; i < i_end; ++i)
+          acc[i] += convert<Acc>(row[i]);
       }
-      for (int64_t i = i_begin; i < i_end; ++i) out[o * inner + i] = convert<Out>(acc[i]);
+      for (int64_t i = i_begin; i < i_end; ++i)
+        out[o * inner + i] = convert<Out>(acc[i]);
     }
   }
 }

@@ -21,7 +21,7 @@ namespace {
 struct ReadyOrder {
   bool operator()(const Node* a, const Node* b) const {
     const bool a_leaf = a->op() == OpId::accumulate_grad, b_leaf = b->op() == OpId::accumulate_grad;
-    if (a_leaf != b_leaf) return b_leaf;          // accumulators first
+    if (a_leaf != b_leaf) return b_leaf;         // accumulators first
     return a->sequence_nr() < b->sequence_nr();  // then the latest-created node
   }
 };
@@ -88,9 +88,10 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
                 "requires_grad_() on the inputs, or run the forward under NoGradGuard?)");
     Tensor grad = gradients[i];
     if (!grad.defined()) {
-      EMBER_CHECK(root.numel() == 1, "backward: a gradient can be implied only for a one-element "
-                  "output; this output has shape ", shape_str(root.sizes()),
-                  ": pass a gradient of the same shape");
+      EMBER_CHECK(root.numel() == 1,
+                  "backward: a gradient can be implied only for a one-element "
+                  "output; this output has shape ",
+                  shape_str(root.sizes()), ": pass a gradient of the same shape");
       grad = ones_like(root);
     }
     EMBER_CHECK(grad.sizes() == root.sizes(), "backward: gradient of shape ",

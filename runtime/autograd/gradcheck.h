@@ -10,7 +10,7 @@
 namespace ember {
 
 struct GradcheckOptions {
-  double eps = 1e-6;    // central-difference step
+  double eps = 1e-6;  // central-difference step
   double atol = 1e-5;
   double rtol = 1e-3;
 };

@@ -52,8 +52,9 @@ Tensor SavedTensor::unpack(const Node& owner) const {
               "retain_graph=true to the first backward() to keep them");
   EMBER_CHECK(tensor_.version() == version_,
               "one of the tensors needed for gradient computation has been modified by an in-place "
-              "operation: a ", describe(tensor_), " saved by ", owner.name(), " is at version ",
-              tensor_.version(), ", expected version ", version_,
+              "operation: a ",
+              describe(tensor_), " saved by ", owner.name(), " is at version ", tensor_.version(),
+              ", expected version ", version_,
               "; make the in-place op out-of-place or clone the tensor before it");
   return tensor_;
 }
@@ -67,12 +68,14 @@ std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
               "retain_graph=true to the first backward() to keep them");
   std::vector<Tensor> saved;
   saved.reserve(saved_.size());
-  for (const SavedTensor& s : saved_) saved.push_back(s.unpack(*this));
+  for (const SavedTensor& s : saved_)
+    saved.push_back(s.unpack(*this));
   return backward_(grad_output, saved);
 }
 
 void FunctionNode::release_saved() {
-  for (SavedTensor& s : saved_) s.reset();
+  for (SavedTensor& s : saved_)
+    s.reset();
   released_ = true;
 }
 
@@ -95,7 +98,8 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
       meta.grad.add_(grad_output);
     }
   }
-  for (const auto& hook : meta.post_accumulate_hooks) hook(leaf);
+  for (const auto& hook : meta.post_accumulate_hooks)
+    hook(leaf);
   return {};
 }
 
@@ -132,7 +136,8 @@ std::shared_ptr<Node> record(OpId op, const std::vector<Tensor>& inputs, const T
                              const std::vector<Tensor>& saved, BackwardFn backward) {
   std::vector<SavedTensor> saved_tensors;
   saved_tensors.reserve(saved.size());
-  for (const Tensor& t : saved) saved_tensors.emplace_back(t);
+  for (const Tensor& t : saved)
+    saved_tensors.emplace_back(t);
   auto node = std::make_shared<FunctionNode>(op, std::move(saved_tensors), std::move(backward));
   node->next.reserve(inputs.size());
   node->input_meta.reserve(inputs.size());

@@ -62,8 +62,8 @@ class SavedTensor {
   bool was_defined_ = false;
 };
 
-using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output,
-                                                     const std::vector<Tensor>& saved)>;
+using BackwardFn =
+    std::function<std::vector<Tensor>(const Tensor& grad_output, const std::vector<Tensor>& saved)>;
 
 // The node almost every op uses: a backward formula plus the tensors it saved.
 class FunctionNode final : public Node {
@@ -92,8 +92,8 @@ class AccumulateGrad final : public Node {
 struct AutogradMeta {
   bool requires_grad = false;
   Tensor grad;
-  std::shared_ptr<Node> grad_fn;               // set on results of recorded ops
-  std::weak_ptr<AccumulateGrad> accumulator;   // leaves: created on first use
+  std::shared_ptr<Node> grad_fn;              // set on results of recorded ops
+  std::weak_ptr<AccumulateGrad> accumulator;  // leaves: created on first use
   std::vector<std::function<void(const Tensor&)>> post_accumulate_hooks;
 };
 

@@ -5,10 +5,11 @@
 
 #include "kernels/common/convert.h"
 #include "kernels/cpu/elementwise.h"
-#include "runtime/cuda_hooks.h"
+#include "runtime/autocast.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/autograd/node.h"
+#include "runtime/cuda_hooks.h"
 #include "runtime/dispatch.h"
 #include "runtime/ops.h"
 #include "runtime/ops/layout.h"
@@ -49,7 +50,8 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
 
 // A 0-d CPU tensor may meet a tensor on another device (like a Python number): move it there.
 Tensor on_device_of(const Tensor& x, const Tensor& reference) {
-  if (x.device() != reference.device() && x.dim() == 0 && x.is_cpu()) return x.to(reference.device());
+  if (x.device() != reference.device() && x.dim() == 0 && x.is_cpu())
+    return x.to(reference.device());
   return x;
 }
 
@@ -59,10 +61,9 @@ void launch_binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor
   if (out.is_cuda()) {
 #if EMBER_WITH_CUDA
     dispatch_numeric(out.dtype(), name, [&]<typename T>() {
-      kernels::cuda::binary<T>(op, layout, static_cast<T*>(out.data_ptr()),
-                               static_cast<const T*>(a.data_ptr()),
-                               static_cast<const T*>(b.data_ptr()), alpha,
-                               cuda::current_stream(out.device().index));
+      kernels::cuda::binary<T>(
+          op, layout, static_cast<T*>(out.data_ptr()), static_cast<const T*>(a.data_ptr()),
+          static_cast<const T*>(b.data_ptr()), alpha, cuda::current_stream(out.device().index));
     });
     return;
 #endif
@@ -74,7 +75,8 @@ void launch_binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor
   });
 }
 
-void launch_unary(UnaryOp op, const Tensor& out, const Tensor& in, double scalar, const char* name) {
+void launch_unary(UnaryOp op, const Tensor& out, const Tensor& in, double scalar,
+                  const char* name) {
   const kernels::StridedLayout layout = make_layout(out, {&in}, name);
   if (out.is_cuda()) {
 #if EMBER_WITH_CUDA
@@ -94,25 +96,44 @@ void launch_unary(UnaryOp op, const Tensor& out, const Tensor& in, double scalar
 
 const char* unary_name(UnaryOp op) {
   switch (op) {
-    case UnaryOp::neg: return "neg";
-    case UnaryOp::abs: return "abs";
-    case UnaryOp::exp: return "exp";
-    case UnaryOp::log: return "log";
-    case UnaryOp::sqrt: return "sqrt";
-    case UnaryOp::rsqrt: return "rsqrt";
-    case UnaryOp::sin: return "sin";
-    case UnaryOp::cos: return "cos";
-    case UnaryOp::tanh: return "tanh";
-    case UnaryOp::sigmoid: return "sigmoid";
-    case UnaryOp::relu: return "relu";
-    case UnaryOp::gelu_erf: return "gelu";
-    case UnaryOp::gelu_tanh: return "gelu";
-    case UnaryOp::silu: return "silu";
-    case UnaryOp::pow_scalar: return "pow";
-    case UnaryOp::sign: return "sign";
-    case UnaryOp::reciprocal: return "reciprocal";
-    case UnaryOp::square: return "square";
-    case UnaryOp::erf: return "erf";
+    case UnaryOp::neg:
+      return "neg";
+    case UnaryOp::abs:
+      return "abs";
+    case UnaryOp::exp:
+      return "exp";
+    case UnaryOp::log:
+      return "log";
+    case UnaryOp::sqrt:
+      return "sqrt";
+    case UnaryOp::rsqrt:
+      return "rsqrt";
+    case UnaryOp::sin:
+      return "sin";
+    case UnaryOp::cos:
+      return "cos";
+    case UnaryOp::tanh:
+      return "tanh";
+    case UnaryOp::sigmoid:
+      return "sigmoid";
+    case UnaryOp::relu:
+      return "relu";
+    case UnaryOp::gelu_erf:
+      return "gelu";
+    case UnaryOp::gelu_tanh:
+      return "gelu";
+    case UnaryOp::silu:
+      return "silu";
+    case UnaryOp::pow_scalar:
+      return "pow";
+    case UnaryOp::sign:
+      return "sign";
+    case UnaryOp::reciprocal:
+      return "reciprocal";
+    case UnaryOp::square:
+      return "square";
+    case UnaryOp::erf:
+      return "erf";
   }
   return "?";
 }
@@ -196,8 +217,8 @@ Tensor binary_op(BinaryOp op, const Tensor& a_in, const Tensor& b_in, const Scal
   check_same_device(a, b, name);
   DType dtype = result_type(a, b);
   if (op == BinaryOp::div && !is_floating(dtype)) dtype = DType::f32;
-  EMBER_CHECK(dtype != DType::boolean, name, ": not supported for bool tensors (",
-              describe(a), ", ", describe(b), ")");
+  EMBER_CHECK(dtype != DType::boolean, name, ": not supported for bool tensors (", describe(a),
+              ", ", describe(b), ")");
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   const Tensor ca = a.to(dtype), cb = b.to(dtype);
   Tensor out = empty(shape, TensorOptions(dtype, a.device()));
@@ -216,9 +237,8 @@ Tensor binary_op(BinaryOp op, const Tensor& a_in, const Tensor& b_in, const Scal
            [op, alpha_value, needs_inputs, needs_out](
                const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
              const Tensor none;
-             return binary_backward(op, g, needs_inputs ? s[0] : none,
-                                    needs_inputs ? s[1] : none, needs_out ? s[2] : none,
-                                    alpha_value);
+             return binary_backward(op, g, needs_inputs ? s[0] : none, needs_inputs ? s[1] : none,
+                                    needs_out ? s[2] : none, alpha_value);
            });
   }
   return out;
@@ -234,9 +254,10 @@ Tensor floating_input(const Tensor& x) {
   return is_floating(x.dtype()) ? x : x.to(DType::f32);
 }
 
-Tensor unary_op(UnaryOp op, OpId id, const Tensor& x_in, double scalar, bool keep_integers,
-                bool save_input, bool save_output,
-                std::function<Tensor(const Tensor& g, const Tensor& x, const Tensor& y)> derivative) {
+Tensor unary_op(
+    UnaryOp op, OpId id, const Tensor& x_in, double scalar, bool keep_integers, bool save_input,
+    bool save_output,
+    std::function<Tensor(const Tensor& g, const Tensor& x, const Tensor& y)> derivative) {
   const char* name = unary_name(op);
   (void)id;
   const Tensor x = keep_integers ? x_in : floating_input(x_in);
@@ -248,8 +269,8 @@ Tensor unary_op(UnaryOp op, OpId id, const Tensor& x_in, double scalar, bool kee
     if (save_input) saved.push_back(x);
     if (save_output) saved.push_back(out);
     record(id, {x}, out, saved,
-           [derivative, save_input, save_output](const Tensor& g, const std::vector<Tensor>& s)
-               -> std::vector<Tensor> {
+           [derivative, save_input, save_output](
+               const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
              const Tensor none;
              const Tensor& xs = save_input ? s[0] : none;
              const Tensor& ys = save_output ? s[save_input ? 1 : 0] : none;
@@ -273,9 +294,9 @@ Tensor compare_op(CompareOp op, const Tensor& a_in, const Tensor& b_in, const ch
 #if EMBER_WITH_CUDA
     dispatch_all(dtype, name, [&]<typename T>() {
       if constexpr (!std::is_same_v<T, bool>) {
-        kernels::cuda::compare<T>(op, layout, out.data<bool>(), static_cast<const T*>(ca.data_ptr()),
-                                  static_cast<const T*>(cb.data_ptr()),
-                                  cuda::current_stream(out.device().index));
+        kernels::cuda::compare<T>(
+            op, layout, out.data<bool>(), static_cast<const T*>(ca.data_ptr()),
+            static_cast<const T*>(cb.data_ptr()), cuda::current_stream(out.device().index));
       } else {
         EMBER_FAIL(name, ": comparisons of bool tensors are not supported");
       }
@@ -308,7 +329,9 @@ DType result_type(const Tensor& a, const Tensor& b) {
   return a_dims ? combine(a.dtype(), b.dtype()) : combine(b.dtype(), a.dtype());
 }
 
-DType result_type(const Tensor& a, const Scalar& b) { return combine(a.dtype(), b.default_dtype()); }
+DType result_type(const Tensor& a, const Scalar& b) {
+  return combine(a.dtype(), b.default_dtype());
+}
 
 // ---- unary -------------------------------------------------------------------------------------
 
@@ -323,12 +346,12 @@ Tensor abs(const Tensor& x) {
 }
 
 Tensor exp(const Tensor& x) {
-  return unary_op(UnaryOp::exp, OpId::exp, x, 0, false, false, true,
+  return unary_op(UnaryOp::exp, OpId::exp, autocast_fp32(x), 0, false, false, true,
                   [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y; });
 }
 
 Tensor log(const Tensor& x) {
-  return unary_op(UnaryOp::log, OpId::log, x, 0, false, true, false,
+  return unary_op(UnaryOp::log, OpId::log, autocast_fp32(x), 0, false, true, false,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g / in; });
 }
 
@@ -339,10 +362,9 @@ Tensor sqrt(const Tensor& x) {
 
 Tensor rsqrt(const Tensor& x) {
   // y = x^-1/2, dy/dx = -y^3 / 2
-  return unary_op(UnaryOp::rsqrt, OpId::rsqrt, x, 0, false, false, true,
-                  [](const Tensor& g, const Tensor&, const Tensor& y) {
-                    return g * (y * y * y) * (-0.5);
-                  });
+  return unary_op(
+      UnaryOp::rsqrt, OpId::rsqrt, autocast_fp32(x), 0, false, false, true,
+      [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y * y * y) * (-0.5); });
 }
 
 Tensor sin(const Tensor& x) {
@@ -356,24 +378,21 @@ Tensor cos(const Tensor& x) {
 }
 
 Tensor tanh(const Tensor& x) {
-  return unary_op(UnaryOp::tanh, OpId::tanh, x, 0, false, false, true,
-                  [](const Tensor& g, const Tensor&, const Tensor& y) {
-                    return g * (1.0 - y * y);
-                  });
+  return unary_op(
+      UnaryOp::tanh, OpId::tanh, x, 0, false, false, true,
+      [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (1.0 - y * y); });
 }
 
 Tensor sigmoid(const Tensor& x) {
-  return unary_op(UnaryOp::sigmoid, OpId::sigmoid, x, 0, false, false, true,
-                  [](const Tensor& g, const Tensor&, const Tensor& y) {
-                    return g * y * (1.0 - y);
-                  });
+  return unary_op(
+      UnaryOp::sigmoid, OpId::sigmoid, x, 0, false, false, true,
+      [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y * (1.0 - y); });
 }
 
 Tensor relu(const Tensor& x) {
-  return unary_op(UnaryOp::relu, OpId::relu, x, 0, true, false, true,
-                  [](const Tensor& g, const Tensor&, const Tensor& y) {
-                    return g * gt(y, 0).to(g.dtype());
-                  });
+  return unary_op(
+      UnaryOp::relu, OpId::relu, x, 0, true, false, true,
+      [](const Tensor& g, const Tensor&, const Tensor& y) { return g * gt(y, 0).to(g.dtype()); });
 }
 
 Tensor gelu(const Tensor& x, GeluApproximation approximation) {
@@ -415,17 +434,19 @@ Tensor silu(const Tensor& x) {
 Tensor pow(const Tensor& x, const Scalar& exponent) {
   const double p = exponent.to_double();
   const bool keep_integers = !exponent.is_floating() && p >= 0;
-  return unary_op(UnaryOp::pow_scalar, OpId::pow_scalar, x, p, keep_integers, true, false,
-                  [p](const Tensor& g, const Tensor& in, const Tensor&) {
+  return unary_op(UnaryOp::pow_scalar, OpId::pow_scalar, autocast_fp32(x), p, keep_integers, true,
+                  false, [p](const Tensor& g, const Tensor& in, const Tensor&) {
                     if (p == 0.0) return zeros_like(g);
                     return g * pow(in, p - 1.0) * p;
                   });
 }
 
-Tensor square(const Tensor& x) { return pow(x, 2); }
+Tensor square(const Tensor& x) {
+  return pow(x, 2);
+}
 
 Tensor reciprocal(const Tensor& x) {
-  return unary_op(UnaryOp::reciprocal, OpId::reciprocal, x, 0, false, false, true,
+  return unary_op(UnaryOp::reciprocal, OpId::reciprocal, autocast_fp32(x), 0, false, false, true,
                   [](const Tensor& g, const Tensor&, const Tensor& y) { return -g * y * y; });
 }
 
@@ -462,31 +483,75 @@ Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   return binary_op(BinaryOp::sub, a, b, alpha);
 }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::mul, a, b, 1); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::div, a, b, 1); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::pow, a, b, 1); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::maximum, a, b, 1); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::minimum, a, b, 1); }
-Tensor add(const Tensor& a, const Scalar& b) { return add(a, wrap_scalar(a, b)); }
-Tensor sub(const Tensor& a, const Scalar& b) { return sub(a, wrap_scalar(a, b)); }
-Tensor mul(const Tensor& a, const Scalar& b) { return mul(a, wrap_scalar(a, b)); }
-Tensor div(const Tensor& a, const Scalar& b) { return div(a, wrap_scalar(a, b)); }
-Tensor operator/(const Scalar& a, const Tensor& b) { return div(wrap_scalar(b, a), b); }
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::mul, a, b, 1);
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::div, a, b, 1);
+}
+Tensor pow(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::pow, autocast_fp32(a), autocast_fp32(b), 1);
+}
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::maximum, a, b, 1);
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::minimum, a, b, 1);
+}
+Tensor add(const Tensor& a, const Scalar& b) {
+  return add(a, wrap_scalar(a, b));
+}
+Tensor sub(const Tensor& a, const Scalar& b) {
+  return sub(a, wrap_scalar(a, b));
+}
+Tensor mul(const Tensor& a, const Scalar& b) {
+  return mul(a, wrap_scalar(a, b));
+}
+Tensor div(const Tensor& a, const Scalar& b) {
+  return div(a, wrap_scalar(a, b));
+}
+Tensor operator/(const Scalar& a, const Tensor& b) {
+  return div(wrap_scalar(b, a), b);
+}
 
 // ---- comparisons -------------------------------------------------------------------------------
 
-Tensor eq(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::eq, a, b, "eq"); }
-Tensor ne(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::ne, a, b, "ne"); }
-Tensor lt(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::lt, a, b, "lt"); }
-Tensor le(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::le, a, b, "le"); }
-Tensor gt(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::gt, a, b, "gt"); }
-Tensor ge(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::ge, a, b, "ge"); }
-Tensor eq(const Tensor& a, const Scalar& b) { return eq(a, wrap_scalar(a, b)); }
-Tensor ne(const Tensor& a, const Scalar& b) { return ne(a, wrap_scalar(a, b)); }
-Tensor lt(const Tensor& a, const Scalar& b) { return lt(a, wrap_scalar(a, b)); }
-Tensor le(const Tensor& a, const Scalar& b) { return le(a, wrap_scalar(a, b)); }
-Tensor gt(const Tensor& a, const Scalar& b) { return gt(a, wrap_scalar(a, b)); }
-Tensor ge(const Tensor& a, const Scalar& b) { return ge(a, wrap_scalar(a, b)); }
+Tensor eq(const Tensor& a, const Tensor& b) {
+  return compare_op(CompareOp::eq, a, b, "eq");
+}
+Tensor ne(const Tensor& a, const Tensor& b) {
+  return compare_op(CompareOp::ne, a, b, "ne");
+}
+Tensor lt(const Tensor& a, const Tensor& b) {
+  return compare_op(CompareOp::lt, a, b, "lt");
+}
+Tensor le(const Tensor& a, const Tensor& b) {
+  return compare_op(CompareOp::le, a, b, "le");
+}
+Tensor gt(const Tensor& a, const Tensor& b) {
+  return compare_op(CompareOp::gt, a, b, "gt");
+}
+Tensor ge(const Tensor& a, const Tensor& b) {
+  return compare_op(CompareOp::ge, a, b, "ge");
+}
+Tensor eq(const Tensor& a, const Scalar& b) {
+  return eq(a, wrap_scalar(a, b));
+}
+Tensor ne(const Tensor& a, const Scalar& b) {
+  return ne(a, wrap_scalar(a, b));
+}
+Tensor lt(const Tensor& a, const Scalar& b) {
+  return lt(a, wrap_scalar(a, b));
+}
+Tensor le(const Tensor& a, const Scalar& b) {
+  return le(a, wrap_scalar(a, b));
+}
+Tensor gt(const Tensor& a, const Scalar& b) {
+  return gt(a, wrap_scalar(a, b));
+}
+Tensor ge(const Tensor& a, const Scalar& b) {
+  return ge(a, wrap_scalar(a, b));
+}
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
   if (a.sizes() != b.sizes()) return false;
@@ -501,11 +566,14 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
 Tensor where(const Tensor& condition, const Tensor& a_in, const Tensor& b_in) {
   EMBER_CHECK(condition.dtype() == DType::boolean, "where: condition must be a bool tensor, got ",
               describe(condition));
-  const Tensor a = on_device_of(a_in, b_in), b = on_device_of(b_in, a_in);
+  const std::vector<Tensor> promoted = autocast_promote({a_in, b_in});
+  const Tensor a = on_device_of(promoted[0], promoted[1]),
+               b = on_device_of(promoted[1], promoted[0]);
   check_same_device(a, b, "where");
   check_same_device(condition, a, "where");
   const DType dtype = result_type(a, b);
-  const Shape shape = broadcast_shapes(condition.sizes(), broadcast_shapes(a.sizes(), b.sizes(), "where"), "where");
+  const Shape shape =
+      broadcast_shapes(condition.sizes(), broadcast_shapes(a.sizes(), b.sizes(), "where"), "where");
   const Tensor ca = a.to(dtype), cb = b.to(dtype);
   Tensor out = empty(shape, TensorOptions(dtype, a.device()));
   const kernels::StridedLayout layout = make_layout(out, {&condition, &ca, &cb}, "where");
@@ -590,11 +658,11 @@ Tensor transfer(const Tensor& src, const Device& device) {
   if (dense.nbytes() == 0) return out;
   using cuda_hooks::CopyKind;
   if (dense.is_cpu()) {
-    cuda_hooks::copy_bytes(out.data_ptr(), dense.data_ptr(), dense.nbytes(), CopyKind::host_to_device,
-                           device.index);
+    cuda_hooks::copy_bytes(out.data_ptr(), dense.data_ptr(), dense.nbytes(),
+                           CopyKind::host_to_device, device.index);
   } else if (device.is_cpu()) {
-    cuda_hooks::copy_bytes(out.data_ptr(), dense.data_ptr(), dense.nbytes(), CopyKind::device_to_host,
-                           dense.device().index);
+    cuda_hooks::copy_bytes(out.data_ptr(), dense.data_ptr(), dense.nbytes(),
+                           CopyKind::device_to_host, dense.device().index);
   } else {
     cuda_hooks::copy_bytes(out.data_ptr(), dense.data_ptr(), dense.nbytes(),
                            CopyKind::device_to_device, device.index);
@@ -607,7 +675,8 @@ Tensor transfer(const Tensor& src, const Device& device) {
 void copy_into(Tensor& dst, const Tensor& src) {
   EMBER_CHECK(!(grad_enabled() && (src.requires_grad() || dst.requires_grad())),
               "copy_: autograd through copy_ is not supported (", describe(dst), " <- ",
-              describe(src), "); use clone(), to() or the out-of-place ops, or wrap the copy in "
+              describe(src),
+              "); use clone(), to() or the out-of-place ops, or wrap the copy in "
               "NoGradGuard");
   broadcast_shapes(dst.sizes(), src.sizes(), "copy_");
   Tensor source = src;
@@ -625,15 +694,16 @@ void fill_into(Tensor& dst, const Scalar& value) {
   if (dst.is_cuda()) {
 #if EMBER_WITH_CUDA
     dispatch_all(dst.dtype(), "fill_", [&]<typename T>() {
-      kernels::cuda::fill<T>(layout, static_cast<T*>(dst.data_ptr()),
-                             value.is_floating() ? convert<T>(value.to_double())
-                                                 : convert<T>(value.to_int()),
-                             cuda::current_stream(dst.device().index));
+      kernels::cuda::fill<T>(
+          layout, static_cast<T*>(dst.data_ptr()),
+          value.is_floating() ? convert<T>(value.to_double()) : convert<T>(value.to_int()),
+          cuda::current_stream(dst.device().index));
     });
 #endif
   } else {
     dispatch_all(dst.dtype(), "fill_", [&]<typename T>() {
-      const T typed = value.is_floating() ? convert<T>(value.to_double()) : convert<T>(value.to_int());
+      const T typed =
+          value.is_floating() ? convert<T>(value.to_double()) : convert<T>(value.to_int());
       kernels::cpu::fill<T>(layout, static_cast<T*>(dst.data_ptr()), typed);
     });
   }
@@ -688,7 +758,8 @@ void binary_inplace(BinaryOp op, Tensor& self, const Tensor& other_in, const Sca
               " does not fit the in-place target of shape ", shape_str(self.sizes()));
   DType dtype = result_type(self, other);
   if (op == BinaryOp::div && !is_floating(dtype)) dtype = DType::f32;
-  EMBER_CHECK(dtype == self.dtype() || is_floating(self.dtype()) || dtype == promote_types(self.dtype(), dtype),
+  EMBER_CHECK(dtype == self.dtype() || is_floating(self.dtype()) ||
+                  dtype == promote_types(self.dtype(), dtype),
               name, "_: result type ", dtype, " cannot be stored in the in-place target of dtype ",
               self.dtype());
   EMBER_CHECK(category_of(dtype) <= category_of(self.dtype()), name, "_: result type ", dtype,
@@ -697,8 +768,8 @@ void binary_inplace(BinaryOp op, Tensor& self, const Tensor& other_in, const Sca
   const bool track = any_requires_grad({&self, &other});
   if (track) {
     EMBER_CHECK(!(self.is_leaf() && self.requires_grad()), name,
-                "_: a leaf tensor that requires grad cannot be modified in place (",
-                describe(self), "); wrap optimizer-style updates in NoGradGuard");
+                "_: a leaf tensor that requires grad cannot be modified in place (", describe(self),
+                "); wrap optimizer-style updates in NoGradGuard");
     EMBER_CHECK(!self.is_view(), name,
                 "_: in-place ops on views of tensors that take part in autograd are not supported "
                 "by ember; use the out-of-place op");

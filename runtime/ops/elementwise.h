@@ -66,40 +66,80 @@ Tensor ge(const Tensor& a, const Scalar& b);
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
 
 // ---- selection ----
-Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);  // condition: bool
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);       // condition: bool
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);  // mask: bool
 
 // ---- copies and conversions ----
-Tensor to_dtype(const Tensor& x, DType dtype);        // differentiable
+Tensor to_dtype(const Tensor& x, DType dtype);            // differentiable
 Tensor to_device(const Tensor& x, const Device& device);  // differentiable
-Tensor clone(const Tensor& x);                        // a contiguous copy; differentiable
-void copy_into(Tensor& dst, const Tensor& src);      // dst's shape; broadcasts; no autograd
+Tensor clone(const Tensor& x);                            // a contiguous copy; differentiable
+void copy_into(Tensor& dst, const Tensor& src);           // dst's shape; broadcasts; no autograd
 void fill_into(Tensor& dst, const Scalar& value);
 
 // ---- in-place: self = op(self, other); bumps self's version ----
 void binary_inplace(kernels::BinaryOp op, Tensor& self, const Tensor& other, const Scalar& alpha);
 
 // ---- operators ----
-inline Tensor operator-(const Tensor& x) { return neg(x); }
-inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-inline Tensor operator+(const Tensor& a, const Scalar& b) { return add(a, b); }
-inline Tensor operator-(const Tensor& a, const Scalar& b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, const Scalar& b) { return mul(a, b); }
-inline Tensor operator/(const Tensor& a, const Scalar& b) { return div(a, b); }
-inline Tensor operator+(const Scalar& a, const Tensor& b) { return add(b, a); }
-inline Tensor operator-(const Scalar& a, const Tensor& b) { return add(neg(b), a); }
-inline Tensor operator*(const Scalar& a, const Tensor& b) { return mul(b, a); }
+inline Tensor operator-(const Tensor& x) {
+  return neg(x);
+}
+inline Tensor operator+(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+inline Tensor operator-(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+inline Tensor operator*(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+inline Tensor operator/(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
+inline Tensor operator+(const Tensor& a, const Scalar& b) {
+  return add(a, b);
+}
+inline Tensor operator-(const Tensor& a, const Scalar& b) {
+  return sub(a, b);
+}
+inline Tensor operator*(const Tensor& a, const Scalar& b) {
+  return mul(a, b);
+}
+inline Tensor operator/(const Tensor& a, const Scalar& b) {
+  return div(a, b);
+}
+inline Tensor operator+(const Scalar& a, const Tensor& b) {
+  return add(b, a);
+}
+inline Tensor operator-(const Scalar& a, const Tensor& b) {
+  return add(neg(b), a);
+}
+inline Tensor operator*(const Scalar& a, const Tensor& b) {
+  return mul(b, a);
+}
 Tensor operator/(const Scalar& a, const Tensor& b);
-inline Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
-inline Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
-inline Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
-inline Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
-inline Tensor operator<(const Tensor& a, const Scalar& b) { return lt(a, b); }
-inline Tensor operator<=(const Tensor& a, const Scalar& b) { return le(a, b); }
-inline Tensor operator>(const Tensor& a, const Scalar& b) { return gt(a, b); }
-inline Tensor operator>=(const Tensor& a, const Scalar& b) { return ge(a, b); }
+inline Tensor operator<(const Tensor& a, const Tensor& b) {
+  return lt(a, b);
+}
+inline Tensor operator<=(const Tensor& a, const Tensor& b) {
+  return le(a, b);
+}
+inline Tensor operator>(const Tensor& a, const Tensor& b) {
+  return gt(a, b);
+}
+inline Tensor operator>=(const Tensor& a, const Tensor& b) {
+  return ge(a, b);
+}
+inline Tensor operator<(const Tensor& a, const Scalar& b) {
+  return lt(a, b);
+}
+inline Tensor operator<=(const Tensor& a, const Scalar& b) {
+  return le(a, b);
+}
+inline Tensor operator>(const Tensor& a, const Scalar& b) {
+  return gt(a, b);
+}
+inline Tensor operator>=(const Tensor& a, const Scalar& b) {
+  return ge(a, b);
+}
 
 }  // namespace ember

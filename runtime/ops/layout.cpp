@@ -29,7 +29,8 @@ kernels::StridedLayout make_layout(const Shape& shape, const std::vector<const S
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
     dims_sizes[ndim] = shape[d];
-    for (int k = 0; k < layout.num_operands; ++k) dims_strides[k][ndim] = (*strides[k])[d];
+    for (int k = 0; k < layout.num_operands; ++k)
+      dims_strides[k][ndim] = (*strides[k])[d];
     ++ndim;
   }
   // Merge an outer dim into the inner one when every operand steps over the inner one exactly.
@@ -38,18 +39,21 @@ kernels::StridedLayout make_layout(const Shape& shape, const std::vector<const S
     if (merged > 0) {
       bool mergeable = true;
       for (int k = 0; k < layout.num_operands; ++k) {
-        mergeable = mergeable && layout.strides[k][merged - 1] == dims_strides[k][d] * dims_sizes[d];
+        mergeable =
+            mergeable && layout.strides[k][merged - 1] == dims_strides[k][d] * dims_sizes[d];
       }
       if (mergeable) {
         layout.sizes[merged - 1] *= dims_sizes[d];
-        for (int k = 0; k < layout.num_operands; ++k) layout.strides[k][merged - 1] = dims_strides[k][d];
+        for (int k = 0; k < layout.num_operands; ++k)
+          layout.strides[k][merged - 1] = dims_strides[k][d];
         continue;
       }
     }
     EMBER_CHECK(merged < kernels::kMaxDims, "elementwise op over a layout of more than ",
                 kernels::kMaxDims, " non-mergeable dims is not supported");
     layout.sizes[merged] = dims_sizes[d];
-    for (int k = 0; k < layout.num_operands; ++k) layout.strides[k][merged] = dims_strides[k][d];
+    for (int k = 0; k < layout.num_operands; ++k)
+      layout.strides[k][merged] = dims_strides[k][d];
     ++merged;
   }
   layout.ndim = merged;
@@ -82,7 +86,8 @@ kernels::StridedLayout make_layout(const Tensor& out, const std::vector<const Te
     strides.push_back(std::move(s));
   }
   std::vector<const Shape*> pointers;
-  for (const Shape& s : strides) pointers.push_back(&s);
+  for (const Shape& s : strides)
+    pointers.push_back(&s);
   return make_layout(shape, pointers);
 }
 

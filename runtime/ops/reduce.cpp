@@ -2,6 +2,7 @@
 #include "runtime/ops/reduce.h"
 
 #include "kernels/cpu/reduce.h"
+#include "runtime/autocast.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/autograd/node.h"
 #include "runtime/dispatch.h"
@@ -41,15 +42,17 @@ Tensor sum_kernel(const ReductionPlan& plan, const Tensor& x) {
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
+Tensor sum(const Tensor& x_in, const Dims& dims, bool keepdim) {
+  const Tensor x = autocast_fp32(x_in);
   const ReductionPlan plan = plan_reduction(x, dims, keepdim, "sum");
   Tensor out = sum_kernel(plan, x);
   if (any_requires_grad({&x})) {
     Shape in_shape = x.sizes(), keep_shape = plan.keepdim_shape;
-    record(OpId::sum, {x}, out, {},
-           [in_shape, keep_shape](const Tensor& g, const std::vector<Tensor>&) -> std::vector<Tensor> {
-             return {g.reshape(keep_shape).expand(in_shape)};
-           });
+    record(
+        OpId::sum, {x}, out, {},
+        [in_shape, keep_shape](const Tensor& g, const std::vector<Tensor>&) -> std::vector<Tensor> {
+          return {g.reshape(keep_shape).expand(in_shape)};
+        });
   }
   return out;
 }

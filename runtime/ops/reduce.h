@@ -1,4 +1,5 @@
-// Reductions over any set of dims (empty = all dims), with keepdim. 16-bit floats accumulate in f32.
+// Reductions over any set of dims (empty = all dims), with keepdim. 16-bit floats accumulate in
+// f32.
 #pragma once
 
 #include <vector>

@@ -17,8 +17,10 @@ ReductionPlan plan_reduction(const Tensor& x, const std::vector<int64_t>& dims, 
   }
   for (int64_t d = 0; d < nd; ++d) {
     plan.keepdim_shape.push_back(plan.reduced[d] ? 1 : x.sizes()[d]);
-    if (!plan.reduced[d]) plan.out_shape.push_back(x.sizes()[d]);
-    else if (keepdim) plan.out_shape.push_back(1);
+    if (!plan.reduced[d])
+      plan.out_shape.push_back(x.sizes()[d]);
+    else if (keepdim)
+      plan.out_shape.push_back(1);
   }
   // Reduced dims adjacent in a contiguous input: no copy needed.
   int64_t first = -1, last = -1;
@@ -28,7 +30,8 @@ ReductionPlan plan_reduction(const Tensor& x, const std::vector<int64_t>& dims, 
     last = d;
   }
   bool adjacent = true;
-  for (int64_t d = first; d >= 0 && d <= last; ++d) adjacent = adjacent && plan.reduced[d];
+  for (int64_t d = first; d >= 0 && d <= last; ++d)
+    adjacent = adjacent && plan.reduced[d];
   NoGradGuard no_grad;
   if (first < 0) {  // nothing to reduce (0-d input)
     plan.input = x.contiguous();
@@ -37,9 +40,12 @@ ReductionPlan plan_reduction(const Tensor& x, const std::vector<int64_t>& dims, 
   }
   if (adjacent && x.is_contiguous()) {
     plan.input = x;
-    for (int64_t d = 0; d < first; ++d) plan.outer *= x.sizes()[d];
-    for (int64_t d = first; d <= last; ++d) plan.reduce *= x.sizes()[d];
-    for (int64_t d = last + 1; d < nd; ++d) plan.inner *= x.sizes()[d];
+    for (int64_t d = 0; d < first; ++d)
+      plan.outer *= x.sizes()[d];
+    for (int64_t d = first; d <= last; ++d)
+      plan.reduce *= x.sizes()[d];
+    for (int64_t d = last + 1; d < nd; ++d)
+      plan.inner *= x.sizes()[d];
     return plan;
   }
   std::vector<int64_t> order;

@@ -8,12 +8,12 @@
 namespace ember {
 
 struct ReductionPlan {
-  Tensor input;        // dense; viewed as (outer, reduce, inner)
+  Tensor input;  // dense; viewed as (outer, reduce, inner)
   int64_t outer = 1;
   int64_t reduce = 1;
   int64_t inner = 1;
   std::vector<bool> reduced;  // per input dim
-  Shape out_shape;      // the result's shape (keepdim applied)
+  Shape out_shape;            // the result's shape (keepdim applied)
   Shape keepdim_shape;  // the result's shape with reduced dims kept as 1 (for broadcasting back)
 };
 

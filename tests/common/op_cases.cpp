@@ -34,7 +34,8 @@ Tensor strided_copy(const Tensor& t) {
 
 Tensor distinct_weights(const Tensor& like) {
   std::vector<double> values(static_cast<size_t>(like.numel()));
-  for (size_t i = 0; i < values.size(); ++i) values[i] = 1.0 + 0.1 * static_cast<double>(i % 17);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = 1.0 + 0.1 * static_cast<double>(i % 17);
   return from_vector(values, like.sizes(), DType::f64).to(like.dtype()).to(like.device());
 }
 
@@ -47,7 +48,8 @@ const OpCase& find_op_case(const std::string& name) {
 
 std::vector<std::string> op_case_names() {
   std::vector<std::string> names;
-  for (const OpCase& c : op_case_registry()) names.push_back(c.name);
+  for (const OpCase& c : op_case_registry())
+    names.push_back(c.name);
   return names;
 }
 

@@ -36,7 +36,8 @@ std::vector<OpCase>& op_case_registry();
 
 struct OpCaseRegistrar {
   explicit OpCaseRegistrar(std::vector<OpCase> (*make)()) {
-    for (OpCase& c : make()) op_case_registry().push_back(std::move(c));
+    for (OpCase& c : make())
+      op_case_registry().push_back(std::move(c));
   }
 };
 
@@ -61,8 +62,8 @@ Tensor strided_copy(const Tensor& t);
 #define EMBER_OP_CASES_CONCAT_(a, b) a##b
 #define EMBER_OP_CASES_CONCAT(a, b) EMBER_OP_CASES_CONCAT_(a, b)
 // EMBER_OP_CASES(elementwise) { return {OpCase{...}, ...}; }
-#define EMBER_OP_CASES(group)                                                                 \
-  static std::vector<::ember::testing::OpCase> EMBER_OP_CASES_CONCAT(make_cases_, group)();   \
-  static ::ember::testing::OpCaseRegistrar EMBER_OP_CASES_CONCAT(registrar_, group)(         \
-      &EMBER_OP_CASES_CONCAT(make_cases_, group));                                            \
+#define EMBER_OP_CASES(group)                                                               \
+  static std::vector<::ember::testing::OpCase> EMBER_OP_CASES_CONCAT(make_cases_, group)(); \
+  static ::ember::testing::OpCaseRegistrar EMBER_OP_CASES_CONCAT(                           \
+      registrar_, group)(&EMBER_OP_CASES_CONCAT(make_cases_, group));                       \
   static std::vector<::ember::testing::OpCase> EMBER_OP_CASES_CONCAT(make_cases_, group)()

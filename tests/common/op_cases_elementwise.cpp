@@ -37,18 +37,42 @@ OpCase binary_case(const std::string& name, OpId op, Tensor (*f)(const Tensor&, 
   return c;
 }
 
-Tensor add_alpha(const Tensor& a, const Tensor& b) { return add(a, b, 2.5); }
-Tensor sub_alpha(const Tensor& a, const Tensor& b) { return sub(a, b, 0.5); }
-Tensor exp_fn(const Tensor& x) { return exp(x); }
-Tensor log_fn(const Tensor& x) { return log(x); }
-Tensor sqrt_fn(const Tensor& x) { return sqrt(x); }
-Tensor rsqrt_fn(const Tensor& x) { return rsqrt(x); }
-Tensor gelu_erf(const Tensor& x) { return gelu(x); }
-Tensor gelu_tanh(const Tensor& x) { return gelu(x, GeluApproximation::tanh); }
-Tensor pow_three(const Tensor& x) { return pow(x, 3); }
-Tensor pow_fraction(const Tensor& x) { return pow(x, 1.5); }
-Tensor clamp_both(const Tensor& x) { return clamp(x, -0.5, 0.4); }
-Tensor pow_fn(const Tensor& a, const Tensor& b) { return pow(a, b); }
+Tensor add_alpha(const Tensor& a, const Tensor& b) {
+  return add(a, b, 2.5);
+}
+Tensor sub_alpha(const Tensor& a, const Tensor& b) {
+  return sub(a, b, 0.5);
+}
+Tensor exp_fn(const Tensor& x) {
+  return exp(x);
+}
+Tensor log_fn(const Tensor& x) {
+  return log(x);
+}
+Tensor sqrt_fn(const Tensor& x) {
+  return sqrt(x);
+}
+Tensor rsqrt_fn(const Tensor& x) {
+  return rsqrt(x);
+}
+Tensor gelu_erf(const Tensor& x) {
+  return gelu(x);
+}
+Tensor gelu_tanh(const Tensor& x) {
+  return gelu(x, GeluApproximation::tanh);
+}
+Tensor pow_three(const Tensor& x) {
+  return pow(x, 3);
+}
+Tensor pow_fraction(const Tensor& x) {
+  return pow(x, 1.5);
+}
+Tensor clamp_both(const Tensor& x) {
+  return clamp(x, -0.5, 0.4);
+}
+Tensor pow_fn(const Tensor& a, const Tensor& b) {
+  return pow(a, b);
+}
 
 }  // namespace
 
@@ -100,7 +124,8 @@ EMBER_OP_CASES(elementwise) {
   masked.name = "masked_fill";
   masked.op = OpId::masked_fill;
   masked.make_inputs = [](DType dtype, Device device, Generator& g) -> std::vector<Tensor> {
-    return {random_input({4, 5}, dtype, device, g), bernoulli({5}, 0.5, DType::boolean, &g).to(device)};
+    return {random_input({4, 5}, dtype, device, g),
+            bernoulli({5}, 0.5, DType::boolean, &g).to(device)};
   };
   masked.fn = [](const std::vector<Tensor>& in) { return masked_fill(in[0], in[1], -3.0); };
   masked.differentiable = {true, false};

@@ -27,15 +27,22 @@ OpCase one_input(const std::string& name, OpId op, Shape shape,
 
 EMBER_OP_CASES(views_and_reductions) {
   return {
-      one_input("reshape", OpId::reshape, {3, 4}, [](const Tensor& x) { return x.reshape({2, 6}); }),
+      one_input("reshape", OpId::reshape, {3, 4},
+                [](const Tensor& x) {
+                  return x.reshape({2, 6});
+                }),
       one_input("reshape/non_contiguous", OpId::reshape, {3, 4},
                 [](const Tensor& x) { return x.t().reshape({12}); }),
       one_input("squeeze_unsqueeze", OpId::reshape, {3, 1, 4},
                 [](const Tensor& x) { return x.squeeze(1).unsqueeze(0); }),
       one_input("permute", OpId::permute, {2, 3, 4},
-                [](const Tensor& x) { return x.permute({2, 0, 1}); }),
+                [](const Tensor& x) {
+                  return x.permute({2, 0, 1});
+                }),
       one_input("expand", OpId::expand, {3, 1},
-                [](const Tensor& x) { return x.expand({2, 3, 5}); }),
+                [](const Tensor& x) {
+                  return x.expand({2, 3, 5});
+                }),
       one_input("slice/step", OpId::slice, {7, 4},
                 [](const Tensor& x) { return x.slice(0, 1, 7, 2); }),
       one_input("slice/negative", OpId::slice, {5, 6},
@@ -43,7 +50,9 @@ EMBER_OP_CASES(views_and_reductions) {
       one_input("select", OpId::select, {4, 5}, [](const Tensor& x) { return x.select(1, -2); }),
       one_input("sum/all", OpId::sum, {3, 4}, [](const Tensor& x) { return sum(x); }),
       one_input("sum/dims_keepdim", OpId::sum, {2, 3, 4},
-                [](const Tensor& x) { return sum(x, {0, 2}, true); }),
+                [](const Tensor& x) {
+                  return sum(x, {0, 2}, true);
+                }),
       one_input("sum/last", OpId::sum, {3, 5}, [](const Tensor& x) { return sum(x, {-1}); }),
       one_input("mean/dim", OpId::mean, {3, 4, 2}, [](const Tensor& x) { return mean(x, {1}); }),
   };

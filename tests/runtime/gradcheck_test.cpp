@@ -13,7 +13,8 @@ TEST(Gradcheck, EveryDifferentiableOpHasAGradientCheck) {
   for (size_t i = 0; i < kNumDifferentiableOps; ++i) {
     const OpId op = static_cast<OpId>(i);
     bool found = false;
-    for (const OpCase& c : op_case_registry()) found = found || (c.op == op && c.differentiable_op);
+    for (const OpCase& c : op_case_registry())
+      found = found || (c.op == op && c.differentiable_op);
     if (!found) missing += std::string(" ") + op_name(op);
   }
   EXPECT_TRUE(missing.empty())
@@ -46,7 +47,8 @@ TEST_P(OpCaseTest, StridedInputsGiveTheSameResult) {
     Generator generator(99);
     const std::vector<Tensor> inputs = c.make_inputs(dtype, Device::cpu(), generator);
     std::vector<Tensor> strided;
-    for (const Tensor& t : inputs) strided.push_back(strided_copy(t));
+    for (const Tensor& t : inputs)
+      strided.push_back(strided_copy(t));
     for (const Tensor& t : strided) {
       if (t.dim() > 0 && t.size(-1) > 1) {
         ASSERT_FALSE(t.is_contiguous());

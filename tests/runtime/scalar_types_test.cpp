@@ -41,7 +41,8 @@ TEST(ScalarTypes, HalfDecodesKnownValues) {
   EXPECT_EQ(static_cast<float>(Half::from_bits(0x3c00)), 1.0f);
   EXPECT_EQ(static_cast<float>(Half::from_bits(0xc000)), -2.0f);
   EXPECT_EQ(static_cast<float>(Half::from_bits(0x7bff)), 65504.0f);
-  EXPECT_EQ(static_cast<float>(Half::from_bits(0x0001)), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(static_cast<float>(Half::from_bits(0x0001)),
+            std::ldexp(1.0f, -24));  // smallest subnormal
   EXPECT_EQ(static_cast<float>(Half::from_bits(0x0400)), std::ldexp(1.0f, -14));  // smallest normal
   EXPECT_TRUE(std::isinf(static_cast<float>(Half::from_bits(0x7c00))));
   EXPECT_TRUE(std::isnan(static_cast<float>(Half::from_bits(0x7e00))));
@@ -69,11 +70,20 @@ uint16_t reference_half(float f) {
 }
 
 TEST(ScalarTypes, FloatToHalfRoundsToNearestEven) {
-  const float cases[] = {1.0f + std::ldexp(1.0f, -11),  // exactly halfway: to even (1.0)
+  const float cases[] = {1.0f + std::ldexp(1.0f, -11),      // exactly halfway: to even (1.0)
                          1.0f + 3 * std::ldexp(1.0f, -11),  // halfway: to even (up)
-                         65519.0f, 65520.0f, 1e-8f, 3e-8f, std::ldexp(1.0f, -25),
-                         std::ldexp(1.5f, -25), -0.1f, 0.333333f, 1e5f, -7.0e-6f};
-  for (float f : cases) EXPECT_EQ(Half(f).bits, reference_half(f)) << "value " << f;
+                         65519.0f,
+                         65520.0f,
+                         1e-8f,
+                         3e-8f,
+                         std::ldexp(1.0f, -25),
+                         std::ldexp(1.5f, -25),
+                         -0.1f,
+                         0.333333f,
+                         1e5f,
+                         -7.0e-6f};
+  for (float f : cases)
+    EXPECT_EQ(Half(f).bits, reference_half(f)) << "value " << f;
   uint32_t state = 12345;
   for (int i = 0; i < 2000; ++i) {
     state = state * 1664525u + 1013904223u;
@@ -100,12 +110,14 @@ TEST(DType, PromotionFollowsPyTorch) {
   EXPECT_EQ(promote_types(DType::f32, DType::f64), DType::f64);
   EXPECT_EQ(promote_types(DType::i32, DType::i64), DType::i64);
   for (DType a : kAllDTypes) {
-    for (DType b : kAllDTypes) EXPECT_EQ(promote_types(a, b), promote_types(b, a));
+    for (DType b : kAllDTypes)
+      EXPECT_EQ(promote_types(a, b), promote_types(b, a));
   }
 }
 
 TEST(DType, NamesRoundTrip) {
-  for (DType d : kAllDTypes) EXPECT_EQ(parse_dtype(dtype_name(d)), d);
+  for (DType d : kAllDTypes)
+    EXPECT_EQ(parse_dtype(dtype_name(d)), d);
   EXPECT_THROW(parse_dtype("f8"), std::exception);
 }
 
