@@ -1,0 +1,35 @@
+// Losses, dropout. Under autocast the losses run in f32.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/random.h"
+#include "runtime/tensor.h"
+
+namespace ember {
+
+enum class Reduction { none, mean, sum };
+
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+  Reduction reduction = Reduction::mean;
+};
+
+// One fused log-softmax + NLL. logits (N, C) or (N, C, d...), target (N) or (N, d...) of class
+// indices (i64/i32). mean: over the targets that are not ignore_index, as PyTorch.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target,
+                     const CrossEntropyOptions& options = {});
+// log_probs (N, C) or (N, C, d...), target as above.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index = -100,
+                Reduction reduction = Reduction::mean);
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+// Numerically stable: max(x, 0) - x t + log(1 + exp(-|x|)).
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        Reduction reduction = Reduction::mean);
+
+// Zeroes each element with probability p and scales the rest by 1 / (1 - p); identity when not
+// training or p == 0. The mask comes from `generator` (the default generator when null).
+Tensor dropout(const Tensor& x, double p, bool training = true, Generator* generator = nullptr);
+
+}  // namespace ember
