@@ -1,4 +1,6 @@
-// Tensor creation: empty, zeros, ones, full, from host data.
+// Tensor creation: empty, zeros, ones, full, arange, linspace, eye, from host data.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/common/convert.h"
@@ -84,6 +86,71 @@ Tensor full_like(const Tensor& t, const Scalar& value) {
 
 Tensor scalar_tensor(const Scalar& value, TensorOptions options) {
   return full({}, value, options);
+}
+
+Tensor arange(const Scalar& end, std::optional<TensorOptions> options) {
+  return arange(0, end, 1, options);
+}
+
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step,
+              std::optional<TensorOptions> options) {
+  const bool all_integers = !start.is_floating() && !end.is_floating() && !step.is_floating();
+  TensorOptions resolved =
+      options.value_or(all_integers ? TensorOptions(DType::i64) : TensorOptions(DType::f32));
+  const double first = start.to_double(), last = end.to_double(), delta = step.to_double();
+  EMBER_CHECK(delta != 0.0, "arange: step must be nonzero");
+  EMBER_CHECK(std::isfinite(first) && std::isfinite(last) && std::isfinite(delta),
+              "arange: start, end and step must be finite, got ", first, ", ", last, ", ", delta);
+  EMBER_CHECK((delta > 0 && first <= last) || (delta < 0 && first >= last), "arange: the range [",
+              first, ", ", last, ") is empty or runs against step ", delta,
+              "; expected start <= end for a positive step and start >= end for a negative one");
+  const int64_t count = static_cast<int64_t>(std::ceil((last - first) / delta));
+  const bool requires_grad = resolved.requires_grad;
+  Tensor host = empty({count}, TensorOptions(resolved.dtype, Device::cpu()));
+  dispatch_numeric(resolved.dtype, "arange", [&]<typename T>() {
+    T* out = host.data<T>();
+    if (all_integers) {
+      for (int64_t i = 0; i < count; ++i)
+        out[i] = convert<T>(start.to_int() + i * step.to_int());
+    } else {
+      for (int64_t i = 0; i < count; ++i)
+        out[i] = convert<T>(first + static_cast<double>(i) * delta);
+    }
+  });
+  Tensor result = host.to(resolved.device);
+  if (requires_grad) result.requires_grad_(true);
+  return result;
+}
+
+Tensor linspace(double start, double end, int64_t steps, TensorOptions options) {
+  EMBER_CHECK(steps >= 0, "linspace: number of steps must be non-negative, got ", steps);
+  Tensor host = empty({steps}, TensorOptions(options.dtype, Device::cpu()));
+  dispatch_floating(options.dtype, "linspace", [&]<typename T>() {
+    T* out = host.data<T>();
+    const double delta = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
+    // Both halves step from their own end, as PyTorch does, so the last value is exactly `end`.
+    const int64_t half = (steps + 1) / 2;
+    for (int64_t i = 0; i < steps; ++i)
+      out[i] = convert<T>(i < half ? start + delta * static_cast<double>(i)
+                                   : end - delta * static_cast<double>(steps - 1 - i));
+  });
+  Tensor result = host.to(options.device);
+  if (options.requires_grad) result.requires_grad_(true);
+  return result;
+}
+
+Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions options) {
+  const int64_t cols = m.value_or(n);
+  EMBER_CHECK(n >= 0 && cols >= 0, "eye: sizes must be non-negative, got n = ", n, ", m = ", cols);
+  Tensor host = zeros({n, cols}, TensorOptions(options.dtype, Device::cpu()));
+  dispatch_all(options.dtype, "eye", [&]<typename T>() {
+    T* out = host.data<T>();
+    for (int64_t i = 0; i < std::min(n, cols); ++i)
+      out[i * cols + i] = convert<T>(1);
+  });
+  Tensor result = host.to(options.device);
+  if (options.requires_grad) result.requires_grad_(true);
+  return result;
 }
 
 namespace {

@@ -480,17 +480,19 @@ Tensor& Tensor::div_(const Tensor& other) {
   ember::binary_inplace(kernels::BinaryOp::div, *this, other, 1);
   return *this;
 }
+// The number becomes a 0-d tensor of the dtype it meets this tensor with, so that promotion rules
+// apply as to the out-of-place op (an i64 tensor cannot take `mul_(1.5)`).
 Tensor& Tensor::add_(const Scalar& other) {
-  return add_(scalar_tensor(other, TensorOptions(dtype(), device())));
+  return add_(scalar_tensor(other, TensorOptions(result_type(*this, other), device())));
 }
 Tensor& Tensor::sub_(const Scalar& other) {
-  return sub_(scalar_tensor(other, TensorOptions(dtype(), device())));
+  return sub_(scalar_tensor(other, TensorOptions(result_type(*this, other), device())));
 }
 Tensor& Tensor::mul_(const Scalar& other) {
-  return mul_(scalar_tensor(other, TensorOptions(dtype(), device())));
+  return mul_(scalar_tensor(other, TensorOptions(result_type(*this, other), device())));
 }
 Tensor& Tensor::div_(const Scalar& other) {
-  return div_(scalar_tensor(other, TensorOptions(dtype(), device())));
+  return div_(scalar_tensor(other, TensorOptions(result_type(*this, other), device())));
 }
 
 }  // namespace ember

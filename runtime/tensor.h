@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -187,6 +188,15 @@ Tensor empty_like(const Tensor& t);
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, const Scalar& value);
+// start, start + step, ... below end (above it for a negative step), as torch.arange: i64 when
+// every argument is an integer and no dtype is given, else f32 (or options.dtype).
+Tensor arange(const Scalar& end, std::optional<TensorOptions> options = std::nullopt);
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step = 1,
+              std::optional<TensorOptions> options = std::nullopt);
+// `steps` values from start to end inclusive, evenly spaced (steps >= 0).
+Tensor linspace(double start, double end, int64_t steps, TensorOptions options = {});
+// (n, m) with ones on the diagonal; m defaults to n.
+Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, TensorOptions options = {});
 // A 0-d tensor holding `value`.
 Tensor scalar_tensor(const Scalar& value, TensorOptions options = {});
 // Copies host values into a new tensor of `shape` (CPU, then moved to options.device).
