@@ -1,0 +1,182 @@
+// Google Benchmark suite of ember's CPU kernels and ops, reporting bytes/s and FLOP/s.
+//
+//   cmake -S . -B build -G Ninja -DEMBER_BENCH=ON && cmake --build build --target ember_bench
+//   OMP_NUM_THREADS=2 build/bin/ember_bench --benchmark_repetitions=5 \
+//       --benchmark_report_aggregates_only=true
+//
+// The elementwise and reduction benchmarks call kernels/ directly (no Tensor, no allocation),
+// which is what a kernel microbenchmark wants; the rest go through the ops as a user calls them.
+// Bytes count what the kernel must move (each input read once, the output written once).
+#include <benchmark/benchmark.h>
+
+#include "kernels/common/scalar_types.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/reduce.h"
+#include "runtime/ops.h"
+#include "runtime/ops/layout.h"
+
+namespace ember {
+namespace {
+
+void set_bytes(benchmark::State& state, double bytes_per_iteration) {
+  state.counters["bytes_per_second"] =
+      benchmark::Counter(bytes_per_iteration, benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1024);
+}
+
+void set_flops(benchmark::State& state, double flops_per_iteration) {
+  state.counters["FLOP/s"] =
+      benchmark::Counter(flops_per_iteration, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+template <typename T>
+DType dtype_for() {
+  return dtype_of<T>;
+}
+
+// out = a + b over n dense elements: the kernel's flat, vectorised path.
+template <typename T>
+void BM_add_kernel(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor a = randn({n}).to(dtype_for<T>()), b = randn({n}).to(dtype_for<T>());
+  Tensor out = empty({n}, dtype_for<T>());
+  const kernels::StridedLayout layout = make_layout(out, {&a, &b}, "add");
+  for (auto _ : state) {
+    kernels::cpu::binary<T>(kernels::BinaryOp::add, layout, out.data<T>(), a.data<T>(), b.data<T>(),
+                            1.0);
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, 3.0 * static_cast<double>(n * static_cast<int64_t>(sizeof(T))));
+  set_flops(state, static_cast<double>(n));
+}
+BENCHMARK(BM_add_kernel<float>)->Arg(1 << 16)->Arg(1 << 24)->UseRealTime();
+BENCHMARK(BM_add_kernel<BFloat16>)->Arg(1 << 24)->UseRealTime();
+BENCHMARK(BM_add_kernel<Half>)->Arg(1 << 24)->UseRealTime();
+
+// out = a + b with b a row broadcast over (rows, cols) and a transposed: the strided path.
+void BM_add_kernel_strided(benchmark::State& state) {
+  const int64_t rows = 4096, cols = state.range(0);
+  Tensor a = randn({cols, rows}).t(), b = randn({cols});
+  Tensor out = empty({rows, cols});
+  const kernels::StridedLayout layout = make_layout(out, {&a, &b}, "add");
+  for (auto _ : state) {
+    kernels::cpu::binary<float>(kernels::BinaryOp::add, layout, out.data<float>(),
+                                static_cast<const float*>(a.data_ptr()), b.data<float>(), 1.0);
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, 2.0 * static_cast<double>(rows * cols * 4));
+}
+BENCHMARK(BM_add_kernel_strided)->Arg(1024)->UseRealTime();
+
+template <kernels::UnaryOp op>
+void BM_unary_kernel(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor x = randn({n}), out = empty({n});
+  const kernels::StridedLayout layout = make_layout(out, {&x}, "unary");
+  for (auto _ : state) {
+    kernels::cpu::unary<float>(op, layout, out.data<float>(), x.data<float>(), 0.0);
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, 2.0 * static_cast<double>(n * 4));
+}
+BENCHMARK(BM_unary_kernel<kernels::UnaryOp::exp>)->Arg(1 << 22)->UseRealTime();
+BENCHMARK(BM_unary_kernel<kernels::UnaryOp::gelu_tanh>)->Arg(1 << 22)->UseRealTime();
+BENCHMARK(BM_unary_kernel<kernels::UnaryOp::relu>)->Arg(1 << 22)->UseRealTime();
+
+// f32 -> bf16 conversion with round to nearest even.
+void BM_convert_f32_to_bf16(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor x = randn({n}), out = empty({n}, DType::bf16);
+  const kernels::StridedLayout layout = make_layout(out, {&x}, "copy_");
+  for (auto _ : state) {
+    kernels::cpu::copy<BFloat16, float>(layout, out.data<BFloat16>(), x.data<float>());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, static_cast<double>(n * 6));
+}
+BENCHMARK(BM_convert_f32_to_bf16)->Arg(1 << 24)->UseRealTime();
+
+// Sum over the middle dim of (outer, reduce, inner): rows (inner 1) and columns (outer 1).
+void BM_sum_kernel(benchmark::State& state) {
+  const int64_t outer = state.range(0), reduce = state.range(1), inner = state.range(2);
+  Tensor x = randn({outer * reduce * inner}), out = empty({outer * inner});
+  for (auto _ : state) {
+    kernels::cpu::sum<float>(x.data<float>(), out.data<float>(), outer, reduce, inner);
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, static_cast<double>(x.nbytes()));
+}
+BENCHMARK(BM_sum_kernel)->Args({4096, 1024, 1})->Args({1, 1024, 4096})->UseRealTime();
+
+// ---- ops as a user calls them (allocation included) ---------------------------------------------
+
+void BM_matmul(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor a = randn({n, n}), b = randn({n, n});
+  for (auto _ : state)
+    benchmark::DoNotOptimize(matmul(a, b));
+  set_flops(state, 2.0 * static_cast<double>(n * n * n));
+}
+BENCHMARK(BM_matmul)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_matmul_bf16(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor a = randn({n, n}).to(DType::bf16), b = randn({n, n}).to(DType::bf16);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(matmul(a, b));
+  set_flops(state, 2.0 * static_cast<double>(n * n * n));
+}
+BENCHMARK(BM_matmul_bf16)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_softmax(benchmark::State& state) {
+  Tensor x = randn({4096, 1024});
+  for (auto _ : state)
+    benchmark::DoNotOptimize(softmax(x, -1));
+  set_bytes(state, 2.0 * static_cast<double>(x.nbytes()));
+}
+BENCHMARK(BM_softmax)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_layer_norm(benchmark::State& state) {
+  Tensor x = randn({4096, 1024}), weight = ones({1024}), bias = zeros({1024});
+  for (auto _ : state)
+    benchmark::DoNotOptimize(layer_norm(x, {1024}, weight, bias));
+  set_bytes(state, 2.0 * static_cast<double>(x.nbytes()));
+}
+BENCHMARK(BM_layer_norm)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// input (128, 32, 32, 32), weight (32, 32, 3, 3), padding 1: 2 N K C R S P Q FLOPs.
+constexpr double kConvFlops = 2.0 * 128 * 32 * 32 * 3 * 3 * 32 * 32;
+
+void BM_conv2d_forward(benchmark::State& state) {
+  Tensor x = randn({128, 32, 32, 32}), w = randn({32, 32, 3, 3}), b = randn({32});
+  NoGradGuard no_grad;
+  for (auto _ : state)
+    benchmark::DoNotOptimize(conv2d(x, w, b, {.padding = 1}));
+  set_flops(state, kConvFlops);
+}
+BENCHMARK(BM_conv2d_forward)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_conv2d_forward_backward(benchmark::State& state) {
+  Tensor x = randn({128, 32, 32, 32}).requires_grad_(), w = randn({32, 32, 3, 3}).requires_grad_();
+  for (auto _ : state) {
+    sum(conv2d(x, w, Tensor(), {.padding = 1})).backward();
+    x.set_grad({});
+    w.set_grad({});
+  }
+  set_flops(state, 3.0 * kConvFlops);  // forward, grad_input, grad_weight
+}
+BENCHMARK(BM_conv2d_forward_backward)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_cross_entropy(benchmark::State& state) {
+  Tensor logits = randn({4096, 1000});
+  Tensor target = randint(0, 1000, {4096});
+  for (auto _ : state)
+    benchmark::DoNotOptimize(cross_entropy(logits, target));
+  set_bytes(state, static_cast<double>(logits.nbytes()));
+}
+BENCHMARK(BM_cross_entropy)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace ember
+
+BENCHMARK_MAIN();

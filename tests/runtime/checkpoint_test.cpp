@@ -1,0 +1,220 @@
+// Checkpoint files: bit-exact round trips, safetensors layout, refusal of damaged files, and
+// atomic replacement (a writer killed midway leaves the previous file intact).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "runtime/io/checkpoint.h"
+#include "runtime/io/json.h"
+#include "runtime/ops.h"
+
+namespace ember {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ember_checkpoint_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string file(const std::string& name) const { return (dir_ / name).string(); }
+
+  static std::string read_bytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  static void write_bytes(const std::string& path, const std::string& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  static std::string refusal(const std::string& path) {
+    try {
+      load_checkpoint(path);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(loaded)";
+  }
+
+  fs::path dir_;
+};
+
+NamedTensors every_dtype() {
+  Generator g(3);
+  const Tensor base = randn({3, 5}, DType::f64, &g) * 100.0;
+  return {
+      {"f32", base.to(DType::f32)},
+      {"f64", base},
+      {"f16", base.to(DType::f16)},
+      {"bf16", base.to(DType::bf16)},
+      {"i64", base.to(DType::i64)},
+      {"i32", base.to(DType::i32)},
+      {"u8", abs(base).to(DType::u8)},
+      {"bool", gt(base, 0.0)},
+      {"scalar", full({}, 2.5)},
+      {"empty", zeros({0, 4})},
+      {"strided.view", base.t().slice(0, 1, 5, 2)},
+  };
+}
+
+bool bit_equal(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  return std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
+}
+
+TEST_F(CheckpointTest, EveryDtypeRoundTripsBitExactly) {
+  const NamedTensors tensors = every_dtype();
+  save_checkpoint(file("a.ckpt"), tensors, {{"step", "42"}, {"note", "quote \" and \\ ok"}});
+  const Checkpoint loaded = load_checkpoint(file("a.ckpt"));
+  ASSERT_EQ(loaded.tensors.size(), tensors.size());
+  for (const auto& [name, tensor] : tensors)
+    EXPECT_TRUE(bit_equal(loaded.at(name), tensor)) << name;
+  EXPECT_EQ(loaded.meta("step"), "42");
+  EXPECT_EQ(loaded.meta("note"), "quote \" and \\ ok");
+  EXPECT_EQ(loaded.metadata.size(), 2u);  // ember's own keys are not handed back
+  EXPECT_THROW(loaded.at("missing"), Error);
+}
+
+TEST_F(CheckpointTest, LayoutIsSafetensors) {
+  save_checkpoint(file("a.ckpt"), {{"w", ones({2, 3})}, {"b", zeros({3}, DType::bf16)}});
+  const std::string bytes = read_bytes(file("a.ckpt"));
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  EXPECT_EQ((8 + n) % 8, 0u);  // the data section is aligned
+  const json::Value header = json::parse(std::string_view(bytes).substr(8, n));
+  const json::Value* w = header.find("w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->find("dtype")->as_string(), "F32");
+  EXPECT_EQ(json::write(*w->find("shape")), "[2,3]");
+  EXPECT_EQ(json::write(*w->find("data_offsets")), "[0,24]");
+  EXPECT_EQ(header.find("b")->find("dtype")->as_string(), "BF16");
+  EXPECT_EQ(json::write(*header.find("b")->find("data_offsets")), "[24,30]");
+  EXPECT_EQ(header.find("__metadata__")->find("format")->as_string(), "ember");
+  EXPECT_EQ(bytes.size(), 8 + n + 30);  // tensors back to back, nothing after them
+}
+
+TEST_F(CheckpointTest, TruncatedFilesAreRefusedAtEveryLength) {
+  save_checkpoint(file("a.ckpt"), every_dtype());
+  const std::string bytes = read_bytes(file("a.ckpt"));
+  for (size_t keep :
+       {size_t{0}, size_t{5}, size_t{8}, size_t{40}, bytes.size() / 2, bytes.size() - 1}) {
+    write_bytes(file("cut.ckpt"), bytes.substr(0, keep));
+    const std::string message = refusal(file("cut.ckpt"));
+    EXPECT_NE(message.find("refused"), std::string::npos) << keep << ": " << message;
+  }
+}
+
+TEST_F(CheckpointTest, EveryFlippedByteIsDetected) {
+  save_checkpoint(file("a.ckpt"), {{"w", randn({4, 4})}, {"i", arange(5)}}, {{"epoch", "3"}});
+  const std::string bytes = read_bytes(file("a.ckpt"));
+  // Every byte of a small checkpoint, header and data alike.
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::string damaged = bytes;
+    damaged[i] = static_cast<char>(damaged[i] ^ 0x10);
+    write_bytes(file("bad.ckpt"), damaged);
+    EXPECT_NE(refusal(file("bad.ckpt")).find("refused"), std::string::npos) << "byte " << i;
+  }
+}
+
+TEST_F(CheckpointTest, BadHeadersAndUnknownDtypesSayWhatIsWrong) {
+  auto with_header = [&](const std::string& header_text, const std::string& data) {
+    std::string bytes(8, '\0');
+    const uint64_t n = header_text.size();
+    std::memcpy(bytes.data(), &n, 8);
+    write_bytes(file("h.ckpt"), bytes + header_text + data);
+    return refusal(file("h.ckpt"));
+  };
+  EXPECT_NE(with_header("{not json", "").find("malformed header"), std::string::npos);
+  EXPECT_NE(with_header("{\"x\":{}}", "").find("__metadata__"), std::string::npos);
+  EXPECT_NE(with_header("{\"__metadata__\":{}}", "").find("not an ember checkpoint"),
+            std::string::npos);
+  EXPECT_NE(with_header("{\"__metadata__\":{\"format\":\"ember\",\"format_version\":\"9\"}}", "")
+                .find("format version '9'"),
+            std::string::npos);
+  // An unknown dtype, in an otherwise well-formed file written by ember and then edited.
+  save_checkpoint(file("a.ckpt"), {{"w", ones({2})}});
+  std::string bytes = read_bytes(file("a.ckpt"));
+  const size_t at = bytes.find("\"F32\"");
+  bytes.replace(at, 5, "\"Q32\"");
+  write_bytes(file("q.ckpt"), bytes);
+  const std::string message = refusal(file("q.ckpt"));
+  EXPECT_TRUE(message.find("unknown dtype 'Q32'") != std::string::npos ||
+              message.find("corrupted header") != std::string::npos)
+      << message;
+  EXPECT_NE(refusal(file("does_not_exist.ckpt")).find("cannot open"), std::string::npos);
+}
+
+TEST_F(CheckpointTest, BadNamesAndKeysAreRejectedOnSave) {
+  EXPECT_THROW(save_checkpoint(file("a.ckpt"), {{"", ones({1})}}), Error);
+  EXPECT_THROW(save_checkpoint(file("a.ckpt"), {{"__metadata__", ones({1})}}), Error);
+  EXPECT_THROW(save_checkpoint(file("a.ckpt"), {{"w", ones({1})}, {"w", ones({1})}}), Error);
+  EXPECT_THROW(save_checkpoint(file("a.ckpt"), {}, {{"format", "x"}}), Error);
+  EXPECT_THROW(save_checkpoint(file("a.ckpt"), {{"w", Tensor()}}), Error);
+  EXPECT_THROW(save_checkpoint((dir_ / "no" / "such" / "dir.ckpt").string(), {}), Error);
+  EXPECT_FALSE(fs::exists(file("a.ckpt")));
+}
+
+TEST_F(CheckpointTest, SavingReplacesTheFileAndLeavesNoTemporary) {
+  save_checkpoint(file("a.ckpt"), {{"w", ones({2})}});
+  save_checkpoint(file("a.ckpt"), {{"w", zeros({3})}});
+  EXPECT_EQ(load_checkpoint(file("a.ckpt")).at("w").sizes(), (Shape{3}));
+  int entries = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir_))
+    ++entries;
+  EXPECT_EQ(entries, 1);
+}
+
+TEST_F(CheckpointTest, AWriterKilledMidwayLeavesThePreviousCheckpointIntact) {
+  const std::string path = file("model.ckpt");
+  save_checkpoint(path, {{"generation", full({1}, 0.0)}, {"w", zeros({1})}});
+  // Made before fork: the child must not start OpenMP threads (libgomp does not survive fork).
+  const Tensor big = ones({8 << 20});
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Rewrite a 32 MiB checkpoint until killed.
+    for (int generation = 1;; ++generation)
+      save_checkpoint(path, {{"generation", full({1}, generation)}, {"w", big}});
+  }
+  ::usleep(300 * 1000);
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  // Whatever moment the kill hit, the real name holds a complete checkpoint.
+  const Checkpoint loaded = load_checkpoint(path);
+  const double generation = loaded.at("generation").item<double>();
+  EXPECT_GE(generation, 0.0);
+  EXPECT_EQ(loaded.at("w").numel(), generation == 0.0 ? 1 : (8 << 20));
+}
+
+TEST(Json, ParsesAndRefusesStrictly) {
+  const json::Value v = json::parse(R"( {"a": [1, -2, 3.5e2], "b": "x\u00e9\n", "c": true} )");
+  EXPECT_EQ(json::write(v), R"({"a":[1,-2,3.5e2],"b":"x)"
+                            "\xc3\xa9"
+                            R"(\n","c":true})");
+  int64_t n = 0;
+  EXPECT_TRUE(v.find("a")->items()[1].to_int64(&n));
+  EXPECT_EQ(n, -2);
+  EXPECT_FALSE(v.find("a")->items()[2].to_int64(&n));
+  EXPECT_THROW(json::parse("{\"a\":1,}"), Error);
+  EXPECT_THROW(json::parse("{\"a\":1} x"), Error);
+  EXPECT_THROW(json::parse("{\"a\":1,\"a\":2}"), Error);
+  EXPECT_THROW(json::parse(std::string(1000, '[')), Error);  // depth bound, no stack overflow
+  EXPECT_THROW(json::parse("\"unterminated"), Error);
+}
+
+}  // namespace
+}  // namespace ember
