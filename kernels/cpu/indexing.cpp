@@ -70,17 +70,17 @@ int64_t first_out_of_range(const I* index, int64_t count, int64_t limit) {
   return -1;
 }
 
-#define EMBER_INSTANTIATE_GATHER(T, I)                                                        \
-  template void gather<T, I>(const IndexIteration&, T*, const IndexedOperand&, const T*,      \
+#define EMBER_INSTANTIATE_GATHER(T, I)                                                   \
+  template void gather<T, I>(const IndexIteration&, T*, const IndexedOperand&, const T*, \
                              const IndexedOperand&, const I*, const IndexedOperand&);
 #define EMBER_INSTANTIATE_SCATTER(T, I)                                                       \
   template void scatter_add<T, I>(const IndexIteration&, T*, const IndexedOperand&, const T*, \
                                   const IndexedOperand&, const I*, const IndexedOperand&);
-#define EMBER_INSTANTIATE_ALL(T)     \
+#define EMBER_INSTANTIATE_ALL(T)       \
   EMBER_INSTANTIATE_GATHER(T, int32_t) \
   EMBER_INSTANTIATE_GATHER(T, int64_t)
-#define EMBER_INSTANTIATE_NUMERIC(T)   \
-  EMBER_INSTANTIATE_ALL(T)             \
+#define EMBER_INSTANTIATE_NUMERIC(T)    \
+  EMBER_INSTANTIATE_ALL(T)              \
   EMBER_INSTANTIATE_SCATTER(T, int32_t) \
   EMBER_INSTANTIATE_SCATTER(T, int64_t)
 EMBER_INSTANTIATE_NUMERIC(float)

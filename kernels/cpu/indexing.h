@@ -37,8 +37,9 @@ void gather(const IndexIteration& iteration, T* out, const IndexedOperand& out_a
 // out(o, index(o, j, i), i) += src(o, j, i). Deterministic: every output element is summed by one
 // thread, in increasing j. 16-bit floats add in f32 and round once per add.
 template <typename T, typename I>
-void scatter_add(const IndexIteration& iteration, T* out, const IndexedOperand& out_at, const T* src,
-                 const IndexedOperand& src_at, const I* index, const IndexedOperand& index_at);
+void scatter_add(const IndexIteration& iteration, T* out, const IndexedOperand& out_at,
+                 const T* src, const IndexedOperand& src_at, const I* index,
+                 const IndexedOperand& index_at);
 
 // The position of the first value of index (count, dense) outside [0, limit), or -1.
 template <typename I>

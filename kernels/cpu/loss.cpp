@@ -94,8 +94,8 @@ void cross_entropy_backward(const T* logits, const I* target, const acc_t<T>* lo
 }
 
 template <typename T, typename I>
-void nll_forward(const T* log_probs, const I* target, int64_t batch, int64_t classes,
-                 int64_t inner, int64_t ignore_index, acc_t<T>* loss) {
+void nll_forward(const T* log_probs, const I* target, int64_t batch, int64_t classes, int64_t inner,
+                 int64_t ignore_index, acc_t<T>* loss) {
   using A = acc_t<T>;
   const int64_t positions = batch * inner;
   const int threads = threads_for(positions);
@@ -103,8 +103,7 @@ void nll_forward(const T* log_probs, const I* target, int64_t batch, int64_t cla
   for (int64_t p = 0; p < positions; ++p) {
     const int64_t n = p / inner, s = p % inner;
     const int64_t t = static_cast<int64_t>(target[p]);
-    loss[p] = t == ignore_index ? A(0)
-                                : -static_cast<A>(log_probs[(n * classes + t) * inner + s]);
+    loss[p] = t == ignore_index ? A(0) : -static_cast<A>(log_probs[(n * classes + t) * inner + s]);
   }
 }
 
@@ -132,15 +131,15 @@ void nll_backward(const I* target, const acc_t<T>* grad, int64_t grad_step, doub
 template TargetCheck check_targets<int32_t>(const int32_t*, int64_t, int64_t, int64_t);
 template TargetCheck check_targets<int64_t>(const int64_t*, int64_t, int64_t, int64_t);
 
-#define EMBER_INSTANTIATE_LOSS(T, I)                                                             \
-  template void cross_entropy_forward<T, I>(const T*, const I*, int64_t, int64_t, int64_t,      \
-                                            int64_t, double, acc_t<T>*, acc_t<T>*);              \
-  template void cross_entropy_backward<T, I>(const T*, const I*, const acc_t<T>*,               \
-                                             const acc_t<T>*, int64_t, double, int64_t, int64_t, \
-                                             int64_t, int64_t, double, T*);                      \
-  template void nll_forward<T, I>(const T*, const I*, int64_t, int64_t, int64_t, int64_t,       \
-                                  acc_t<T>*);                                                    \
-  template void nll_backward<T, I>(const I*, const acc_t<T>*, int64_t, double, int64_t, int64_t, \
+#define EMBER_INSTANTIATE_LOSS(T, I)                                                               \
+  template void cross_entropy_forward<T, I>(const T*, const I*, int64_t, int64_t, int64_t,         \
+                                            int64_t, double, acc_t<T>*, acc_t<T>*);                \
+  template void cross_entropy_backward<T, I>(const T*, const I*, const acc_t<T>*, const acc_t<T>*, \
+                                             int64_t, double, int64_t, int64_t, int64_t, int64_t,  \
+                                             double, T*);                                          \
+  template void nll_forward<T, I>(const T*, const I*, int64_t, int64_t, int64_t, int64_t,          \
+                                  acc_t<T>*);                                                      \
+  template void nll_backward<T, I>(const I*, const acc_t<T>*, int64_t, double, int64_t, int64_t,   \
                                    int64_t, int64_t, T*);
 #define EMBER_INSTANTIATE_LOSS_TYPES(T) \
   EMBER_INSTANTIATE_LOSS(T, int32_t)    \

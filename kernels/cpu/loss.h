@@ -41,8 +41,8 @@ void cross_entropy_backward(const T* logits, const I* target, const acc_t<T>* lo
 
 // loss (N, inner) = -log_probs[n, t, s]
 template <typename T, typename I>
-void nll_forward(const T* log_probs, const I* target, int64_t batch, int64_t classes,
-                 int64_t inner, int64_t ignore_index, acc_t<T>* loss);
+void nll_forward(const T* log_probs, const I* target, int64_t batch, int64_t classes, int64_t inner,
+                 int64_t ignore_index, acc_t<T>* loss);
 
 // grad_log_probs (N, C, inner): -scale at the target class, 0 elsewhere (every element written).
 template <typename T, typename I>

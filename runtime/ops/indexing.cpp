@@ -67,8 +67,7 @@ Shape broadcast_index_strides(int64_t ndim, int64_t dim) {
 // ---- checks ------------------------------------------------------------------------------------
 
 void check_cpu(const char* op, const Tensor& t) {
-  if (t.is_cuda())
-    EMBER_FAIL(op, ": not implemented for CUDA tensors yet (", describe(t), ")");
+  if (t.is_cuda()) EMBER_FAIL(op, ": not implemented for CUDA tensors yet (", describe(t), ")");
 }
 
 void check_index_dtype(const char* op, const Tensor& index) {
@@ -94,7 +93,8 @@ void check_indices(const char* op, const Tensor& index, int64_t limit, const cha
 void run_gather(const char* op, const Tensor& out, const Tensor& x, const Tensor& index,
                 const Shape& index_strides, int64_t dim) {
   if (out.numel() == 0) return;
-  const IndexPlan plan = plan_indexing(out.sizes(), dim, {out.strides(), x.strides(), index_strides});
+  const IndexPlan plan =
+      plan_indexing(out.sizes(), dim, {out.strides(), x.strides(), index_strides});
   dispatch_all(x.dtype(), op, [&]<typename T>() {
     dispatch_index(index.dtype(), op, [&]<typename I>() {
       kernels::cpu::gather<T, I>(plan.iteration, static_cast<T*>(out.data_ptr()), plan.operands[0],
@@ -111,10 +111,10 @@ void run_scatter_add(const char* op, const Tensor& out, const Tensor& src, const
   const IndexPlan plan = plan_indexing(sizes, dim, {out.strides(), src.strides(), index_strides});
   dispatch_numeric(out.dtype(), op, [&]<typename T>() {
     dispatch_index(index.dtype(), op, [&]<typename I>() {
-      kernels::cpu::scatter_add<T, I>(
-          plan.iteration, static_cast<T*>(out.data_ptr()), plan.operands[0],
-          static_cast<const T*>(src.data_ptr()), plan.operands[1],
-          static_cast<const I*>(index.data_ptr()), plan.operands[2]);
+      kernels::cpu::scatter_add<T, I>(plan.iteration, static_cast<T*>(out.data_ptr()),
+                                      plan.operands[0], static_cast<const T*>(src.data_ptr()),
+                                      plan.operands[1], static_cast<const I*>(index.data_ptr()),
+                                      plan.operands[2]);
     });
   });
 }
@@ -191,8 +191,8 @@ Tensor cat(const std::vector<Tensor>& tensors_in, int64_t dim_in) {
     for (int64_t d = 0; d < t.dim(); ++d) {
       EMBER_CHECK(d == dim || t.size(d) == first.size(d), "cat: sizes of tensors must match ",
                   "except in dim ", dim, ", but tensor ", reference, " has shape ",
-                  shape_str(first.sizes()), " and tensor ", k, " has shape ",
-                  shape_str(t.sizes()), " (dim ", d, ": ", first.size(d), " vs ", t.size(d), ")");
+                  shape_str(first.sizes()), " and tensor ", k, " has shape ", shape_str(t.sizes()),
+                  " (dim ", d, ": ", first.size(d), " vs ", t.size(d), ")");
     }
     out_shape[dim] += t.size(dim);
   }
@@ -358,11 +358,10 @@ Tensor scatter_add(const Tensor& x, int64_t dim_in, const Tensor& index_in, cons
               shape_str(src.sizes()));
   const int64_t dim = wrap_dim(dim_in, x.dim(), op);
   for (int64_t d = 0; d < x.dim(); ++d) {
-    EMBER_CHECK(index_in.size(d) <= src.size(d) && (d == dim || index_in.size(d) <= x.size(d)),
-                op, ": index of shape ", shape_str(index_in.sizes()),
-                " must be no larger than src ", shape_str(src.sizes()),
-                " in every dim, and no larger than the input ", shape_str(x.sizes()),
-                " in every dim but ", dim, " (dim ", d, " is too large)");
+    EMBER_CHECK(index_in.size(d) <= src.size(d) && (d == dim || index_in.size(d) <= x.size(d)), op,
+                ": index of shape ", shape_str(index_in.sizes()), " must be no larger than src ",
+                shape_str(src.sizes()), " in every dim, and no larger than the input ",
+                shape_str(x.sizes()), " in every dim but ", dim, " (dim ", d, " is too large)");
   }
   const Tensor index = index_in.contiguous();
   check_indices(op, index, x.size(dim), "the scattered dim");
@@ -375,8 +374,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim_in, const Tensor& index_in, cons
   if (any_requires_grad({&x, &src})) {
     const Shape src_shape = src.sizes();
     record(OpId::scatter_add, {x, src}, out, {index},
-           [dim, src_shape](const Tensor& g,
-                            const std::vector<Tensor>& s) -> std::vector<Tensor> {
+           [dim, src_shape](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
              // src's elements outside index's shape never reach the output: gradient zero.
              const Tensor grad_src = gather_dense("scatter_add backward", g, dim, s[0]);
              return {g, zero_extend(grad_src, src_shape)};
@@ -391,9 +389,8 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& padding, double value) {
   EMBER_CHECK(padding.size() % 2 == 0, "pad: padding must have an even number of entries ",
               "({left, right} per dim, last dim first), got ", shape_str(padding));
   const int64_t padded_dims = static_cast<int64_t>(padding.size()) / 2;
-  EMBER_CHECK(padded_dims <= x.dim(), "pad: padding ", shape_str(padding), " covers ",
-              padded_dims, " dims but the input of shape ", shape_str(x.sizes()), " has only ",
-              x.dim());
+  EMBER_CHECK(padded_dims <= x.dim(), "pad: padding ", shape_str(padding), " covers ", padded_dims,
+              " dims but the input of shape ", shape_str(x.sizes()), " has only ", x.dim());
   // Per dim: where the kept part of x starts in x and in the output, and its length.
   Shape out_shape = x.sizes();
   std::vector<int64_t> in_start(x.dim(), 0), out_start(x.dim(), 0), kept(x.sizes());
@@ -403,8 +400,8 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& padding, double value) {
     const int64_t before = padding[2 * k], after = padding[2 * k + 1];
     const int64_t n = x.size(d);
     out_shape[d] = n + before + after;
-    EMBER_CHECK(out_shape[d] >= 0, "pad: padding ", shape_str(padding), " of dim ", d,
-                " of size ", n, " gives a negative size ", out_shape[d]);
+    EMBER_CHECK(out_shape[d] >= 0, "pad: padding ", shape_str(padding), " of dim ", d, " of size ",
+                n, " gives a negative size ", out_shape[d]);
     in_start[d] = std::max<int64_t>(0, -before);
     out_start[d] = std::max<int64_t>(0, before);
     kept[d] = std::max<int64_t>(0, n - in_start[d] - std::max<int64_t>(0, -after));
@@ -452,14 +449,13 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
   run_gather(op, rows, weight, flat, broadcast_index_strides(2, 0), 0);
   Tensor out = rows.view(out_shape);
   if (any_requires_grad({&weight})) {
-    record(OpId::embedding, {weight}, out, {flat},
-           [vocabulary, width](const Tensor& g,
-                               const std::vector<Tensor>& s) -> std::vector<Tensor> {
-             // Rows picked several times sum their gradients.
-             const Tensor g_rows = g.reshape({s[0].numel(), width});
-             return {index_add_into_zeros("embedding backward", {vocabulary, width}, 0, s[0],
-                                          g_rows)};
-           });
+    record(
+        OpId::embedding, {weight}, out, {flat},
+        [vocabulary, width](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+          // Rows picked several times sum their gradients.
+          const Tensor g_rows = g.reshape({s[0].numel(), width});
+          return {index_add_into_zeros("embedding backward", {vocabulary, width}, 0, s[0], g_rows)};
+        });
   }
   return out;
 }

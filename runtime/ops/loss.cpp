@@ -34,21 +34,20 @@ ClassLayout check_class_inputs(const char* op, const Tensor& scores, const Tenso
   Shape expected = scores.sizes();
   expected.erase(expected.begin() + 1);
   EMBER_CHECK(target.sizes() == expected, op, ": scores of shape ", shape_str(scores.sizes()),
-              " need a target of shape ", shape_str(expected), ", got ",
-              shape_str(target.sizes()));
+              " need a target of shape ", shape_str(expected), ", got ", shape_str(target.sizes()));
   ClassLayout layout;
   layout.batch = scores.size(0);
   layout.classes = scores.size(1);
   layout.inner = shape_numel(Shape(scores.sizes().begin() + 2, scores.sizes().end()));
   dispatch_index(target.dtype(), op, [&]<typename I>() {
     const I* values = static_cast<const I*>(target.data_ptr());
-    const kernels::cpu::TargetCheck check = kernels::cpu::check_targets<I>(
-        values, target.numel(), layout.classes, ignore_index);
+    const kernels::cpu::TargetCheck check =
+        kernels::cpu::check_targets<I>(values, target.numel(), layout.classes, ignore_index);
     EMBER_CHECK(check.first_invalid < 0, op, ": target value ",
                 static_cast<int64_t>(values[check.first_invalid < 0 ? 0 : check.first_invalid]),
-                " (at position ", check.first_invalid, ") is out of range for C = ",
-                layout.classes, " classes; expected values in [0, ", layout.classes,
-                ") or ignore_index (", ignore_index, ")");
+                " (at position ", check.first_invalid, ") is out of range for C = ", layout.classes,
+                " classes; expected values in [0, ", layout.classes, ") or ignore_index (",
+                ignore_index, ")");
     layout.counted = check.counted;
   });
   return layout;
@@ -123,9 +122,8 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
     dispatch_index(target.dtype(), op, [&]<typename I>() {
       kernels::cpu::cross_entropy_forward<T, I>(
           static_cast<const T*>(logits.data_ptr()), static_cast<const I*>(target.data_ptr()),
-          layout.batch, layout.classes, layout.inner, options.ignore_index,
-          options.label_smoothing, static_cast<acc_t<T>*>(losses.data_ptr()),
-          static_cast<acc_t<T>*>(lse.data_ptr()));
+          layout.batch, layout.classes, layout.inner, options.ignore_index, options.label_smoothing,
+          static_cast<acc_t<T>*>(losses.data_ptr()), static_cast<acc_t<T>*>(lse.data_ptr()));
     });
   });
   const double count = static_cast<double>(layout.counted);
@@ -162,8 +160,8 @@ Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target_in, int64_t ign
                 Reduction reduction) {
   const char* op = "nll_loss";
   if (log_probs_in.defined() && log_probs_in.dim() == 1) {
-    Tensor out = nll_loss(log_probs_in.unsqueeze(0), target_in.unsqueeze(0), ignore_index,
-                          reduction);
+    Tensor out =
+        nll_loss(log_probs_in.unsqueeze(0), target_in.unsqueeze(0), ignore_index, reduction);
     return reduction == Reduction::none ? out.squeeze(0) : out;
   }
   const Tensor log_probs = autocast_fp32(log_probs_in).contiguous();
@@ -195,11 +193,11 @@ Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target_in, int64_t ign
              Tensor grad = empty(shape, TensorOptions(dtype, g.device()));
              dispatch_floating(dtype, "nll_loss backward", [&]<typename T>() {
                dispatch_index(t.dtype(), "nll_loss backward", [&]<typename I>() {
-                 kernels::cpu::nll_backward<T, I>(
-                     static_cast<const I*>(t.data_ptr()),
-                     static_cast<const acc_t<T>*>(u.values.data_ptr()), u.step, u.multiplier,
-                     layout.batch, layout.classes, layout.inner, ignore_index,
-                     static_cast<T*>(grad.data_ptr()));
+                 kernels::cpu::nll_backward<T, I>(static_cast<const I*>(t.data_ptr()),
+                                                  static_cast<const acc_t<T>*>(u.values.data_ptr()),
+                                                  u.step, u.multiplier, layout.batch,
+                                                  layout.classes, layout.inner, ignore_index,
+                                                  static_cast<T*>(grad.data_ptr()));
                });
              });
              return {grad};
@@ -211,8 +209,8 @@ Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target_in, int64_t ign
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
   const char* op = "mse_loss";
   check_elementwise_loss(op, input_in, target_in);
-  const std::vector<Tensor> both = autocast_promote({autocast_fp32(input_in),
-                                                     autocast_fp32(target_in)});
+  const std::vector<Tensor> both =
+      autocast_promote({autocast_fp32(input_in), autocast_fp32(target_in)});
   const DType dtype = promote_types(both[0].dtype(), both[1].dtype());
   const Tensor input = both[0].to(dtype), target = both[1].to(dtype);
   Tensor out, difference;
@@ -224,13 +222,13 @@ Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduc
   }
   if (any_requires_grad({&input, &target})) {
     const int64_t numel = input.numel();
-    record(OpId::mse_loss, {input, target}, out, {difference},
-           [reduction, numel](const Tensor& g,
-                              const std::vector<Tensor>& s) -> std::vector<Tensor> {
-             // d/dinput (input - target)^2 = 2 (input - target); the target takes the opposite.
-             const Tensor grad = s[0] * elementwise_upstream(g, reduction, numel) * 2.0;
-             return {grad, -grad};
-           });
+    record(
+        OpId::mse_loss, {input, target}, out, {difference},
+        [reduction, numel](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+          // d/dinput (input - target)^2 = 2 (input - target); the target takes the opposite.
+          const Tensor grad = s[0] * elementwise_upstream(g, reduction, numel) * 2.0;
+          return {grad, -grad};
+        });
   }
   return out;
 }
@@ -239,8 +237,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits_in, const Tensor& t
                                         Reduction reduction) {
   const char* op = "binary_cross_entropy_with_logits";
   check_elementwise_loss(op, logits_in, target_in);
-  const std::vector<Tensor> both = autocast_promote({autocast_fp32(logits_in),
-                                                     autocast_fp32(target_in)});
+  const std::vector<Tensor> both =
+      autocast_promote({autocast_fp32(logits_in), autocast_fp32(target_in)});
   const DType dtype = promote_types(both[0].dtype(), both[1].dtype());
   const Tensor logits = both[0].to(dtype), target = both[1].to(dtype);
   Tensor out;
@@ -252,12 +250,12 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits_in, const Tensor& t
   }
   if (any_requires_grad({&logits, &target})) {
     const int64_t numel = logits.numel();
-    record(OpId::binary_cross_entropy_with_logits, {logits, target}, out, {logits, target},
-           [reduction, numel](const Tensor& g,
-                              const std::vector<Tensor>& s) -> std::vector<Tensor> {
-             const Tensor upstream = elementwise_upstream(g, reduction, numel);
-             return {(sigmoid(s[0]) - s[1]) * upstream, -s[0] * upstream};
-           });
+    record(
+        OpId::binary_cross_entropy_with_logits, {logits, target}, out, {logits, target},
+        [reduction, numel](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+          const Tensor upstream = elementwise_upstream(g, reduction, numel);
+          return {(sigmoid(s[0]) - s[1]) * upstream, -s[0] * upstream};
+        });
   }
   return out;
 }
@@ -272,8 +270,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   Tensor scaled_mask, out;
   {
     NoGradGuard no_grad;
-    const Tensor keep = bernoulli(x.sizes(), 1.0 - p, TensorOptions(x.dtype(), x.device()),
-                                  generator);
+    const Tensor keep =
+        bernoulli(x.sizes(), 1.0 - p, TensorOptions(x.dtype(), x.device()), generator);
     scaled_mask = keep * scale;
     out = x * scaled_mask;
   }

@@ -37,13 +37,19 @@ EMBER_OP_CASES(indexing) {
                     random_input({2, 1, 4}, dtype, device, g),
                     random_input({2, 5, 4}, dtype, device, g)};
           },
-          [](const Inputs& in) { return cat({in[0], in[1], in[2]}, 1); }, {true, true, true}),
+          [](const Inputs& in) {
+            return cat({in[0], in[1], in[2]}, 1);
+          },
+          {true, true, true}),
       make_case(
           "cat/last_dim_one_constant", OpId::cat,
           [](DType dtype, Device device, Generator& g) -> Inputs {
             return {random_input({3, 2}, dtype, device, g), random_input({3, 3}, dtype, device, g)};
           },
-          [](const Inputs& in) { return cat({in[0], in[1]}, -1); }, {true, false}),
+          [](const Inputs& in) {
+            return cat({in[0], in[1]}, -1);
+          },
+          {true, false}),
       make_case(
           "index_select/middle_dim_repeats", OpId::index_select,
           [](DType dtype, Device device, Generator& g) -> Inputs {
@@ -94,13 +100,19 @@ EMBER_OP_CASES(indexing) {
           [](DType dtype, Device device, Generator& g) -> Inputs {
             return {random_input({2, 3, 4}, dtype, device, g)};
           },
-          [](const Inputs& in) { return pad(in[0], {1, 2, 0, 1}, 0.5); }, {true}),
+          [](const Inputs& in) {
+            return pad(in[0], {1, 2, 0, 1}, 0.5);
+          },
+          {true}),
       make_case(
           "pad/negative_crops", OpId::pad,
           [](DType dtype, Device device, Generator& g) -> Inputs {
             return {random_input({3, 5}, dtype, device, g)};
           },
-          [](const Inputs& in) { return pad(in[0], {-1, 2, 1, -2}); }, {true}),
+          [](const Inputs& in) {
+            return pad(in[0], {-1, 2, 1, -2});
+          },
+          {true}),
       make_case(
           "embedding/repeated_indices", OpId::embedding,
           [](DType dtype, Device device, Generator& g) -> Inputs {

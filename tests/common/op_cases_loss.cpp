@@ -26,8 +26,7 @@ OpCase make_case(const std::string& name, OpId op,
 }
 
 // logits (5, 4) and class targets (5); -100 (the default ignore_index) where `with_ignored`.
-OpCase cross_entropy_case(const std::string& name, CrossEntropyOptions options,
-                          bool with_ignored) {
+OpCase cross_entropy_case(const std::string& name, CrossEntropyOptions options, bool with_ignored) {
   return make_case(
       name, OpId::cross_entropy,
       [with_ignored](DType dtype, Device device, Generator& g) -> Inputs {
@@ -35,8 +34,7 @@ OpCase cross_entropy_case(const std::string& name, CrossEntropyOptions options,
         return {random_input({5, 4}, dtype, device, g, -2.0, 2.0),
                 targets({3, ignored, 0, 2, 3}, {5}, device)};
       },
-      [options](const Inputs& in) { return cross_entropy(in[0], in[1], options); },
-      {true, false});
+      [options](const Inputs& in) { return cross_entropy(in[0], in[1], options); }, {true, false});
 }
 
 CrossEntropyOptions with(Reduction reduction, double smoothing = 0.0) {
@@ -55,23 +53,20 @@ EMBER_OP_CASES(loss) {
       cross_entropy_case("cross_entropy/none", with(Reduction::none), false),
       cross_entropy_case("cross_entropy/label_smoothing", with(Reduction::mean, 0.1), false),
       cross_entropy_case("cross_entropy/ignore_index_mean", with(Reduction::mean), true),
-      cross_entropy_case("cross_entropy/ignore_index_smoothing_none",
-                         with(Reduction::none, 0.2), true),
+      cross_entropy_case("cross_entropy/ignore_index_smoothing_none", with(Reduction::none, 0.2),
+                         true),
       make_case(
           "cross_entropy/spatial_nchw", OpId::cross_entropy,
           [](DType dtype, Device device, Generator& g) -> Inputs {
             return {random_input({2, 3, 2, 3}, dtype, device, g, -2.0, 2.0),
                     targets({0, 2, 1, 1, -100, 2, 2, 0, 0, 1, 2, 1}, {2, 2, 3}, device)};
           },
-          [](const Inputs& in) {
-            return cross_entropy(in[0], in[1], with(Reduction::mean, 0.1));
-          },
+          [](const Inputs& in) { return cross_entropy(in[0], in[1], with(Reduction::mean, 0.1)); },
           {true, false}),
       make_case(
           "nll_loss/mean_ignore", OpId::nll_loss,
           [](DType dtype, Device device, Generator& g) -> Inputs {
-            return {random_input({4, 3}, dtype, device, g),
-                    targets({2, 0, -100, 2}, {4}, device)};
+            return {random_input({4, 3}, dtype, device, g), targets({2, 0, -100, 2}, {4}, device)};
           },
           [](const Inputs& in) { return nll_loss(in[0], in[1]); }, {true, false}),
       make_case(
@@ -93,8 +88,7 @@ EMBER_OP_CASES(loss) {
           [](DType dtype, Device device, Generator& g) -> Inputs {
             return {random_input({5}, dtype, device, g), random_input({5}, dtype, device, g)};
           },
-          [](const Inputs& in) { return mse_loss(in[0], in[1], Reduction::none); },
-          {true, true}),
+          [](const Inputs& in) { return mse_loss(in[0], in[1], Reduction::none); }, {true, true}),
       make_case(
           "binary_cross_entropy_with_logits/mean", OpId::binary_cross_entropy_with_logits,
           [](DType dtype, Device device, Generator& g) -> Inputs {

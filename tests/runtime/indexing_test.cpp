@@ -10,18 +10,18 @@ namespace ember {
 namespace {
 
 // Expects `statement` to throw an ember::Error whose message contains every one of `parts`.
-#define EXPECT_ERROR_WITH(statement, ...)                                       \
-  do {                                                                          \
-    try {                                                                       \
-      (void)(statement);                                                        \
-      ADD_FAILURE() << "expected an error from " #statement;                    \
-    } catch (const Error& error) {                                              \
-      const std::string message = error.what();                                 \
-      for (const char* part : {__VA_ARGS__}) {                                  \
-        EXPECT_NE(message.find(part), std::string::npos)                        \
-            << "message \"" << message << "\" lacks \"" << part << "\"";        \
-      }                                                                         \
-    }                                                                           \
+#define EXPECT_ERROR_WITH(statement, ...)                                \
+  do {                                                                   \
+    try {                                                                \
+      (void)(statement);                                                 \
+      ADD_FAILURE() << "expected an error from " #statement;             \
+    } catch (const Error& error) {                                       \
+      const std::string message = error.what();                          \
+      for (const char* part : {__VA_ARGS__}) {                           \
+        EXPECT_NE(message.find(part), std::string::npos)                 \
+            << "message \"" << message << "\" lacks \"" << part << "\""; \
+      }                                                                  \
+    }                                                                    \
   } while (false)
 
 Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f64) {
@@ -90,9 +90,9 @@ TEST(Split, GradientsFlowThroughTheViews) {
 
 TEST(Cat, MatchesNaiveLoopsOnNonContiguousInputs) {
   // a is a transposed view, b a strided slice: neither is contiguous.
-  const Tensor a = random_tensor({4, 2}, 4).t();                         // (2, 4)
-  const Tensor b = random_tensor({2, 6}, 5).slice(1, 0, 6, 2);            // (2, 3)
-  const Tensor c = random_tensor({2, 1}, 6);                              // (2, 1)
+  const Tensor a = random_tensor({4, 2}, 4).t();                // (2, 4)
+  const Tensor b = random_tensor({2, 6}, 5).slice(1, 0, 6, 2);  // (2, 3)
+  const Tensor c = random_tensor({2, 1}, 6);                    // (2, 1)
   ASSERT_FALSE(a.is_contiguous());
   ASSERT_FALSE(b.is_contiguous());
   const Tensor out = cat({a, b, c}, 1);
@@ -128,7 +128,8 @@ TEST(Cat, PromotesDtypesAndWorksForEveryDtype) {
   }
   {
     AutocastGuard autocast(DType::f16);
-    const Tensor half = random_tensor({2}, 8, DType::f16), single = random_tensor({2}, 9, DType::f32);
+    const Tensor half = random_tensor({2}, 8, DType::f16),
+                 single = random_tensor({2}, 9, DType::f32);
     EXPECT_EQ(cat({half, single}).dtype(), DType::f32);
   }
 }
@@ -145,8 +146,8 @@ TEST(Cat, ErrorsNameTheOffendingTensor) {
 TEST(Cat, BackwardGivesEachInputItsSlice) {
   Tensor a = random_tensor({2, 2}, 10).requires_grad_();
   Tensor b = random_tensor({2, 3}, 11).requires_grad_();
-  const Tensor weights = from_vector(std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {2, 5},
-                                     DType::f64);
+  const Tensor weights =
+      from_vector(std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {2, 5}, DType::f64);
   sum(cat({a, b}, 1) * weights).backward();
   EXPECT_EQ(to_vector<double>(a.grad()), (std::vector<double>{1, 2, 6, 7}));
   EXPECT_EQ(to_vector<double>(b.grad()), (std::vector<double>{3, 4, 5, 8, 9, 10}));
