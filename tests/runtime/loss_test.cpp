@@ -162,6 +162,16 @@ TEST(CrossEntropy, SpatialLayoutMatchesTheFlattenedRows) {
   EXPECT_EQ(cross_entropy(logits, target, options_of(Reduction::none)).sizes(), (Shape{2, 2, 4}));
 }
 
+TEST(CrossEntropy, UnbatchedLogitsAreOneRow) {
+  const Tensor logits = random_tensor({2, 5}, 15);
+  const Tensor target = class_targets({3, 1});
+  const Tensor batched = cross_entropy(logits, target, options_of(Reduction::none, 0.1));
+  const Tensor single =
+      cross_entropy(logits.select(0, 1), target.select(0, 1), options_of(Reduction::none, 0.1));
+  EXPECT_EQ(single.dim(), 0);
+  EXPECT_NEAR(single.item<double>(), batched.select(0, 1).item<double>(), 1e-12);
+}
+
 TEST(CrossEntropy, BackwardIsSoftmaxMinusSmoothedOneHot) {
   Tensor logits = random_tensor({3, 4}, 6).requires_grad_();
   const std::vector<int64_t> target = {3, -100, 1};
