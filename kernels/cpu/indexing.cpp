@@ -21,6 +21,13 @@ void gather(const IndexIteration& it, T* out, const IndexedOperand& out_at, cons
     T* out_row = out + out_at.outer_offsets[o] + j * out_at.along_stride;
     const I* index_row = index + index_at.outer_offsets[o] + j * index_at.along_stride;
     const T* x_outer = x + x_at.outer_offsets[o];
+    if (out_at.inner_step == 1 && x_at.inner_step == 1 && index_at.inner_step == 0) {
+      // index_select / embedding rows: one index per row, a dense copy.
+      const T* x_row = x_outer + static_cast<int64_t>(index_row[0]) * x_at.along_stride;
+      for (int64_t i = 0; i < it.inner; ++i)
+        out_row[i] = x_row[i];
+      continue;
+    }
     for (int64_t i = 0; i < it.inner; ++i) {
       const int64_t position = static_cast<int64_t>(index_row[index_at.inner_offsets[i]]);
       out_row[out_at.inner_offsets[i]] =
@@ -50,6 +57,14 @@ void scatter_add(const IndexIteration& it, T* out, const IndexedOperand& out_at,
       for (int64_t j = 0; j < it.along; ++j) {
         const T* src_row = src + src_at.outer_offsets[o] + j * src_at.along_stride;
         const I* index_row = index + index_at.outer_offsets[o] + j * index_at.along_stride;
+        if (out_at.inner_step == 1 && src_at.inner_step == 1 && index_at.inner_step == 0) {
+          // The adjoint of index_select / embedding: add a dense row.
+          T* out_row = out_outer + static_cast<int64_t>(index_row[0]) * out_at.along_stride;
+          for (int64_t i = i_begin; i < i_end; ++i)
+            out_row[i] =
+                convert<T>(static_cast<acc_t<T>>(out_row[i]) + static_cast<acc_t<T>>(src_row[i]));
+          continue;
+        }
         for (int64_t i = i_begin; i < i_end; ++i) {
           const int64_t position = static_cast<int64_t>(index_row[index_at.inner_offsets[i]]);
           T& slot = out_outer[position * out_at.along_stride + out_at.inner_offsets[i]];

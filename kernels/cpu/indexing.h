@@ -21,6 +21,9 @@ struct IndexedOperand {
   const int64_t* outer_offsets = nullptr;  // (outer)
   const int64_t* inner_offsets = nullptr;  // (inner)
   int64_t along_stride = 0;
+  // When inner_offsets[i] == i * inner_step for every i (a dense run: 1; a broadcast index: 0),
+  // the kernels take a loop the compiler can vectorise; -1 otherwise.
+  int64_t inner_step = -1;
 };
 
 struct IndexIteration {

@@ -52,8 +52,14 @@ IndexPlan plan_indexing(const Shape& sizes, int64_t dim, const std::vector<Shape
     plan.outer.push_back(position_offsets(sizes, s, 0, dim));
     plan.inner.push_back(position_offsets(sizes, s, dim + 1, ndim));
   }
-  for (size_t k = 0; k < strides.size(); ++k)
-    plan.operands.push_back({plan.outer[k].data(), plan.inner[k].data(), strides[k][dim]});
+  for (size_t k = 0; k < strides.size(); ++k) {
+    const std::vector<int64_t>& inner = plan.inner[k];
+    int64_t step = inner.size() > 1 ? inner[1] : 1;
+    for (size_t i = 0; i < inner.size() && step >= 0; ++i) {
+      if (inner[i] != static_cast<int64_t>(i) * step) step = -1;
+    }
+    plan.operands.push_back({plan.outer[k].data(), inner.data(), strides[k][dim], step});
+  }
   return plan;
 }
 
