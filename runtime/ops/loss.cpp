@@ -1,0 +1,287 @@
+// Losses and dropout: checks, the fused class-index kernels of kernels/cpu/loss.h, autograd.
+// Under autocast the losses run in f32.
+#include "runtime/ops/loss.h"
+
+#include "kernels/cpu/loss.h"
+#include "runtime/autocast.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/autograd/node.h"
+#include "runtime/dispatch.h"
+#include "runtime/ops.h"
+
+namespace ember {
+namespace {
+
+// scores (N, C, d...) seen as (N, C, inner) with target (N, d...) of class indices.
+struct ClassLayout {
+  int64_t batch = 0, classes = 0, inner = 1;
+  int64_t counted = 0;  // targets that are not ignore_index
+};
+
+ClassLayout check_class_inputs(const char* op, const Tensor& scores, const Tensor& target,
+                               int64_t ignore_index) {
+  if (scores.is_cuda() || target.is_cuda()) {
+    EMBER_FAIL(op, ": not implemented for CUDA tensors yet (", describe(scores), ", ",
+               describe(target), ")");
+  }
+  EMBER_CHECK(is_floating(scores.dtype()), op, ": expected floating-point scores, got ",
+              describe(scores));
+  EMBER_CHECK(target.dtype() == DType::i64 || target.dtype() == DType::i32, op,
+              ": expected target of dtype i64 (or i32) holding class indices, got ",
+              describe(target));
+  EMBER_CHECK(scores.dim() >= 2, op, ": expected scores of shape (N, C) or (N, C, d1, ...), got ",
+              describe(scores));
+  Shape expected = scores.sizes();
+  expected.erase(expected.begin() + 1);
+  EMBER_CHECK(target.sizes() == expected, op, ": scores of shape ", shape_str(scores.sizes()),
+              " need a target of shape ", shape_str(expected), ", got ", shape_str(target.sizes()));
+  ClassLayout layout;
+  layout.batch = scores.size(0);
+  layout.classes = scores.size(1);
+  layout.inner = shape_numel(Shape(scores.sizes().begin() + 2, scores.sizes().end()));
+  dispatch_index(target.dtype(), op, [&]<typename I>() {
+    const I* values = static_cast<const I*>(target.data_ptr());
+    const kernels::cpu::TargetCheck check =
+        kernels::cpu::check_targets<I>(values, target.numel(), layout.classes, ignore_index);
+    EMBER_CHECK(check.first_invalid < 0, op, ": target value ",
+                static_cast<int64_t>(values[check.first_invalid < 0 ? 0 : check.first_invalid]),
+                " (at position ", check.first_invalid, ") is out of range for C = ", layout.classes,
+                " classes; expected values in [0, ", layout.classes, ") or ignore_index (",
+                ignore_index, ")");
+    layout.counted = check.counted;
+  });
+  return layout;
+}
+
+// Per-position losses (acc dtype, target's shape) -> the reduced result in `dtype`. mean divides
+// by `count` (the non-ignored targets, or every element).
+Tensor reduce_loss(const Tensor& losses, Reduction reduction, double count, DType dtype) {
+  switch (reduction) {
+    case Reduction::none:
+      return losses.to(dtype);
+    case Reduction::sum:
+      return sum(losses).to(dtype);
+    case Reduction::mean:
+      return (sum(losses) / count).to(dtype);
+  }
+  return Tensor();
+}
+
+// The upstream gradient as the kernels take it: dense acc-dtype values, one per position (none)
+// or one for all (sum, mean), and the factor mean applies.
+struct UpstreamGrad {
+  Tensor values;
+  int64_t step = 0;
+  double multiplier = 1.0;
+};
+
+UpstreamGrad upstream_grad(const Tensor& g, Reduction reduction, DType acc, double count) {
+  UpstreamGrad u;
+  u.values = g.to(acc).contiguous();
+  u.step = reduction == Reduction::none ? 1 : 0;
+  u.multiplier = reduction == Reduction::mean ? 1.0 / count : 1.0;
+  return u;
+}
+
+// A loss defined elementwise on same-shape floating inputs: the shared checks.
+void check_elementwise_loss(const char* op, const Tensor& input, const Tensor& target) {
+  EMBER_CHECK(is_floating(input.dtype()) && is_floating(target.dtype()), op,
+              ": expected floating-point input and target, got ", describe(input), " and ",
+              describe(target));
+  EMBER_CHECK(input.sizes() == target.sizes(), op, ": input of shape ", shape_str(input.sizes()),
+              " and target of shape ", shape_str(target.sizes()), " must have the same shape");
+  EMBER_CHECK(input.device() == target.device(), op, ": expected input and target on the ",
+              "same device, got ", describe(input), " and ", describe(target));
+}
+
+// d(reduced loss)/d(per-element loss), shaped to broadcast against the elements.
+Tensor elementwise_upstream(const Tensor& g, Reduction reduction, int64_t numel) {
+  if (reduction == Reduction::mean) return g * (1.0 / static_cast<double>(numel));
+  return g;
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
+                     const CrossEntropyOptions& options) {
+  const char* op = "cross_entropy";
+  if (logits_in.defined() && logits_in.dim() == 1) {
+    // Unbatched: logits (C), target ().
+    Tensor out = cross_entropy(logits_in.unsqueeze(0), target_in.unsqueeze(0), options);
+    return options.reduction == Reduction::none ? out.squeeze(0) : out;
+  }
+  EMBER_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0, op,
+              ": label_smoothing must be in [0, 1], got ", options.label_smoothing);
+  const Tensor logits = autocast_fp32(logits_in).contiguous();
+  const Tensor target = target_in.contiguous();
+  const ClassLayout layout = check_class_inputs(op, logits, target, options.ignore_index);
+  const DType dtype = logits.dtype(), acc = accumulate_dtype(dtype);
+  Tensor losses = empty(target.sizes(), TensorOptions(acc, logits.device()));
+  Tensor lse = empty(target.sizes(), TensorOptions(acc, logits.device()));
+  dispatch_floating(dtype, op, [&]<typename T>() {
+    dispatch_index(target.dtype(), op, [&]<typename I>() {
+      kernels::cpu::cross_entropy_forward<T, I>(
+          static_cast<const T*>(logits.data_ptr()), static_cast<const I*>(target.data_ptr()),
+          layout.batch, layout.classes, layout.inner, options.ignore_index, options.label_smoothing,
+          static_cast<acc_t<T>*>(losses.data_ptr()), static_cast<acc_t<T>*>(lse.data_ptr()));
+    });
+  });
+  const double count = static_cast<double>(layout.counted);
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = reduce_loss(losses, options.reduction, count, dtype);
+  }
+  if (any_requires_grad({&logits})) {
+    record(OpId::cross_entropy, {logits}, out, {logits, target, lse},
+           [layout, options, count](const Tensor& g,
+                                    const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             const Tensor& x = s[0];
+             const Tensor& t = s[1];
+             const UpstreamGrad u = upstream_grad(g, options.reduction, s[2].dtype(), count);
+             Tensor grad = empty(x.sizes(), TensorOptions(x.dtype(), x.device()));
+             dispatch_floating(x.dtype(), "cross_entropy backward", [&]<typename T>() {
+               dispatch_index(t.dtype(), "cross_entropy backward", [&]<typename I>() {
+                 kernels::cpu::cross_entropy_backward<T, I>(
+                     static_cast<const T*>(x.data_ptr()), static_cast<const I*>(t.data_ptr()),
+                     static_cast<const acc_t<T>*>(s[2].data_ptr()),
+                     static_cast<const acc_t<T>*>(u.values.data_ptr()), u.step, u.multiplier,
+                     layout.batch, layout.classes, layout.inner, options.ignore_index,
+                     options.label_smoothing, static_cast<T*>(grad.data_ptr()));
+               });
+             });
+             return {grad};
+           });
+  }
+  return out;
+}
+
+Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target_in, int64_t ignore_index,
+                Reduction reduction) {
+  const char* op = "nll_loss";
+  if (log_probs_in.defined() && log_probs_in.dim() == 1) {
+    Tensor out =
+        nll_loss(log_probs_in.unsqueeze(0), target_in.unsqueeze(0), ignore_index, reduction);
+    return reduction == Reduction::none ? out.squeeze(0) : out;
+  }
+  const Tensor log_probs = autocast_fp32(log_probs_in).contiguous();
+  const Tensor target = target_in.contiguous();
+  const ClassLayout layout = check_class_inputs(op, log_probs, target, ignore_index);
+  const DType dtype = log_probs.dtype(), acc = accumulate_dtype(dtype);
+  Tensor losses = empty(target.sizes(), TensorOptions(acc, log_probs.device()));
+  dispatch_floating(dtype, op, [&]<typename T>() {
+    dispatch_index(target.dtype(), op, [&]<typename I>() {
+      kernels::cpu::nll_forward<T, I>(static_cast<const T*>(log_probs.data_ptr()),
+                                      static_cast<const I*>(target.data_ptr()), layout.batch,
+                                      layout.classes, layout.inner, ignore_index,
+                                      static_cast<acc_t<T>*>(losses.data_ptr()));
+    });
+  });
+  const double count = static_cast<double>(layout.counted);
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = reduce_loss(losses, reduction, count, dtype);
+  }
+  if (any_requires_grad({&log_probs})) {
+    const Shape shape = log_probs.sizes();
+    record(OpId::nll_loss, {log_probs}, out, {target},
+           [layout, shape, dtype, acc, ignore_index, reduction, count](
+               const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             const Tensor& t = s[0];
+             const UpstreamGrad u = upstream_grad(g, reduction, acc, count);
+             Tensor grad = empty(shape, TensorOptions(dtype, g.device()));
+             dispatch_floating(dtype, "nll_loss backward", [&]<typename T>() {
+               dispatch_index(t.dtype(), "nll_loss backward", [&]<typename I>() {
+                 kernels::cpu::nll_backward<T, I>(static_cast<const I*>(t.data_ptr()),
+                                                  static_cast<const acc_t<T>*>(u.values.data_ptr()),
+                                                  u.step, u.multiplier, layout.batch,
+                                                  layout.classes, layout.inner, ignore_index,
+                                                  static_cast<T*>(grad.data_ptr()));
+               });
+             });
+             return {grad};
+           });
+  }
+  return out;
+}
+
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
+  const char* op = "mse_loss";
+  check_elementwise_loss(op, input_in, target_in);
+  const std::vector<Tensor> both =
+      autocast_promote({autocast_fp32(input_in), autocast_fp32(target_in)});
+  const DType dtype = promote_types(both[0].dtype(), both[1].dtype());
+  const Tensor input = both[0].to(dtype), target = both[1].to(dtype);
+  Tensor out, difference;
+  {
+    NoGradGuard no_grad;
+    difference = input - target;
+    const Tensor squared = difference * difference;
+    out = reduce_loss(squared, reduction, static_cast<double>(input.numel()), dtype);
+  }
+  if (any_requires_grad({&input, &target})) {
+    const int64_t numel = input.numel();
+    record(
+        OpId::mse_loss, {input, target}, out, {difference},
+        [reduction, numel](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+          // d/dinput (input - target)^2 = 2 (input - target); the target takes the opposite.
+          const Tensor grad = s[0] * elementwise_upstream(g, reduction, numel) * 2.0;
+          return {grad, -grad};
+        });
+  }
+  return out;
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits_in, const Tensor& target_in,
+                                        Reduction reduction) {
+  const char* op = "binary_cross_entropy_with_logits";
+  check_elementwise_loss(op, logits_in, target_in);
+  const std::vector<Tensor> both =
+      autocast_promote({autocast_fp32(logits_in), autocast_fp32(target_in)});
+  const DType dtype = promote_types(both[0].dtype(), both[1].dtype());
+  const Tensor logits = both[0].to(dtype), target = both[1].to(dtype);
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    // max(x, 0) - x t + log(1 + exp(-|x|)): exp never overflows.
+    const Tensor losses = relu(logits) - logits * target + log(exp(-abs(logits)) + 1.0);
+    out = reduce_loss(losses, reduction, static_cast<double>(logits.numel()), dtype);
+  }
+  if (any_requires_grad({&logits, &target})) {
+    const int64_t numel = logits.numel();
+    record(
+        OpId::binary_cross_entropy_with_logits, {logits, target}, out, {logits, target},
+        [reduction, numel](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+          const Tensor upstream = elementwise_upstream(g, reduction, numel);
+          return {(sigmoid(s[0]) - s[1]) * upstream, -s[0] * upstream};
+        });
+  }
+  return out;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
+  EMBER_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p must be in [0, 1], got ", p);
+  if (!training || p == 0.0) return x;
+  EMBER_CHECK(is_floating(x.dtype()), "dropout: expected a floating-point tensor, got ",
+              describe(x));
+  // Kept elements are scaled by 1 / (1 - p) so the expectation is unchanged; p == 1 keeps none.
+  const double scale = p == 1.0 ? 0.0 : 1.0 / (1.0 - p);
+  Tensor scaled_mask, out;
+  {
+    NoGradGuard no_grad;
+    const Tensor keep =
+        bernoulli(x.sizes(), 1.0 - p, TensorOptions(x.dtype(), x.device()), generator);
+    scaled_mask = keep * scale;
+    out = x * scaled_mask;
+  }
+  if (any_requires_grad({&x})) {
+    record(OpId::dropout, {x}, out, {scaled_mask},
+           [](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             return {g * s[0]};
+           });
+  }
+  return out;
+}
+
+}  // namespace ember

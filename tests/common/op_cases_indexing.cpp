@@ -1,0 +1,126 @@
+// Op cases: cat, index_select, gather, scatter_add, pad, embedding.
+#include "tests/common/op_cases.h"
+
+namespace ember::testing {
+namespace {
+
+using Inputs = std::vector<Tensor>;
+
+Tensor index_tensor(const std::vector<int64_t>& values, const Shape& shape, Device device) {
+  return from_vector(values, shape, DType::i64).to(device);
+}
+
+Tensor weighted(const Tensor& y) {
+  return y * distinct_weights(y);
+}
+
+OpCase make_case(const std::string& name, OpId op,
+                 std::function<Inputs(DType, Device, Generator&)> make_inputs,
+                 std::function<Tensor(const Inputs&)> fn, std::vector<bool> differentiable) {
+  OpCase c;
+  c.name = name;
+  c.op = op;
+  c.make_inputs = std::move(make_inputs);
+  c.fn = [fn](const Inputs& in) { return weighted(fn(in)); };
+  c.differentiable = std::move(differentiable);
+  return c;
+}
+
+}  // namespace
+
+EMBER_OP_CASES(indexing) {
+  return {
+      make_case(
+          "cat/three_middle_dim", OpId::cat,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({2, 3, 4}, dtype, device, g),
+                    random_input({2, 1, 4}, dtype, device, g),
+                    random_input({2, 5, 4}, dtype, device, g)};
+          },
+          [](const Inputs& in) {
+            return cat({in[0], in[1], in[2]}, 1);
+          },
+          {true, true, true}),
+      make_case(
+          "cat/last_dim_one_constant", OpId::cat,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({3, 2}, dtype, device, g), random_input({3, 3}, dtype, device, g)};
+          },
+          [](const Inputs& in) {
+            return cat({in[0], in[1]}, -1);
+          },
+          {true, false}),
+      make_case(
+          "index_select/middle_dim_repeats", OpId::index_select,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({3, 5, 2}, dtype, device, g),
+                    index_tensor({4, 0, 4, 2, 4}, {5}, device)};
+          },
+          [](const Inputs& in) { return index_select(in[0], 1, in[1]); }, {true, false}),
+      make_case(
+          "index_select/first_dim", OpId::index_select,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({4, 3}, dtype, device, g), index_tensor({3, 1, 1}, {3}, device)};
+          },
+          [](const Inputs& in) { return index_select(in[0], 0, in[1]); }, {true, false}),
+      make_case(
+          "gather/last_dim", OpId::gather,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({3, 4}, dtype, device, g),
+                    randint(0, 4, {3, 6}, DType::i64, &g).to(device)};
+          },
+          [](const Inputs& in) { return gather(in[0], 1, in[1]); }, {true, false}),
+      make_case(
+          "gather/smaller_index_dim0", OpId::gather,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({4, 5, 2}, dtype, device, g),
+                    randint(0, 4, {6, 3, 2}, DType::i64, &g).to(device)};
+          },
+          [](const Inputs& in) { return gather(in[0], 0, in[1]); }, {true, false}),
+      make_case(
+          "scatter_add/dim0", OpId::scatter_add,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({4, 3}, dtype, device, g),
+                    randint(0, 4, {5, 3}, DType::i64, &g).to(device),
+                    random_input({5, 3}, dtype, device, g)};
+          },
+          [](const Inputs& in) { return scatter_add(in[0], 0, in[1], in[2]); },
+          {true, false, true}),
+      make_case(
+          "scatter_add/src_larger_than_index", OpId::scatter_add,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({3, 4}, dtype, device, g),
+                    randint(0, 4, {2, 5}, DType::i64, &g).to(device),
+                    random_input({3, 6}, dtype, device, g)};
+          },
+          [](const Inputs& in) { return scatter_add(in[0], 1, in[1], in[2]); },
+          {true, false, true}),
+      make_case(
+          "pad/positive", OpId::pad,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({2, 3, 4}, dtype, device, g)};
+          },
+          [](const Inputs& in) {
+            return pad(in[0], {1, 2, 0, 1}, 0.5);
+          },
+          {true}),
+      make_case(
+          "pad/negative_crops", OpId::pad,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({3, 5}, dtype, device, g)};
+          },
+          [](const Inputs& in) {
+            return pad(in[0], {-1, 2, 1, -2});
+          },
+          {true}),
+      make_case(
+          "embedding/repeated_indices", OpId::embedding,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {index_tensor({1, 4, 1, 0, 1, 3}, {2, 3}, device),
+                    random_input({5, 3}, dtype, device, g)};
+          },
+          [](const Inputs& in) { return embedding(in[0], in[1]); }, {false, true}),
+  };
+}
+
+}  // namespace ember::testing
