@@ -22,4 +22,28 @@ class Sampler {
   int64_t epoch_ = 0;
 };
 
+// 0, 1, ..., n - 1.
+class SequentialSampler : public Sampler {
+ public:
+  explicit SequentialSampler(int64_t n) : n_(n) {}
+  std::vector<int64_t> epoch_indices() override;
+  int64_t size() const override { return n_; }
+
+ private:
+  int64_t n_;
+};
+
+// A permutation of 0 .. n - 1 drawn from Philox with seed + epoch (as PyTorch's
+// DistributedSampler does), so every epoch differs and every run repeats.
+class RandomSampler : public Sampler {
+ public:
+  RandomSampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) {}
+  std::vector<int64_t> epoch_indices() override;
+  int64_t size() const override { return n_; }
+
+ private:
+  int64_t n_;
+  uint64_t seed_;
+};
+
 }  // namespace ember::data

@@ -1,0 +1,234 @@
+// Datasets, samplers, the loader and its worker thread, transforms, and the IDX reader.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <atomic>
+#include <filesystem>
+#include <set>
+
+#include "data/fashion_mnist.h"
+#include "data/loader.h"
+#include "runtime/ops.h"
+
+namespace ember::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::shared_ptr<TensorDataset> numbered(int64_t n) {
+  // input i is (i, -i), target i is i.
+  Tensor inputs = stack({arange(0, n, 1, DType::f32), arange(0, -n, -1, DType::f32)}, 1);
+  return std::make_shared<TensorDataset>(inputs, arange(n));
+}
+
+std::vector<int64_t> visited(DataLoader& loader) {
+  std::vector<int64_t> seen;
+  for (const Batch& batch : loader) {
+    for (int64_t t : to_vector<int64_t>(batch.targets))
+      seen.push_back(t);
+  }
+  return seen;
+}
+
+TEST(TensorDataset, BatchesGatherRows) {
+  auto dataset = numbered(10);
+  Batch batch = dataset->get_batch({3, 0, 7});
+  EXPECT_EQ(batch.inputs.sizes(), (Shape{3, 2}));
+  EXPECT_EQ(to_vector<float>(batch.inputs), (std::vector<float>{3, -3, 0, 0, 7, -7}));
+  EXPECT_EQ(to_vector<int64_t>(batch.targets), (std::vector<int64_t>{3, 0, 7}));
+  EXPECT_EQ(dataset->get(4).target.item<int64_t>(), 4);
+  EXPECT_THROW(dataset->get(10), Error);
+  EXPECT_THROW(dataset->get_batch({10}), Error);
+  EXPECT_THROW(TensorDataset(zeros({3, 2}), zeros({4})), Error);
+}
+
+TEST(DataLoader, SequentialBatchesWithAndWithoutDropLast) {
+  auto dataset = numbered(10);
+  DataLoader loader(dataset, {.batch_size = 4});
+  EXPECT_EQ(loader.num_batches(), 3);
+  std::vector<int64_t> sizes;
+  for (const Batch& batch : loader)
+    sizes.push_back(batch.size());
+  EXPECT_EQ(sizes, (std::vector<int64_t>{4, 4, 2}));
+  DataLoader dropping(dataset, {.batch_size = 4, .drop_last = true});
+  EXPECT_EQ(dropping.num_batches(), 2);
+  EXPECT_EQ(visited(dropping), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+}
+
+TEST(DataLoader, ShuffleIsASeededPermutationThatChangesPerEpoch) {
+  auto dataset = numbered(50);
+  DataLoader a(dataset, {.batch_size = 8, .shuffle = true, .seed = 3});
+  DataLoader b(dataset, {.batch_size = 8, .shuffle = true, .seed = 3});
+  const std::vector<int64_t> first = visited(a);
+  EXPECT_EQ(first, visited(b));
+  EXPECT_EQ(std::set<int64_t>(first.begin(), first.end()).size(), 50u);
+  a.set_epoch(1);
+  const std::vector<int64_t> second = visited(a);
+  EXPECT_NE(first, second);
+  b.set_epoch(1);
+  EXPECT_EQ(second, visited(b));
+}
+
+TEST(DataLoader, SynchronousAndPrefetchingGiveTheSameBatches) {
+  auto dataset = numbered(37);
+  DataLoader threaded(dataset,
+                      {.batch_size = 5,
+                       .shuffle = true,
+                       .seed = 9,
+                       .prefetch_batches = 3,
+                       .transforms = {[](const Tensor& x, Generator&) { return x * 2.0; }}});
+  DataLoader inline_loader(dataset,
+                           {.batch_size = 5,
+                            .shuffle = true,
+                            .seed = 9,
+                            .prefetch_batches = 0,
+                            .transforms = {[](const Tensor& x, Generator&) { return x * 2.0; }}});
+  std::vector<Tensor> a, b;
+  for (const Batch& batch : threaded)
+    a.push_back(batch.inputs);
+  for (const Batch& batch : inline_loader)
+    b.push_back(batch.inputs);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(allclose(a[i], b[i], 0, 0));
+}
+
+TEST(DataLoader, LeavingTheLoopEarlyStopsTheWorker) {
+  auto dataset = numbered(1000);
+  std::atomic<int> built{0};
+  DataLoader loader(
+      dataset,
+      {.batch_size = 1, .prefetch_batches = 2, .transforms = {[&](const Tensor& x, Generator&) {
+                                                 ++built;
+                                                 return x;
+                                               }}});
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    int seen = 0;
+    for (const Batch& batch : loader) {
+      (void)batch;
+      if (++seen == 3) break;
+    }
+  }
+  EXPECT_LT(built.load(), 30);  // the worker stopped, it did not build all 1000
+}
+
+TEST(DataLoader, AnErrorInTheWorkerReachesTheLoop) {
+  auto dataset = numbered(20);
+  DataLoader loader(dataset,
+                    {.batch_size = 4, .transforms = {[](const Tensor& x, Generator&) -> Tensor {
+                                        if (x.size(0) > 0)
+                                          EMBER_FAIL("transform failed on purpose");
+                                        return x;
+                                      }}});
+  EXPECT_THROW(visited(loader), Error);
+  EXPECT_THROW(DataLoader(dataset, {.batch_size = 0}), Error);
+}
+
+TEST(Transforms, NormalizePadCropFlip) {
+  Generator g(1);
+  Tensor images = arange(0, 2 * 1 * 2 * 3, 1, DType::f32).reshape({2, 1, 2, 3});
+  EXPECT_EQ(to_vector<float>(normalize({1.0}, {2.0})(images, g)).front(), -0.5f);
+  EXPECT_EQ(pad(2)(images, g).sizes(), (Shape{2, 1, 6, 7}));
+  // A crop of the full size with no padding is the identity.
+  EXPECT_TRUE(allclose(random_crop(2, 0)(images.narrow(3, 0, 2).contiguous(), g),
+                       images.narrow(3, 0, 2), 0, 0));
+  // A padded crop keeps values from the image or zero; over many draws, some shift happens.
+  Tensor big = ones({64, 1, 8, 8});
+  Tensor cropped = random_crop(8, 2)(big, g);
+  const double kept = sum(cropped).item<double>();
+  EXPECT_LT(kept, 64.0 * 64.0);
+  EXPECT_GT(kept, 0.5 * 64.0 * 64.0);
+  // Flipping with p = 1 mirrors every row; twice is the identity.
+  Tensor flipped = random_horizontal_flip(1.0)(images, g);
+  EXPECT_EQ(to_vector<float>(flipped.select(0, 0).select(0, 0).select(0, 0)).front(), 2.0f);
+  EXPECT_TRUE(allclose(random_horizontal_flip(1.0)(flipped, g), images, 0, 0));
+  EXPECT_TRUE(allclose(random_horizontal_flip(0.0)(images, g), images, 0, 0));
+  EXPECT_THROW(random_crop(10, 0)(images, g), Error);
+  EXPECT_THROW(normalize({0.5, 0.5}, {1.0}), Error);
+  EXPECT_THROW(pad(1)(zeros({2, 2}), g), Error);
+}
+
+class IdxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ember_idx_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write_gz(const std::string& name, const std::string& bytes) {
+    const std::string path = (dir_ / name).string();
+    gzFile f = gzopen(path.c_str(), "wb");
+    gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+    gzclose(f);
+    return path;
+  }
+  static std::string idx(std::vector<uint32_t> shape, size_t data_bytes, unsigned char fill) {
+    std::string out = {0, 0, 8, static_cast<char>(shape.size())};
+    for (uint32_t s : shape) {
+      for (int shift : {24, 16, 8, 0})
+        out.push_back(static_cast<char>((s >> shift) & 0xFF));
+    }
+    out.append(data_bytes, static_cast<char>(fill));
+    return out;
+  }
+  fs::path dir_;
+};
+
+TEST_F(IdxTest, ReadsShapeAndData) {
+  const Tensor t = read_idx(write_gz("a.gz", idx({2, 3}, 6, 7)));
+  EXPECT_EQ(t.sizes(), (Shape{2, 3}));
+  EXPECT_EQ(t.dtype(), DType::u8);
+  EXPECT_EQ(sum(t).item<int64_t>(), 42);
+}
+
+TEST_F(IdxTest, DamagedFilesNameThePathAndTheProblem) {
+  auto message = [](const std::string& path) {
+    try {
+      read_idx(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(read)");
+  };
+  const std::string truncated = write_gz("t.gz", idx({2, 3}, 5, 1));
+  EXPECT_NE(message(truncated).find("truncated"), std::string::npos) << message(truncated);
+  EXPECT_NE(message(truncated).find(truncated), std::string::npos);
+  const std::string wrong_magic = write_gz("m.gz", std::string("\x01\x02\x03\x04rest"));
+  EXPECT_NE(message(wrong_magic).find("not an IDX file"), std::string::npos);
+  EXPECT_NE(message((dir_ / "missing.gz").string()).find("does not exist"), std::string::npos);
+  EXPECT_THROW(FashionMnist(dir_.string(), Split::train), Error);
+}
+
+TEST_F(IdxTest, FashionMnistFromSmallFiles) {
+  write_gz("t10k-images-idx3-ubyte.gz", idx({3, 28, 28}, 3 * 784, 255));
+  std::string labels = idx({3}, 0, 0);
+  labels += std::string("\x01\x09\x00", 3);
+  write_gz("t10k-labels-idx1-ubyte.gz", labels);
+  FashionMnist dataset(dir_.string(), Split::test);
+  EXPECT_EQ(dataset.size(), 3);
+  Batch batch = dataset.get_batch({2, 1});
+  EXPECT_EQ(batch.inputs.sizes(), (Shape{2, 1, 28, 28}));
+  EXPECT_EQ(batch.inputs.dtype(), DType::f32);
+  EXPECT_FLOAT_EQ(mean(batch.inputs).item<float>(), 1.0f);
+  EXPECT_EQ(to_vector<int64_t>(batch.targets), (std::vector<int64_t>{0, 9}));
+  EXPECT_EQ(dataset.get(0).input.sizes(), (Shape{1, 28, 28}));
+  std::string bad_labels = idx({3}, 0, 0) + std::string("\x01\x0b\x00", 3);
+  write_gz("t10k-labels-idx1-ubyte.gz", bad_labels);
+  EXPECT_THROW(FashionMnist(dir_.string(), Split::test), Error);
+}
+
+TEST(FashionMnist, TheInstalledDatasetHasItsKnownSizes) {
+  if (!fs::exists(kFashionMnistDefaultDir)) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  FashionMnist train(kFashionMnistDefaultDir, Split::train);
+  FashionMnist test(kFashionMnistDefaultDir, Split::test, 1000);
+  EXPECT_EQ(train.size(), 60000);
+  EXPECT_EQ(test.size(), 1000);
+  Batch batch = train.get_batch({0, 1, 2, 3});
+  const double pixel_mean = mean(batch.inputs).item<double>();
+  EXPECT_GT(pixel_mean, 0.05);
+  EXPECT_LT(pixel_mean, 0.8);
+}
+
+}  // namespace
+}  // namespace ember::data
