@@ -33,7 +33,6 @@ struct Geometry {
   int64_t plane;           // P Q
   int64_t image;           // C H W
   int64_t image_out;       // K P Q
-  int64_t cols_size;       // C R S P Q
   bool columns_are_input;  // 1x1, stride 1, no padding: the image is its own columns
 
   explicit Geometry(const Conv2dParams& p)
@@ -52,7 +51,6 @@ struct Geometry {
     plane = P * Q;
     image = C * H * W;
     image_out = K * plane;
-    cols_size = C * R * S * plane;
     columns_are_input =
         R == 1 && S == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0;
     for (int64_t size : {plane, group_cols, group_filters}) {
@@ -76,17 +74,34 @@ ColumnRange valid_columns(const Conv2dParams& p, const Geometry& g, int64_t s) {
   return {offset, begin, end};
 }
 
-// image (C, H, W) channels [c_begin, c_end) -> their rows of cols (C R S, P Q).
+// A band of output rows [row_begin, row_end): the columns are unfolded one band at a time so
+// that they stay in the core's L2 cache between the unfolding and the GEMM that reads them.
+struct RowBand {
+  int64_t row_begin, row_end;
+  int64_t pixels(int64_t Q) const { return (row_end - row_begin) * Q; }
+};
+
+// Output rows per band: the band's columns (C R S, rows Q) should take about kBandBytes.
+constexpr int64_t kBandBytes = 256 * 1024;
+template <typename Acc>
+int64_t rows_per_band(const Geometry& g, bool whole_image) {
+  if (whole_image) return std::max<int64_t>(1, g.P);
+  const int64_t row_bytes = g.C * g.R * g.S * g.Q * static_cast<int64_t>(sizeof(Acc));
+  return std::clamp<int64_t>(kBandBytes / std::max<int64_t>(1, row_bytes), 1, g.P);
+}
+
+// image (C, H, W), channels [c_begin, c_end) -> their rows of cols (C R S, band pixels).
 template <typename T, typename Acc>
-void im2col(const Conv2dParams& p, const Geometry& g, const T* image, Acc* cols, int64_t c_begin,
-            int64_t c_end) {
+void im2col(const Conv2dParams& p, const Geometry& g, const T* image, Acc* cols, RowBand band,
+            int64_t c_begin, int64_t c_end) {
+  const int64_t width = band.pixels(g.Q);
   for (int64_t c = c_begin; c < c_end; ++c) {
     for (int64_t r = 0; r < g.R; ++r) {
       for (int64_t s = 0; s < g.S; ++s) {
-        Acc* row = cols + ((c * g.R + r) * g.S + s) * g.plane;
+        Acc* row = cols + ((c * g.R + r) * g.S + s) * width;
         const ColumnRange range = valid_columns(p, g, s);
-        for (int64_t out_h = 0; out_h < g.P; ++out_h) {
-          Acc* dst = row + out_h * g.Q;
+        for (int64_t out_h = band.row_begin; out_h < band.row_end; ++out_h) {
+          Acc* dst = row + (out_h - band.row_begin) * g.Q;
           const int64_t in_h = out_h * p.stride_h - p.pad_h + r * p.dilation_h;
           if (in_h < 0 || in_h >= g.H) {
             std::fill(dst, dst + g.Q, Acc(0));
@@ -110,20 +125,21 @@ void im2col(const Conv2dParams& p, const Geometry& g, const T* image, Acc* cols,
   }
 }
 
-// The adjoint of im2col: adds cols (C R S, P Q) rows of channels [c_begin, c_end) into
-// image (C, H, W) (zeroed by the caller). Channels own disjoint planes: safe to split by channel.
+// The adjoint of im2col: adds the band's cols (C R S, band pixels), channels [c_begin, c_end),
+// into image (C, H, W). Channels own disjoint planes: safe to split by channel.
 template <typename Acc>
-void col2im(const Conv2dParams& p, const Geometry& g, const Acc* cols, Acc* image, int64_t c_begin,
-            int64_t c_end) {
+void col2im(const Conv2dParams& p, const Geometry& g, const Acc* cols, Acc* image, RowBand band,
+            int64_t c_begin, int64_t c_end) {
+  const int64_t width = band.pixels(g.Q);
   for (int64_t c = c_begin; c < c_end; ++c) {
     for (int64_t r = 0; r < g.R; ++r) {
       for (int64_t s = 0; s < g.S; ++s) {
-        const Acc* row = cols + ((c * g.R + r) * g.S + s) * g.plane;
+        const Acc* row = cols + ((c * g.R + r) * g.S + s) * width;
         const ColumnRange range = valid_columns(p, g, s);
-        for (int64_t out_h = 0; out_h < g.P; ++out_h) {
+        for (int64_t out_h = band.row_begin; out_h < band.row_end; ++out_h) {
           const int64_t in_h = out_h * p.stride_h - p.pad_h + r * p.dilation_h;
           if (in_h < 0 || in_h >= g.H) continue;
-          const Acc* src = row + out_h * g.Q;
+          const Acc* src = row + (out_h - band.row_begin) * g.Q;
           Acc* dst = image + (c * g.H + in_h) * g.W;
           if (p.stride_w == 1) {
             Acc* shifted = dst + range.offset + range.q_begin;
@@ -208,47 +224,48 @@ void conv2d_forward(const Conv2dParams& p, const T* input, const T* weight, cons
   const Acc* w = weights_in_compute_type(weight, g.K * g.group_cols, weight_storage);
 
   const int workspaces = workspaces_for(p.batch);
+  const bool image_per_thread = workspaces > 1;
+  const int64_t band_rows = rows_per_band<Acc>(g, !image_per_thread);
+  const bool unfold = !(direct && g.columns_are_input);
   struct Workspace {
     std::vector<Acc> cols, out;
   };
   std::vector<Workspace> spaces(static_cast<size_t>(workspaces));
   for (Workspace& space : spaces) {
-    if (!(direct && g.columns_are_input)) space.cols.resize(static_cast<size_t>(g.cols_size));
+    if (unfold) space.cols.resize(static_cast<size_t>(g.group_cols * g.G * band_rows * g.Q));
     if (!direct) space.out.resize(static_cast<size_t>(g.image_out));
   }
 
   over_images(p.batch, [&](int64_t n, int t, bool parallel_inside) {
     Workspace& space = spaces[static_cast<size_t>(t)];
     const T* image = input + n * g.image;
-    const Acc* cols;
-    if constexpr (direct) {
-      if (g.columns_are_input) {
-        cols = image;
-      } else {
-        over_channels(g.C, parallel_inside, [&](int64_t begin, int64_t end) {
-          im2col(p, g, image, space.cols.data(), begin, end);
-        });
-        cols = space.cols.data();
-      }
-    } else {
-      over_channels(g.C, parallel_inside, [&](int64_t begin, int64_t end) {
-        im2col(p, g, image, space.cols.data(), begin, end);
-      });
-      cols = space.cols.data();
-    }
     Acc* out = direct ? reinterpret_cast<Acc*>(output + n * g.image_out) : space.out.data();
     if (bias != nullptr) {
       // Start from the bias and let the GEMM accumulate onto it (beta = 1).
       for (int64_t k = 0; k < g.K; ++k)
         std::fill(out + k * g.plane, out + (k + 1) * g.plane, static_cast<Acc>(bias[k]));
     }
-    for (int64_t group = 0; group < g.G; ++group) {
-      // (K/G, C/G R S) @ (C/G R S, P Q) -> (K/G, P Q)
-      const GemmShape shape{false,        false,        g.group_filters, g.plane,
-                            g.group_cols, g.group_cols, g.plane,         g.plane};
-      gemm<Acc>(shape, 1.0f, w + group * g.group_filters * g.group_cols,
-                cols + group * g.group_cols * g.plane, bias != nullptr ? 1.0f : 0.0f,
-                out + group * g.group_filters * g.plane);
+    for (int64_t row = 0; row < g.P; row += band_rows) {
+      const RowBand band{row, std::min(g.P, row + band_rows)};
+      const int64_t width = band.pixels(g.Q);
+      const Acc* cols;
+      if (unfold) {
+        over_channels(g.C, parallel_inside, [&](int64_t begin, int64_t end) {
+          im2col(p, g, image, space.cols.data(), band, begin, end);
+        });
+        cols = space.cols.data();
+      } else {
+        cols = reinterpret_cast<const Acc*>(image) + band.row_begin * g.Q;  // 1x1: ld = P Q
+      }
+      const int64_t ld_cols = unfold ? width : g.plane;
+      for (int64_t group = 0; group < g.G; ++group) {
+        // (K/G, C/G R S) @ (C/G R S, band) -> the band's columns of out (K/G, P Q)
+        const GemmShape shape{false,        false,        g.group_filters, width,
+                              g.group_cols, g.group_cols, ld_cols,         g.plane};
+        gemm<Acc>(shape, 1.0f, w + group * g.group_filters * g.group_cols,
+                  cols + group * g.group_cols * ld_cols, bias != nullptr ? 1.0f : 0.0f,
+                  out + group * g.group_filters * g.plane + band.row_begin * g.Q);
+      }
     }
     if constexpr (!direct) {
       T* dst = output + n * g.image_out;
@@ -291,17 +308,23 @@ void conv2d_backward(const Conv2dParams& p, const T* input, const T* weight, con
   const Acc* w = weights_in_compute_type(weight, weight_size, weight_storage);
 
   const int workspaces = workspaces_for(p.batch);
+  const bool image_per_thread = workspaces > 1;
+  const int64_t band_rows = rows_per_band<Acc>(g, !image_per_thread);
+  const int64_t band_cols_size = g.group_cols * g.G * band_rows * g.Q;
   struct Workspace {
     std::vector<Acc> cols, grad_cols, grad_image, grad_out, grad_weight;
   };
   std::vector<Workspace> spaces(static_cast<size_t>(workspaces));
   for (Workspace& space : spaces) {
-    space.cols.resize(static_cast<size_t>(g.cols_size));
-    if (grad_input != nullptr && !g.columns_are_input)
-      space.grad_cols.resize(static_cast<size_t>(g.cols_size));
-    if (grad_input != nullptr && !direct) space.grad_image.resize(static_cast<size_t>(g.image));
+    if (grad_weight != nullptr) {
+      space.cols.resize(static_cast<size_t>(band_cols_size));
+      space.grad_weight.assign(static_cast<size_t>(weight_size), Acc(0));
+    }
+    if (grad_input != nullptr) {
+      space.grad_cols.resize(static_cast<size_t>(band_cols_size));
+      if (!direct) space.grad_image.resize(static_cast<size_t>(g.image));
+    }
     if (!direct) space.grad_out.resize(static_cast<size_t>(g.image_out));
-    if (grad_weight != nullptr) space.grad_weight.assign(static_cast<size_t>(weight_size), Acc(0));
   }
 
   over_images(p.batch, [&](int64_t n, int t, bool parallel_inside) {
@@ -315,38 +338,46 @@ void conv2d_backward(const Conv2dParams& p, const T* input, const T* weight, con
         space.grad_out[static_cast<size_t>(i)] = static_cast<Acc>(src[i]);
       dy = space.grad_out.data();
     }
-    if (grad_weight != nullptr) {
-      over_channels(g.C, parallel_inside, [&](int64_t begin, int64_t end) {
-        im2col(p, g, input + n * g.image, space.cols.data(), begin, end);
-      });
-      for (int64_t group = 0; group < g.G; ++group) {
-        // grad_weight_g (K/G, C/G R S) += dy_g (K/G, P Q) @ cols_g^T (P Q, C/G R S)
-        const GemmShape shape{false,   true,    g.group_filters, g.group_cols,
-                              g.plane, g.plane, g.plane,         g.group_cols};
-        gemm<Acc>(shape, 1.0f, dy + group * g.group_filters * g.plane,
-                  space.cols.data() + group * g.group_cols * g.plane, 1.0f,
-                  space.grad_weight.data() + group * g.group_filters * g.group_cols);
-      }
-    }
+    Acc* dx = nullptr;
     if (grad_input != nullptr) {
-      Acc* dx = direct ? reinterpret_cast<Acc*>(grad_input + n * g.image) : space.grad_image.data();
-      // With 1x1 unit-stride filters the columns are the image: the product lands in dx directly.
-      Acc* grad_cols = g.columns_are_input ? dx : space.grad_cols.data();
-      for (int64_t group = 0; group < g.G; ++group) {
-        // grad_cols_g (C/G R S, P Q) = W_g^T (C/G R S, K/G) @ dy_g (K/G, P Q)
-        const GemmShape shape{true,         false,   g.group_cols, g.plane, g.group_filters,
-                              g.group_cols, g.plane, g.plane};
-        gemm<Acc>(shape, 1.0f, w + group * g.group_filters * g.group_cols,
-                  dy + group * g.group_filters * g.plane, 0.0f,
-                  grad_cols + group * g.group_cols * g.plane);
-      }
-      if (!g.columns_are_input) {
+      dx = direct ? reinterpret_cast<Acc*>(grad_input + n * g.image) : space.grad_image.data();
+      over_channels(g.C, parallel_inside, [&](int64_t begin, int64_t end) {
+        std::fill(dx + begin * g.H * g.W, dx + end * g.H * g.W, Acc(0));
+      });
+    }
+    for (int64_t row = 0; row < g.P; row += band_rows) {
+      const RowBand band{row, std::min(g.P, row + band_rows)};
+      const int64_t width = band.pixels(g.Q);
+      const Acc* dy_band = dy + band.row_begin * g.Q;  // (K, band) with ld = P Q
+      if (grad_weight != nullptr) {
         over_channels(g.C, parallel_inside, [&](int64_t begin, int64_t end) {
-          std::fill(dx + begin * g.H * g.W, dx + end * g.H * g.W, Acc(0));
-          col2im(p, g, grad_cols, dx, begin, end);
+          im2col(p, g, input + n * g.image, space.cols.data(), band, begin, end);
+        });
+        for (int64_t group = 0; group < g.G; ++group) {
+          // grad_weight_g (K/G, C/G R S) += dy_g (K/G, band) @ cols_g^T (band, C/G R S)
+          const GemmShape shape{false, true,    g.group_filters, g.group_cols,
+                                width, g.plane, width,           g.group_cols};
+          gemm<Acc>(shape, 1.0f, dy_band + group * g.group_filters * g.plane,
+                    space.cols.data() + group * g.group_cols * width, 1.0f,
+                    space.grad_weight.data() + group * g.group_filters * g.group_cols);
+        }
+      }
+      if (grad_input != nullptr) {
+        for (int64_t group = 0; group < g.G; ++group) {
+          // grad_cols_g (C/G R S, band) = W_g^T (C/G R S, K/G) @ dy_g (K/G, band)
+          const GemmShape shape{true,         false,   g.group_cols, width, g.group_filters,
+                                g.group_cols, g.plane, width};
+          gemm<Acc>(shape, 1.0f, w + group * g.group_filters * g.group_cols,
+                    dy_band + group * g.group_filters * g.plane, 0.0f,
+                    space.grad_cols.data() + group * g.group_cols * width);
+        }
+        over_channels(g.C, parallel_inside, [&](int64_t begin, int64_t end) {
+          col2im(p, g, space.grad_cols.data(), dx, band, begin, end);
         });
       }
-      if constexpr (!direct) {
+    }
+    if constexpr (!direct) {
+      if (grad_input != nullptr) {
         T* dst = grad_input + n * g.image;
         for (int64_t i = 0; i < g.image; ++i)
           dst[i] = T(dx[i]);
