@@ -3,9 +3,11 @@
 //   input (N, C, H, W), weight (K, C / G, R, S), bias (K) -> output (N, K, P, Q)
 //
 // All tensors dense (NCHW). Each image is unfolded into columns cols (C R S, P Q) and multiplied
-// by the weight viewed as (K, C R S), one product per group. With at least as many images as
-// threads, every OpenMP thread takes whole images (unfold, single-threaded GEMM, fold back) in
-// its own cache-sized workspace: no thread waits on another and nothing is copied between them.
+// by the weight viewed as (K, C R S), one product per group; the GEMM writes the output (or the
+// gradient) in place through its leading dimension. With at least as many images as threads,
+// every OpenMP thread takes whole images (unfold, single-threaded GEMM, fold back) in its own
+// workspace: no thread waits on another. Inside an image the columns are unfolded one band of
+// output rows at a time (about 256 KiB), so they are still in L2 when the GEMM reads them.
 // With fewer images, images run one after the other with a parallel unfold and a threaded GEMM.
 // f16 and bf16 are unfolded straight into f32 columns and computed in f32.
 #pragma once
