@@ -1,0 +1,408 @@
+#include "kernels/cpu/conv2d.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <climits>
+#include <stdexcept>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/common/convert.h"
+#include "kernels/common/scalar_types.h"
+#include "kernels/cpu/gemm.h"
+
+namespace ember::kernels::cpu {
+
+namespace {
+
+// The type the columns and the GEMM use: f32 for the 16-bit floats.
+template <typename T>
+using compute_t = std::conditional_t<is_reduced_float_v<T>, float, T>;
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Sizes derived once from the parameters.
+struct Geometry {
+  int64_t C, H, W, K, R, S, P, Q, G;
+  int64_t group_channels;  // C / G
+  int64_t group_filters;   // K / G
+  int64_t group_cols;      // C / G * R * S: the rows of one group's columns
+  int64_t plane;           // P Q
+  int64_t image;           // C H W
+  int64_t image_out;       // K P Q
+  bool columns_are_input;  // 1x1, stride 1, no padding: the image is its own columns
+
+  explicit Geometry(const Conv2dParams& p)
+      : C(p.in_channels),
+        H(p.in_height),
+        W(p.in_width),
+        K(p.out_channels),
+        R(p.kernel_height),
+        S(p.kernel_width),
+        P(p.out_height()),
+        Q(p.out_width()),
+        G(p.groups) {
+    group_channels = C / G;
+    group_filters = K / G;
+    group_cols = group_channels * R * S;
+    plane = P * Q;
+    image = C * H * W;
+    image_out = K * plane;
+    columns_are_input =
+        R == 1 && S == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0;
+    for (int64_t size : {plane, group_cols, group_filters}) {
+      if (size > INT_MAX)
+        throw std::invalid_argument("conv2d: a GEMM dimension exceeds OpenBLAS's 32-bit sizes");
+    }
+  }
+};
+
+// For row r (kernel column s) of the columns: the output columns q whose input column
+// q stride - pad + s dilation lies inside [0, W): [q_begin, q_end).
+struct ColumnRange {
+  int64_t offset;  // input column of q = 0
+  int64_t q_begin, q_end;
+};
+
+ColumnRange valid_columns(const Conv2dParams& p, const Geometry& g, int64_t s) {
+  const int64_t offset = s * p.dilation_w - p.pad_w;
+  const int64_t begin = std::min(g.Q, offset >= 0 ? 0 : ceil_div(-offset, p.stride_w));
+  const int64_t end = std::clamp(ceil_div(g.W - offset, p.stride_w), begin, g.Q);
+  return {offset, begin, end};
+}
+
+// A band of output rows [row_begin, row_end): the columns are unfolded one band at a time so
+// that they stay in the core's L2 cache between the unfolding and the GEMM that reads them.
+struct RowBand {
+  int64_t row_begin, row_end;
+  int64_t pixels(int64_t Q) const { return (row_end - row_begin) * Q; }
+};
+
+// Output rows per band: the band's columns (C R S, rows Q) should take about kBandBytes.
+constexpr int64_t kBandBytes = 256 * 1024;
+template <typename Acc>
+int64_t rows_per_band(const Geometry& g, bool whole_image) {
+  if (whole_image) return std::max<int64_t>(1, g.P);
+  const int64_t row_bytes = g.C * g.R * g.S * g.Q * static_cast<int64_t>(sizeof(Acc));
+  return std::clamp<int64_t>(kBandBytes / std::max<int64_t>(1, row_bytes), 1, g.P);
+}
+
+// image (C, H, W), channels [c_begin, c_end) -> their rows of cols (C R S, band pixels).
+template <typename T, typename Acc>
+void im2col(const Conv2dParams& p, const Geometry& g, const T* image, Acc* cols, RowBand band,
+            int64_t c_begin, int64_t c_end) {
+  const int64_t width = band.pixels(g.Q);
+  for (int64_t c = c_begin; c < c_end; ++c) {
+    for (int64_t r = 0; r < g.R; ++r) {
+      for (int64_t s = 0; s < g.S; ++s) {
+        Acc* row = cols + ((c * g.R + r) * g.S + s) * width;
+        const ColumnRange range = valid_columns(p, g, s);
+        for (int64_t out_h = band.row_begin; out_h < band.row_end; ++out_h) {
+          Acc* dst = row + (out_h - band.row_begin) * g.Q;
+          const int64_t in_h = out_h * p.stride_h - p.pad_h + r * p.dilation_h;
+          if (in_h < 0 || in_h >= g.H) {
+            std::fill(dst, dst + g.Q, Acc(0));
+            continue;
+          }
+          const T* src = image + (c * g.H + in_h) * g.W;
+          std::fill(dst, dst + range.q_begin, Acc(0));
+          if (p.stride_w == 1) {
+            const T* shifted = src + range.offset + range.q_begin;
+            Acc* out = dst + range.q_begin;
+            for (int64_t i = 0; i < range.q_end - range.q_begin; ++i)
+              out[i] = static_cast<Acc>(shifted[i]);
+          } else {
+            for (int64_t q = range.q_begin; q < range.q_end; ++q)
+              dst[q] = static_cast<Acc>(src[range.offset + q * p.stride_w]);
+          }
+          std::fill(dst + range.q_end, dst + g.Q, Acc(0));
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: adds the band's cols (C R S, band pixels), channels [c_begin, c_end),
+// into image (C, H, W). Channels own disjoint planes: safe to split by channel.
+template <typename Acc>
+void col2im(const Conv2dParams& p, const Geometry& g, const Acc* cols, Acc* image, RowBand band,
+            int64_t c_begin, int64_t c_end) {
+  const int64_t width = band.pixels(g.Q);
+  for (int64_t c = c_begin; c < c_end; ++c) {
+    for (int64_t r = 0; r < g.R; ++r) {
+      for (int64_t s = 0; s < g.S; ++s) {
+        const Acc* row = cols + ((c * g.R + r) * g.S + s) * width;
+        const ColumnRange range = valid_columns(p, g, s);
+        for (int64_t out_h = band.row_begin; out_h < band.row_end; ++out_h) {
+          const int64_t in_h = out_h * p.stride_h - p.pad_h + r * p.dilation_h;
+          if (in_h < 0 || in_h >= g.H) continue;
+          const Acc* src = row + (out_h - band.row_begin) * g.Q;
+          Acc* dst = image + (c * g.H + in_h) * g.W;
+          if (p.stride_w == 1) {
+            Acc* shifted = dst + range.offset + range.q_begin;
+            const Acc* from = src + range.q_begin;
+            for (int64_t i = 0; i < range.q_end - range.q_begin; ++i)
+              shifted[i] += from[i];
+          } else {
+            for (int64_t q = range.q_begin; q < range.q_end; ++q)
+              dst[range.offset + q * p.stride_w] += src[q];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Runs body(c_begin, c_end) over channels: split across threads when `parallel`.
+template <typename Body>
+void over_channels(int64_t channels, bool parallel, Body body) {
+  if (!parallel) {
+    body(0, channels);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t chunk = ceil_div(channels, nt);
+    const int64_t begin = std::min(channels, t * chunk), end = std::min(channels, begin + chunk);
+    if (begin < end) body(begin, end);
+  }
+}
+
+// Whole images to threads when there are enough of them (single-threaded GEMMs, see the
+// header); otherwise one image after another with parallel unfolding and threaded GEMMs.
+// body(n, workspace_index, parallel_inside) ; returns the number of workspaces used.
+template <typename Body>
+int over_images(int64_t batch, Body body) {
+  const int threads = omp_get_max_threads();
+  if (threads > 1 && batch >= threads) {
+    use_blas_threads(1);
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num();
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < batch; ++n)
+        body(n, t, false);
+    }
+    return threads;
+  }
+  for (int64_t n = 0; n < batch; ++n)
+    body(n, 0, threads > 1);
+  return 1;
+}
+
+int workspaces_for(int64_t batch) {
+  const int threads = omp_get_max_threads();
+  return threads > 1 && batch >= threads ? threads : 1;
+}
+
+template <typename T, typename Acc>
+const Acc* weights_in_compute_type(const T* weight, int64_t count, std::vector<Acc>& storage) {
+  if constexpr (std::is_same_v<T, Acc>) {
+    return weight;
+  } else {
+    storage.resize(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i)
+      storage[static_cast<size_t>(i)] = static_cast<Acc>(weight[i]);
+    return storage.data();
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void conv2d_forward(const Conv2dParams& p, const T* input, const T* weight, const T* bias,
+                    T* output) {
+  using Acc = compute_t<T>;
+  constexpr bool direct = std::is_same_v<T, Acc>;
+  const Geometry g(p);
+  if (p.batch == 0 || g.image_out == 0) return;
+  std::vector<Acc> weight_storage;
+  const Acc* w = weights_in_compute_type(weight, g.K * g.group_cols, weight_storage);
+
+  const int workspaces = workspaces_for(p.batch);
+  const bool image_per_thread = workspaces > 1;
+  const int64_t band_rows = rows_per_band<Acc>(g, !image_per_thread);
+  const bool unfold = !(direct && g.columns_are_input);
+  struct Workspace {
+    std::vector<Acc> cols, out;
+  };
+  std::vector<Workspace> spaces(static_cast<size_t>(workspaces));
+  for (Workspace& space : spaces) {
+    if (unfold) space.cols.resize(static_cast<size_t>(g.group_cols * g.G * band_rows * g.Q));
+    if (!direct) space.out.resize(static_cast<size_t>(g.image_out));
+  }
+
+  over_images(p.batch, [&](int64_t n, int t, bool parallel_inside) {
+    Workspace& space = spaces[static_cast<size_t>(t)];
+    const T* image = input + n * g.image;
+    Acc* out = direct ? reinterpret_cast<Acc*>(output + n * g.image_out) : space.out.data();
+    if (bias != nullptr) {
+      // Start from the bias and let the GEMM accumulate onto it (beta = 1).
+      for (int64_t k = 0; k < g.K; ++k)
+        std::fill(out + k * g.plane, out + (k + 1) * g.plane, static_cast<Acc>(bias[k]));
+    }
+    for (int64_t row = 0; row < g.P; row += band_rows) {
+      const RowBand band{row, std::min(g.P, row + band_rows)};
+      const int64_t width = band.pixels(g.Q);
+      const Acc* cols;
+      if (unfold) {
+        over_channels(g.C, parallel_inside, [&](int64_t begin, int64_t end) {
+          im2col(p, g, image, space.cols.data(), band, begin, end);
+        });
+        cols = space.cols.data();
+      } else {
+        cols = reinterpret_cast<const Acc*>(image) + band.row_begin * g.Q;  // 1x1: ld = P Q
+      }
+      const int64_t ld_cols = unfold ? width : g.plane;
+      for (int64_t group = 0; group < g.G; ++group) {
+        // (K/G, C/G R S) @ (C/G R S, band) -> the band's columns of out (K/G, P Q)
+        const GemmShape shape{false,        false,        g.group_filters, width,
+                              g.group_cols, g.group_cols, ld_cols,         g.plane};
+        gemm<Acc>(shape, 1.0f, w + group * g.group_filters * g.group_cols,
+                  cols + group * g.group_cols * ld_cols, bias != nullptr ? 1.0f : 0.0f,
+                  out + group * g.group_filters * g.plane + band.row_begin * g.Q);
+      }
+    }
+    if constexpr (!direct) {
+      T* dst = output + n * g.image_out;
+      for (int64_t i = 0; i < g.image_out; ++i)
+        dst[i] = T(out[i]);
+    }
+  });
+}
+
+template <typename T>
+void conv2d_backward(const Conv2dParams& p, const T* input, const T* weight, const T* grad_output,
+                     T* grad_input, T* grad_weight, T* grad_bias) {
+  using Acc = compute_t<T>;
+  constexpr bool direct = std::is_same_v<T, Acc>;
+  const Geometry g(p);
+  const int64_t weight_size = g.K * g.group_cols;
+
+  if (grad_bias != nullptr) {
+    // grad_bias[k] = sum over n, p, q of grad_output: summed in f64 (N P Q terms).
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < g.K; ++k) {
+      double total = 0.0;
+      for (int64_t n = 0; n < p.batch; ++n) {
+        const T* src = grad_output + n * g.image_out + k * g.plane;
+        Acc partial = 0;
+        for (int64_t i = 0; i < g.plane; ++i)
+          partial += static_cast<Acc>(src[i]);
+        total += static_cast<double>(partial);
+      }
+      grad_bias[k] = convert<T>(total);
+    }
+  }
+  if (grad_input == nullptr && grad_weight == nullptr) return;
+  if (p.batch == 0 || g.image_out == 0) {
+    if (grad_input != nullptr) std::fill(grad_input, grad_input + p.batch * g.image, T(0));
+    if (grad_weight != nullptr) std::fill(grad_weight, grad_weight + weight_size, T(0));
+    return;
+  }
+  std::vector<Acc> weight_storage;
+  const Acc* w = weights_in_compute_type(weight, weight_size, weight_storage);
+
+  const int workspaces = workspaces_for(p.batch);
+  const bool image_per_thread = workspaces > 1;
+  const int64_t band_rows = rows_per_band<Acc>(g, !image_per_thread);
+  const int64_t band_cols_size = g.group_cols * g.G * band_rows * g.Q;
+  struct Workspace {
+    std::vector<Acc> cols, grad_cols, grad_image, grad_out, grad_weight;
+  };
+  std::vector<Workspace> spaces(static_cast<size_t>(workspaces));
+  for (Workspace& space : spaces) {
+    if (grad_weight != nullptr) {
+      space.cols.resize(static_cast<size_t>(band_cols_size));
+      space.grad_weight.assign(static_cast<size_t>(weight_size), Acc(0));
+    }
+    if (grad_input != nullptr) {
+      space.grad_cols.resize(static_cast<size_t>(band_cols_size));
+      if (!direct) space.grad_image.resize(static_cast<size_t>(g.image));
+    }
+    if (!direct) space.grad_out.resize(static_cast<size_t>(g.image_out));
+  }
+
+  over_images(p.batch, [&](int64_t n, int t, bool parallel_inside) {
+    Workspace& space = spaces[static_cast<size_t>(t)];
+    const Acc* dy;  // this image's grad_output (K, P Q)
+    if constexpr (direct) {
+      dy = grad_output + n * g.image_out;
+    } else {
+      const T* src = grad_output + n * g.image_out;
+      for (int64_t i = 0; i < g.image_out; ++i)
+        space.grad_out[static_cast<size_t>(i)] = static_cast<Acc>(src[i]);
+      dy = space.grad_out.data();
+    }
+    Acc* dx = nullptr;
+    if (grad_input != nullptr) {
+      dx = direct ? reinterpret_cast<Acc*>(grad_input + n * g.image) : space.grad_image.data();
+      over_channels(g.C, parallel_inside, [&](int64_t begin, int64_t end) {
+        std::fill(dx + begin * g.H * g.W, dx + end * g.H * g.W, Acc(0));
+      });
+    }
+    for (int64_t row = 0; row < g.P; row += band_rows) {
+      const RowBand band{row, std::min(g.P, row + band_rows)};
+      const int64_t width = band.pixels(g.Q);
+      const Acc* dy_band = dy + band.row_begin * g.Q;  // (K, band) with ld = P Q
+      if (grad_weight != nullptr) {
+        over_channels(g.C, parallel_inside, [&](int64_t begin, int64_t end) {
+          im2col(p, g, input + n * g.image, space.cols.data(), band, begin, end);
+        });
+        for (int64_t group = 0; group < g.G; ++group) {
+          // grad_weight_g (K/G, C/G R S) += dy_g (K/G, band) @ cols_g^T (band, C/G R S)
+          const GemmShape shape{false, true,    g.group_filters, g.group_cols,
+                                width, g.plane, width,           g.group_cols};
+          gemm<Acc>(shape, 1.0f, dy_band + group * g.group_filters * g.plane,
+                    space.cols.data() + group * g.group_cols * width, 1.0f,
+                    space.grad_weight.data() + group * g.group_filters * g.group_cols);
+        }
+      }
+      if (grad_input != nullptr) {
+        for (int64_t group = 0; group < g.G; ++group) {
+          // grad_cols_g (C/G R S, band) = W_g^T (C/G R S, K/G) @ dy_g (K/G, band)
+          const GemmShape shape{true,         false,   g.group_cols, width, g.group_filters,
+                                g.group_cols, g.plane, width};
+          gemm<Acc>(shape, 1.0f, w + group * g.group_filters * g.group_cols,
+                    dy_band + group * g.group_filters * g.plane, 0.0f,
+                    space.grad_cols.data() + group * g.group_cols * width);
+        }
+        over_channels(g.C, parallel_inside, [&](int64_t begin, int64_t end) {
+          col2im(p, g, space.grad_cols.data(), dx, band, begin, end);
+        });
+      }
+    }
+    if constexpr (!direct) {
+      if (grad_input != nullptr) {
+        T* dst = grad_input + n * g.image;
+        for (int64_t i = 0; i < g.image; ++i)
+          dst[i] = T(dx[i]);
+      }
+    }
+  });
+
+  if (grad_weight != nullptr) {
+    // Per-thread partial sums added in thread order: the result does not depend on timing.
+    for (int64_t i = 0; i < weight_size; ++i) {
+      Acc total = 0;
+      for (const Workspace& space : spaces)
+        total += space.grad_weight[static_cast<size_t>(i)];
+      grad_weight[i] = T(total);
+    }
+  }
+}
+
+#define EMBER_INSTANTIATE_CONV2D(T)                                                       \
+  template void conv2d_forward<T>(const Conv2dParams&, const T*, const T*, const T*, T*); \
+  template void conv2d_backward<T>(const Conv2dParams&, const T*, const T*, const T*, T*, T*, T*);
+EMBER_INSTANTIATE_CONV2D(float)
+EMBER_INSTANTIATE_CONV2D(double)
+EMBER_INSTANTIATE_CONV2D(Half)
+EMBER_INSTANTIATE_CONV2D(BFloat16)
+#undef EMBER_INSTANTIATE_CONV2D
+
+}  // namespace ember::kernels::cpu

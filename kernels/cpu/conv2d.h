@@ -1,0 +1,31 @@
+// 2-D convolution on the CPU: im2col + GEMM (OpenBLAS), forward and backward.
+//
+//   input (N, C, H, W), weight (K, C / G, R, S), bias (K) -> output (N, K, P, Q)
+//
+// All tensors dense (NCHW). Each image is unfolded into columns cols (C R S, P Q) and multiplied
+// by the weight viewed as (K, C R S), one product per group; the GEMM writes the output (or the
+// gradient) in place through its leading dimension. With at least as many images as threads,
+// every OpenMP thread takes whole images (unfold, single-threaded GEMM, fold back) in its own
+// workspace: no thread waits on another. Inside an image the columns are unfolded one band of
+// output rows at a time (about 256 KiB), so they are still in L2 when the GEMM reads them.
+// With fewer images, images run one after the other with a parallel unfold and a threaded GEMM.
+// f16 and bf16 are unfolded straight into f32 columns and computed in f32.
+#pragma once
+
+#include "kernels/common/conv_params.h"
+
+namespace ember::kernels::cpu {
+
+// `bias` may be null.
+template <typename T>
+void conv2d_forward(const Conv2dParams& params, const T* input, const T* weight, const T* bias,
+                    T* output);
+
+// From grad_output (N, K, P, Q): grad_input (N, C, H, W), grad_weight (K, C / G, R, S) and
+// grad_bias (K), each computed only when its pointer is not null (all overwritten, not
+// accumulated). Only the input and the weight are needed: the columns are unfolded again.
+template <typename T>
+void conv2d_backward(const Conv2dParams& params, const T* input, const T* weight,
+                     const T* grad_output, T* grad_input, T* grad_weight, T* grad_bias);
+
+}  // namespace ember::kernels::cpu

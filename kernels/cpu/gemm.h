@@ -1,0 +1,43 @@
+// Matrix products on the CPU: OpenBLAS for f32 and f64; f16 and bf16 go through f32 blocks
+// (converted in, one f32 GEMM with f32 accumulation, converted back).
+//
+//   c (m, n) = alpha * op(a) (m, k) @ op(b) (k, n) + beta * c
+//
+// All matrices are row-major with a leading dimension (the step between rows, in elements).
+// `trans_a` means `a` is stored as (k, m) with leading dimension lda and used transposed; this
+// is how a transposed view (unit stride along its rows) is handed over without a copy.
+#pragma once
+
+#include <cstdint>
+
+namespace ember::kernels::cpu {
+
+struct GemmShape {
+  bool trans_a = false;
+  bool trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+};
+
+// One product. beta == 0 overwrites c (NaNs in c do not leak through).
+template <typename T>
+void gemm(const GemmShape& shape, float alpha, const T* a, const T* b, float beta, T* c);
+
+// `batch` products with the same shape; matrix i of each operand starts at offsets[i] elements
+// from its base pointer (offsets of 0 repeat a broadcast operand). Loops over the batch: each
+// product is parallelised by BLAS itself.
+template <typename T>
+void gemm_batched(const GemmShape& shape, int64_t batch, float alpha, const T* a,
+                  const int64_t* a_offsets, const T* b, const int64_t* b_offsets, float beta, T* c,
+                  const int64_t* c_offsets);
+
+// OpenBLAS (Debian's pthreads build) keeps its own thread pool. Every gemm first sets its size:
+// omp_get_max_threads() when called outside an OpenMP region (so omp_set_num_threads and
+// OMP_NUM_THREADS are followed and the two pools take turns on the same cores), and 1 when
+// called from inside one (each OpenMP thread runs its own single-threaded product; nothing is
+// oversubscribed). Cheap when nothing changes. A kernel that calls gemm from a parallel region
+// calls use_blas_threads(1) before entering it, so that the threads do not race to set it.
+void use_blas_threads(int threads);
+int blas_threads_for_caller();  // the count gemm uses from the calling context
+
+}  // namespace ember::kernels::cpu

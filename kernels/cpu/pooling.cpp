@@ -1,0 +1,226 @@
+#include "kernels/cpu/pooling.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/common/convert.h"
+#include "kernels/common/scalar_types.h"
+#include "kernels/cpu/loops.h"
+
+namespace ember::kernels::cpu {
+
+namespace {
+
+template <typename T>
+using accumulate_t = std::conditional_t<is_reduced_float_v<T>, float, T>;
+
+// body(plane) for every plane, split across threads once the total work is worth it.
+template <typename Body>
+void over_planes(int64_t planes, int64_t work_per_plane, Body body) {
+  const int threads = threads_for(planes * std::max<int64_t>(1, work_per_plane));
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t plane = 0; plane < planes; ++plane)
+    body(plane);
+}
+
+// The window of output (p, q): rows [h_begin, h_end) and columns [w_begin, w_end) of the real
+// input, and the size of the window clipped to the padded input (count_include_pad's divisor).
+struct Window {
+  int64_t h_begin, h_end, w_begin, w_end;
+  int64_t padded_size;
+};
+
+Window window_of(const Pool2dGeometry& g, int64_t p, int64_t q) {
+  int64_t h_begin = p * g.stride_h - g.pad_h, w_begin = q * g.stride_w - g.pad_w;
+  int64_t h_end = std::min(h_begin + g.kernel_h, g.in_height + g.pad_h);
+  int64_t w_end = std::min(w_begin + g.kernel_w, g.in_width + g.pad_w);
+  const int64_t padded_size = (h_end - h_begin) * (w_end - w_begin);
+  h_begin = std::max<int64_t>(h_begin, 0);
+  w_begin = std::max<int64_t>(w_begin, 0);
+  h_end = std::min(h_end, g.in_height);
+  w_end = std::min(w_end, g.in_width);
+  return {h_begin, h_end, w_begin, w_end, padded_size};
+}
+
+int64_t divisor_of(const Window& window, bool count_include_pad) {
+  if (count_include_pad) return window.padded_size;
+  return (window.h_end - window.h_begin) * (window.w_end - window.w_begin);
+}
+
+// PyTorch's adaptive bins: [floor(i in / out), ceil((i + 1) in / out)).
+int64_t bin_start(int64_t i, int64_t in, int64_t out) {
+  return (i * in) / out;
+}
+int64_t bin_end(int64_t i, int64_t in, int64_t out) {
+  return ((i + 1) * in + out - 1) / out;
+}
+
+}  // namespace
+
+template <typename T>
+void max_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, int64_t* indices) {
+  const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
+  over_planes(g.planes, out_plane * g.kernel_h * g.kernel_w, [&](int64_t plane) {
+    const T* in = x + plane * in_plane;
+    T* out = y + plane * out_plane;
+    int64_t* index = indices + plane * out_plane;
+    for (int64_t p = 0; p < g.out_height; ++p) {
+      for (int64_t q = 0; q < g.out_width; ++q) {
+        const Window w = window_of(g, p, q);
+        using Acc = accumulate_t<T>;
+        Acc best = -std::numeric_limits<Acc>::infinity();
+        int64_t best_index = w.h_begin * g.in_width + w.w_begin;
+        for (int64_t h = w.h_begin; h < w.h_end; ++h) {
+          for (int64_t c = w.w_begin; c < w.w_end; ++c) {
+            const Acc value = static_cast<Acc>(in[h * g.in_width + c]);
+            if (value > best || std::isnan(value)) {
+              best = value;
+              best_index = h * g.in_width + c;
+              if (std::isnan(value)) break;
+            }
+          }
+          if (std::isnan(best)) break;
+        }
+        out[p * g.out_width + q] = convert<T>(best);
+        index[p * g.out_width + q] = best_index;
+      }
+    }
+  });
+}
+
+template <typename T>
+void max_pool2d_backward(const Pool2dGeometry& g, const T* grad_y, const int64_t* indices,
+                         T* grad_x) {
+  const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
+  using Acc = accumulate_t<T>;
+  over_planes(g.planes, in_plane + out_plane, [&](int64_t plane) {
+    T* dx = grad_x + plane * in_plane;
+    const T* dy = grad_y + plane * out_plane;
+    const int64_t* index = indices + plane * out_plane;
+    std::fill(dx, dx + in_plane, T(0));
+    for (int64_t i = 0; i < out_plane; ++i)
+      dx[index[i]] = convert<T>(static_cast<Acc>(dx[index[i]]) + static_cast<Acc>(dy[i]));
+  });
+}
+
+template <typename T>
+void avg_pool2d_forward(const Pool2dGeometry& g, bool count_include_pad, const T* x, T* y) {
+  const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
+  using Acc = accumulate_t<T>;
+  over_planes(g.planes, out_plane * g.kernel_h * g.kernel_w, [&](int64_t plane) {
+    const T* in = x + plane * in_plane;
+    T* out = y + plane * out_plane;
+    for (int64_t p = 0; p < g.out_height; ++p) {
+      for (int64_t q = 0; q < g.out_width; ++q) {
+        const Window w = window_of(g, p, q);
+        Acc total = 0;
+        for (int64_t h = w.h_begin; h < w.h_end; ++h) {
+          for (int64_t c = w.w_begin; c < w.w_end; ++c)
+            total += static_cast<Acc>(in[h * g.in_width + c]);
+        }
+        const int64_t divisor = divisor_of(w, count_include_pad);
+        out[p * g.out_width + q] =
+            divisor > 0 ? convert<T>(total / static_cast<Acc>(divisor)) : T(0);
+      }
+    }
+  });
+}
+
+template <typename T>
+void avg_pool2d_backward(const Pool2dGeometry& g, bool count_include_pad, const T* grad_y,
+                         T* grad_x) {
+  const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
+  using Acc = accumulate_t<T>;
+  over_planes(g.planes, out_plane * g.kernel_h * g.kernel_w, [&](int64_t plane) {
+    // Accumulated in the wider type, one plane at a time, then rounded once.
+    std::vector<Acc> dx(static_cast<size_t>(in_plane), Acc(0));
+    const T* dy = grad_y + plane * out_plane;
+    for (int64_t p = 0; p < g.out_height; ++p) {
+      for (int64_t q = 0; q < g.out_width; ++q) {
+        const Window w = window_of(g, p, q);
+        const int64_t divisor = divisor_of(w, count_include_pad);
+        if (divisor == 0) continue;
+        const Acc share = static_cast<Acc>(dy[p * g.out_width + q]) / static_cast<Acc>(divisor);
+        for (int64_t h = w.h_begin; h < w.h_end; ++h) {
+          for (int64_t c = w.w_begin; c < w.w_end; ++c)
+            dx[static_cast<size_t>(h * g.in_width + c)] += share;
+        }
+      }
+    }
+    T* out = grad_x + plane * in_plane;
+    for (int64_t i = 0; i < in_plane; ++i)
+      out[i] = convert<T>(dx[static_cast<size_t>(i)]);
+  });
+}
+
+template <typename T>
+void adaptive_avg_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y) {
+  const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
+  using Acc = accumulate_t<T>;
+  over_planes(g.planes, in_plane + out_plane, [&](int64_t plane) {
+    const T* in = x + plane * in_plane;
+    T* out = y + plane * out_plane;
+    for (int64_t p = 0; p < g.out_height; ++p) {
+      const int64_t h_begin = bin_start(p, g.in_height, g.out_height);
+      const int64_t h_end = bin_end(p, g.in_height, g.out_height);
+      for (int64_t q = 0; q < g.out_width; ++q) {
+        const int64_t w_begin = bin_start(q, g.in_width, g.out_width);
+        const int64_t w_end = bin_end(q, g.in_width, g.out_width);
+        Acc total = 0;
+        for (int64_t h = h_begin; h < h_end; ++h) {
+          for (int64_t c = w_begin; c < w_end; ++c)
+            total += static_cast<Acc>(in[h * g.in_width + c]);
+        }
+        const int64_t count = (h_end - h_begin) * (w_end - w_begin);
+        out[p * g.out_width + q] = convert<T>(total / static_cast<Acc>(count));
+      }
+    }
+  });
+}
+
+template <typename T>
+void adaptive_avg_pool2d_backward(const Pool2dGeometry& g, const T* grad_y, T* grad_x) {
+  const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
+  using Acc = accumulate_t<T>;
+  over_planes(g.planes, in_plane + out_plane, [&](int64_t plane) {
+    std::vector<Acc> dx(static_cast<size_t>(in_plane), Acc(0));
+    const T* dy = grad_y + plane * out_plane;
+    for (int64_t p = 0; p < g.out_height; ++p) {
+      const int64_t h_begin = bin_start(p, g.in_height, g.out_height);
+      const int64_t h_end = bin_end(p, g.in_height, g.out_height);
+      for (int64_t q = 0; q < g.out_width; ++q) {
+        const int64_t w_begin = bin_start(q, g.in_width, g.out_width);
+        const int64_t w_end = bin_end(q, g.in_width, g.out_width);
+        const int64_t count = (h_end - h_begin) * (w_end - w_begin);
+        const Acc share = static_cast<Acc>(dy[p * g.out_width + q]) / static_cast<Acc>(count);
+        for (int64_t h = h_begin; h < h_end; ++h) {
+          for (int64_t c = w_begin; c < w_end; ++c)
+            dx[static_cast<size_t>(h * g.in_width + c)] += share;
+        }
+      }
+    }
+    T* out = grad_x + plane * in_plane;
+    for (int64_t i = 0; i < in_plane; ++i)
+      out[i] = convert<T>(dx[static_cast<size_t>(i)]);
+  });
+}
+
+#define EMBER_INSTANTIATE_POOLING(T)                                                         \
+  template void max_pool2d_forward<T>(const Pool2dGeometry&, const T*, T*, int64_t*);        \
+  template void max_pool2d_backward<T>(const Pool2dGeometry&, const T*, const int64_t*, T*); \
+  template void avg_pool2d_forward<T>(const Pool2dGeometry&, bool, const T*, T*);            \
+  template void avg_pool2d_backward<T>(const Pool2dGeometry&, bool, const T*, T*);           \
+  template void adaptive_avg_pool2d_forward<T>(const Pool2dGeometry&, const T*, T*);         \
+  template void adaptive_avg_pool2d_backward<T>(const Pool2dGeometry&, const T*, T*);
+EMBER_INSTANTIATE_POOLING(float)
+EMBER_INSTANTIATE_POOLING(double)
+EMBER_INSTANTIATE_POOLING(Half)
+EMBER_INSTANTIATE_POOLING(BFloat16)
+#undef EMBER_INSTANTIATE_POOLING
+
+}  // namespace ember::kernels::cpu

@@ -1,0 +1,153 @@
+// Pooling over NCHW tensors: max (with saved argmax positions), average, adaptive average.
+#include "kernels/cpu/pooling.h"
+
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/autograd/node.h"
+#include "runtime/dispatch.h"
+#include "runtime/ops.h"
+#include "runtime/ops/conv.h"
+
+namespace ember {
+
+namespace {
+
+// "(2,3)". Built by appending: GCC 12 warns falsely (-Wrestrict) on "(" + std::string.
+std::string pair_str(Size2 s) {
+  std::string text = "(";
+  text.append(std::to_string(s.h)).append(",").append(std::to_string(s.w)).append(")");
+  return text;
+}
+
+void check_pool_input(const Tensor& x, const char* op) {
+  EMBER_CHECK(x.defined(), op, ": got an undefined tensor");
+  if (x.is_cuda()) EMBER_FAIL(op, ": not implemented for CUDA tensors yet (", describe(x), ")");
+  EMBER_CHECK(x.dim() == 4, op, ": expected a 4-D input (N, C, H, W), got ", describe(x));
+  EMBER_CHECK(is_floating(x.dtype()), op, ": expected a floating-point input, got ", describe(x));
+}
+
+// x (N, C, H, W) and the options -> the kernels' geometry; the checks PyTorch makes.
+kernels::cpu::Pool2dGeometry pool_geometry(const Tensor& x, const Pool2dOptions& o,
+                                           const char* op) {
+  const Size2 kernel = o.kernel_size;
+  const Size2 stride = (o.stride.h == 0 && o.stride.w == 0) ? kernel : o.stride;
+  EMBER_CHECK(kernel.h > 0 && kernel.w > 0, op, ": kernel_size must be positive, got ",
+              pair_str(kernel));
+  EMBER_CHECK(stride.h > 0 && stride.w > 0, op, ": stride must be positive, got ",
+              pair_str(stride));
+  EMBER_CHECK(o.padding.h >= 0 && o.padding.w >= 0 && 2 * o.padding.h <= kernel.h &&
+                  2 * o.padding.w <= kernel.w,
+              op, ": padding ", pair_str(o.padding),
+              " must be non-negative and at most half the kernel size ", pair_str(kernel));
+  kernels::cpu::Pool2dGeometry g;
+  g.planes = x.size(0) * x.size(1);
+  g.in_height = x.size(2);
+  g.in_width = x.size(3);
+  g.kernel_h = kernel.h;
+  g.kernel_w = kernel.w;
+  g.stride_h = stride.h;
+  g.stride_w = stride.w;
+  g.pad_h = o.padding.h;
+  g.pad_w = o.padding.w;
+  const int64_t padded_h = g.in_height + 2 * g.pad_h, padded_w = g.in_width + 2 * g.pad_w;
+  EMBER_CHECK(kernel.h <= padded_h && kernel.w <= padded_w, op, ": kernel size ", pair_str(kernel),
+              " is larger than the padded input (", padded_h, ",", padded_w, ") of ", describe(x));
+  g.out_height = (padded_h - kernel.h) / stride.h + 1;
+  g.out_width = (padded_w - kernel.w) / stride.w + 1;
+  return g;
+}
+
+Shape output_shape(const Tensor& x, const kernels::cpu::Pool2dGeometry& g) {
+  return {x.size(0), x.size(1), g.out_height, g.out_width};
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x_in, const Pool2dOptions& options) {
+  check_pool_input(x_in, "max_pool2d");
+  const Tensor x = x_in.contiguous();
+  const kernels::cpu::Pool2dGeometry g = pool_geometry(x, options, "max_pool2d");
+  Tensor out = empty(output_shape(x, g), x.dtype());
+  Tensor indices = empty(output_shape(x, g), DType::i64);
+  dispatch_floating(x.dtype(), "max_pool2d", [&]<typename T>() {
+    kernels::cpu::max_pool2d_forward<T>(g, static_cast<const T*>(x.data_ptr()),
+                                        static_cast<T*>(out.data_ptr()), indices.data<int64_t>());
+  });
+  if (any_requires_grad({&x})) {
+    record(OpId::max_pool2d, {x}, out, {indices},
+           [g, input_shape = x.sizes()](const Tensor& grad,
+                                        const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             const Tensor dy = grad.contiguous();
+             Tensor dx = empty(input_shape, dy.dtype());
+             dispatch_floating(dy.dtype(), "max_pool2d backward", [&]<typename T>() {
+               kernels::cpu::max_pool2d_backward<T>(g, static_cast<const T*>(dy.data_ptr()),
+                                                    s[0].data<int64_t>(),
+                                                    static_cast<T*>(dx.data_ptr()));
+             });
+             return {dx};
+           });
+  }
+  return out;
+}
+
+Tensor avg_pool2d(const Tensor& x_in, const Pool2dOptions& options) {
+  check_pool_input(x_in, "avg_pool2d");
+  const Tensor x = x_in.contiguous();
+  const kernels::cpu::Pool2dGeometry g = pool_geometry(x, options, "avg_pool2d");
+  const bool include_pad = options.count_include_pad;
+  Tensor out = empty(output_shape(x, g), x.dtype());
+  dispatch_floating(x.dtype(), "avg_pool2d", [&]<typename T>() {
+    kernels::cpu::avg_pool2d_forward<T>(g, include_pad, static_cast<const T*>(x.data_ptr()),
+                                        static_cast<T*>(out.data_ptr()));
+  });
+  if (any_requires_grad({&x})) {
+    record(OpId::avg_pool2d, {x}, out, {},
+           [g, include_pad, input_shape = x.sizes()](
+               const Tensor& grad, const std::vector<Tensor>&) -> std::vector<Tensor> {
+             const Tensor dy = grad.contiguous();
+             Tensor dx = empty(input_shape, dy.dtype());
+             dispatch_floating(dy.dtype(), "avg_pool2d backward", [&]<typename T>() {
+               kernels::cpu::avg_pool2d_backward<T>(g, include_pad,
+                                                    static_cast<const T*>(dy.data_ptr()),
+                                                    static_cast<T*>(dx.data_ptr()));
+             });
+             return {dx};
+           });
+  }
+  return out;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x_in, Size2 output_size) {
+  check_pool_input(x_in, "adaptive_avg_pool2d");
+  EMBER_CHECK(output_size.h > 0 && output_size.w > 0,
+              "adaptive_avg_pool2d: output size must be positive, got ", pair_str(output_size));
+  EMBER_CHECK(x_in.size(2) > 0 && x_in.size(3) > 0,
+              "adaptive_avg_pool2d: expected a non-empty plane, got ", describe(x_in));
+  const Tensor x = x_in.contiguous();
+  kernels::cpu::Pool2dGeometry g;
+  g.planes = x.size(0) * x.size(1);
+  g.in_height = x.size(2);
+  g.in_width = x.size(3);
+  g.out_height = output_size.h;
+  g.out_width = output_size.w;
+  Tensor out = empty(output_shape(x, g), x.dtype());
+  dispatch_floating(x.dtype(), "adaptive_avg_pool2d", [&]<typename T>() {
+    kernels::cpu::adaptive_avg_pool2d_forward<T>(g, static_cast<const T*>(x.data_ptr()),
+                                                 static_cast<T*>(out.data_ptr()));
+  });
+  if (any_requires_grad({&x})) {
+    record(OpId::adaptive_avg_pool2d, {x}, out, {},
+           [g, input_shape = x.sizes()](const Tensor& grad,
+                                        const std::vector<Tensor>&) -> std::vector<Tensor> {
+             const Tensor dy = grad.contiguous();
+             Tensor dx = empty(input_shape, dy.dtype());
+             dispatch_floating(dy.dtype(), "adaptive_avg_pool2d backward", [&]<typename T>() {
+               kernels::cpu::adaptive_avg_pool2d_backward<T>(
+                   g, static_cast<const T*>(dy.data_ptr()), static_cast<T*>(dx.data_ptr()));
+             });
+             return {dx};
+           });
+  }
+  return out;
+}
+
+}  // namespace ember

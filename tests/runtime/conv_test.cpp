@@ -1,0 +1,316 @@
+// conv2d and pooling against plain loops (forward, and conv2d's backward), 16-bit floats
+// against f32, and the error messages.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "runtime/ops.h"
+
+namespace ember {
+namespace {
+
+struct ConvCase {
+  Shape input, weight;
+  Conv2dOptions options;
+  bool bias;
+};
+
+int64_t out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
+  return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
+}
+
+// The direct definition, in f64. Calls visit(n, k, c, p, q, h, w) for every (output, input,
+// weight) triple that contributes: forward and backward references are the same loop.
+template <typename Visit>
+void for_each_tap(const ConvCase& c, Visit visit) {
+  const int64_t N = c.input[0], C = c.input[1], H = c.input[2], W = c.input[3];
+  const int64_t K = c.weight[0], Cg = c.weight[1], R = c.weight[2], S = c.weight[3];
+  const Conv2dOptions& o = c.options;
+  const int64_t P = out_size(H, R, o.stride.h, o.padding.h, o.dilation.h);
+  const int64_t Q = out_size(W, S, o.stride.w, o.padding.w, o.dilation.w);
+  const int64_t Kg = K / o.groups;
+  (void)C;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t q = 0; q < Q; ++q)
+          for (int64_t cg = 0; cg < Cg; ++cg)
+            for (int64_t r = 0; r < R; ++r)
+              for (int64_t s = 0; s < S; ++s) {
+                const int64_t h = p * o.stride.h - o.padding.h + r * o.dilation.h;
+                const int64_t w = q * o.stride.w - o.padding.w + s * o.dilation.w;
+                if (h < 0 || h >= H || w < 0 || w >= W) continue;
+                const int64_t channel = (k / Kg) * Cg + cg;
+                visit(((n * K + k) * P + p) * Q + q, ((n * C + channel) * H + h) * W + w,
+                      ((k * Cg + cg) * R + r) * S + s);
+              }
+}
+
+std::vector<double> values_of(const Tensor& t) {
+  return to_vector<double>(t);
+}
+
+void expect_close(const std::vector<double>& actual, const std::vector<double>& expected,
+                  double tolerance, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t i = 0; i < actual.size(); ++i)
+    ASSERT_NEAR(actual[i], expected[i], tolerance * (1.0 + std::abs(expected[i])))
+        << what << " at " << i;
+}
+
+std::string case_name(const ConvCase& c) {
+  std::string name = shape_str(c.input);
+  name += " * ";
+  name += shape_str(c.weight);
+  name +=
+      " stride " + std::to_string(c.options.stride.h) + "," + std::to_string(c.options.stride.w);
+  name += " groups " + std::to_string(c.options.groups);
+  return name;
+}
+
+std::vector<ConvCase> conv_cases() {
+  return {
+      {{3, 4, 9, 8}, {6, 4, 3, 3}, {.padding = 1}, true},
+      {{1, 3, 11, 7}, {5, 3, 3, 2}, {.stride = Size2(2, 3), .padding = Size2(1, 0)}, false},
+      {{2, 2, 13, 12}, {3, 2, 3, 3}, {.padding = 2, .dilation = 2}, true},
+      {{4, 6, 7, 7}, {4, 3, 3, 3}, {.stride = 2, .padding = 1, .groups = 2}, true},
+      {{2, 6, 5, 6}, {6, 1, 3, 3}, {.padding = 1, .groups = 6}, false},  // depthwise
+      {{3, 5, 6, 7}, {4, 5, 1, 1}, {}, true},                            // pointwise
+      {{5, 1, 4, 4}, {2, 1, 4, 4}, {}, false},                           // kernel = input
+      // Large enough to be unfolded in several bands of rows.
+      {{2, 16, 40, 38}, {8, 16, 3, 3}, {.padding = 1}, true},
+  };
+}
+
+TEST(Conv2d, ForwardAndBackwardMatchTheDefinition) {
+  Generator g(21);
+  for (const ConvCase& c : conv_cases()) {
+    Tensor x = uniform(c.input, -1.0, 1.0, DType::f32, &g);
+    Tensor w = uniform(c.weight, -1.0, 1.0, DType::f32, &g);
+    Tensor b = c.bias ? uniform({c.weight[0]}, -1.0, 1.0, DType::f32, &g) : Tensor();
+    x.requires_grad_();
+    w.requires_grad_();
+    if (c.bias) b.requires_grad_();
+    const Tensor y = conv2d(x, w, b, c.options);
+    const std::vector<double> xs = values_of(x), ws = values_of(w);
+    std::vector<double> expected(static_cast<size_t>(y.numel()), 0.0);
+    for_each_tap(c, [&](int64_t o, int64_t i, int64_t k) {
+      expected[static_cast<size_t>(o)] += xs[static_cast<size_t>(i)] * ws[static_cast<size_t>(k)];
+    });
+    if (c.bias) {
+      const std::vector<double> bs = values_of(b);
+      const int64_t plane = y.size(2) * y.size(3);
+      for (size_t o = 0; o < expected.size(); ++o)
+        expected[o] += bs[static_cast<size_t>((static_cast<int64_t>(o) / plane) % y.size(1))];
+    }
+    expect_close(values_of(y), expected, 1e-5, "forward " + case_name(c));
+
+    // Backward of sum(y * dy) for a random dy: grad_x and grad_w by the same taps.
+    const Tensor dy = uniform(y.sizes(), -1.0, 1.0, DType::f32, &g);
+    sum(y * dy).backward();
+    const std::vector<double> dys = values_of(dy);
+    std::vector<double> dx(xs.size(), 0.0), dw(ws.size(), 0.0);
+    for_each_tap(c, [&](int64_t o, int64_t i, int64_t k) {
+      dx[static_cast<size_t>(i)] += dys[static_cast<size_t>(o)] * ws[static_cast<size_t>(k)];
+      dw[static_cast<size_t>(k)] += dys[static_cast<size_t>(o)] * xs[static_cast<size_t>(i)];
+    });
+    expect_close(values_of(x.grad()), dx, 1e-4, "grad_input " + case_name(c));
+    expect_close(values_of(w.grad()), dw, 1e-4, "grad_weight " + case_name(c));
+    if (c.bias) {
+      expect_close(values_of(b.grad()), values_of(sum(dy, {0, 2, 3})), 1e-4,
+                   "grad_bias " + case_name(c));
+    }
+  }
+}
+
+TEST(Conv2d, OneThreadAndTwoThreadsAgree) {
+  Generator g(22);
+  const Tensor x = uniform({3, 4, 10, 9}, -1.0, 1.0, DType::f32, &g);
+  const Tensor w = uniform({5, 4, 3, 3}, -1.0, 1.0, DType::f32, &g);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Tensor one = conv2d(x, w, Tensor(), {.padding = 1});
+  omp_set_num_threads(threads);
+  const Tensor many = conv2d(x, w, Tensor(), {.padding = 1});
+  EXPECT_TRUE(allclose(one, many, 1e-5, 1e-6));
+}
+
+TEST(Conv2d, HalfAndBFloat16MatchFloat) {
+  Generator g(23);
+  const Tensor x = uniform({2, 4, 9, 7}, -1.0, 1.0, DType::f32, &g);
+  const Tensor w = uniform({6, 2, 3, 3}, -1.0, 1.0, DType::f32, &g);
+  const Tensor b = uniform({6}, -1.0, 1.0, DType::f32, &g);
+  const Conv2dOptions options{.stride = 2, .padding = 1, .groups = 2};
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    const Tensor xl = x.to(dtype), wl = w.to(dtype), bl = b.to(dtype);
+    const Tensor low = conv2d(xl, wl, bl, options);
+    EXPECT_EQ(low.dtype(), dtype);
+    // Same (rounded) inputs in f32: only the output rounding differs.
+    const Tensor reference =
+        conv2d(xl.to(DType::f32), wl.to(DType::f32), bl.to(DType::f32), options);
+    const double tolerance = dtype == DType::bf16 ? 1e-2 : 2e-3;
+    EXPECT_TRUE(allclose(low.to(DType::f32), reference, tolerance, tolerance * 4)) << dtype;
+  }
+}
+
+void expect_error(const std::function<void()>& call, const std::string& text) {
+  try {
+    call();
+    ADD_FAILURE() << "expected an error containing: " << text;
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
+TEST(Conv2d, ErrorsSayWhatIsWrong) {
+  expect_error(
+      [] {
+        conv2d(ones({1, 3, 5, 5}), ones({2, 4, 3, 3}));
+      },
+      "conv2d: input (1,3,5,5) has 3 channels but weight (2,4,3,3) with groups=1 "
+      "expects 4");
+  expect_error(
+      [] {
+        conv2d(ones({1, 4, 5, 5}), ones({3, 2, 3, 3}), Tensor(), {.groups = 2});
+      },
+      "must both be divisible by groups (2)");
+  expect_error(
+      [] {
+        conv2d(ones({1, 1, 3, 3}), ones({1, 1, 5, 5}), Tensor(), {.padding = 0});
+      },
+      "larger than the padded input (3,3)");
+  expect_error(
+      [] {
+        conv2d(ones({1, 1, 3, 3}), ones({1, 1, 3, 3}), ones({2}));
+      },
+      "expected a bias of shape (1)");
+  expect_error([] { conv2d(ones({3, 3, 3}), ones({1, 3, 3, 3})); }, "expected a 4-D input");
+}
+
+// ---- pooling ------------------------------------------------------------------------------
+
+struct Pool {
+  int64_t kh, kw, sh, sw, ph, pw;
+};
+
+// Windows of output (p, q) in the padded input, the max or the mean over them.
+std::vector<double> naive_pool(const Tensor& x, Pool o, bool is_max, bool count_include_pad) {
+  const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t P = (H + 2 * o.ph - o.kh) / o.sh + 1, Q = (W + 2 * o.pw - o.kw) / o.sw + 1;
+  const std::vector<double> xs = values_of(x);
+  std::vector<double> out;
+  for (int64_t plane = 0; plane < planes; ++plane)
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t q = 0; q < Q; ++q) {
+        double best = -std::numeric_limits<double>::infinity(), total = 0.0;
+        int64_t real = 0, padded = 0;
+        for (int64_t i = 0; i < o.kh; ++i)
+          for (int64_t j = 0; j < o.kw; ++j) {
+            const int64_t h = p * o.sh - o.ph + i, w = q * o.sw - o.pw + j;
+            if (h < H + o.ph && w < W + o.pw) ++padded;
+            if (h < 0 || h >= H || w < 0 || w >= W) continue;
+            const double v = xs[static_cast<size_t>((plane * H + h) * W + w)];
+            best = std::max(best, v);
+            total += v;
+            ++real;
+          }
+        out.push_back(is_max ? best
+                             : total / static_cast<double>(count_include_pad ? padded : real));
+      }
+  return out;
+}
+
+TEST(Pooling, MaxAndAverageMatchTheDefinition) {
+  Generator g(31);
+  const std::vector<std::pair<Shape, Pool>> cases = {
+      {{2, 3, 8, 8}, {2, 2, 2, 2, 0, 0}},
+      {{1, 2, 9, 7}, {3, 3, 2, 2, 1, 1}},
+      {{3, 1, 7, 10}, {3, 2, 1, 2, 1, 0}},
+  };
+  for (const auto& [shape, o] : cases) {
+    const Tensor x = uniform(shape, -1.0, 1.0, DType::f32, &g);
+    const Pool2dOptions options{.kernel_size = Size2(o.kh, o.kw),
+                                .stride = Size2(o.sh, o.sw),
+                                .padding = Size2(o.ph, o.pw)};
+    expect_close(values_of(max_pool2d(x, options)), naive_pool(x, o, true, true), 1e-6,
+                 "max_pool2d " + shape_str(shape));
+    expect_close(values_of(avg_pool2d(x, options)), naive_pool(x, o, false, true), 1e-6,
+                 "avg_pool2d " + shape_str(shape));
+    Pool2dOptions exclude = options;
+    exclude.count_include_pad = false;
+    expect_close(values_of(avg_pool2d(x, exclude)), naive_pool(x, o, false, false), 1e-6,
+                 "avg_pool2d exclude pad " + shape_str(shape));
+  }
+}
+
+TEST(Pooling, MaxPoolGradientGoesToTheArgmax) {
+  Tensor x = from_vector({1, 5, 3, 2, 9, 4, 8, 7, 6}, {1, 1, 3, 3}).requires_grad_();
+  const Tensor y = max_pool2d(x, {.kernel_size = 2, .stride = 1});
+  expect_close(values_of(y), {9, 9, 9, 9}, 0.0, "max");
+  sum(y).backward();
+  expect_close(values_of(x.grad()), {0, 0, 0, 0, 4, 0, 0, 0, 0}, 0.0, "grad");
+}
+
+TEST(Pooling, AdaptiveAverageUsesPyTorchBins) {
+  Generator g(32);
+  const Tensor x = uniform({2, 3, 5, 7}, -1.0, 1.0, DType::f32, &g);
+  const Tensor y = adaptive_avg_pool2d(x, Size2(3, 2));
+  ASSERT_EQ(y.sizes(), (Shape{2, 3, 3, 2}));
+  const std::vector<double> xs = values_of(x);
+  std::vector<double> expected;
+  for (int64_t plane = 0; plane < 6; ++plane)
+    for (int64_t p = 0; p < 3; ++p)
+      for (int64_t q = 0; q < 2; ++q) {
+        const int64_t h0 = p * 5 / 3, h1 = ((p + 1) * 5 + 2) / 3;  // floor, ceil
+        const int64_t w0 = q * 7 / 2, w1 = ((q + 1) * 7 + 1) / 2;
+        double total = 0.0;
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w)
+            total += xs[static_cast<size_t>((plane * 5 + h) * 7 + w)];
+        expected.push_back(total / static_cast<double>((h1 - h0) * (w1 - w0)));
+      }
+  expect_close(values_of(y), expected, 1e-6, "adaptive 5x7 -> 3x2");
+  // Output size = input size is the identity; output 1x1 is the mean.
+  EXPECT_TRUE(allclose(adaptive_avg_pool2d(x, Size2(5, 7)), x));
+  EXPECT_TRUE(allclose(adaptive_avg_pool2d(x, 1).flatten(), mean(x, {2, 3}).flatten(), 1e-5));
+}
+
+TEST(Pooling, HalfAndBFloat16MatchFloat) {
+  Generator g(33);
+  const Tensor x = uniform({2, 3, 9, 8}, -1.0, 1.0, DType::f32, &g);
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    const Tensor xl = x.to(dtype), xf = xl.to(DType::f32);
+    const double tolerance = dtype == DType::bf16 ? 1e-2 : 2e-3;
+    const Pool2dOptions options{.kernel_size = 3, .stride = 2, .padding = 1};
+    EXPECT_TRUE(allclose(max_pool2d(xl, options).to(DType::f32), max_pool2d(xf, options)));
+    EXPECT_TRUE(allclose(avg_pool2d(xl, options).to(DType::f32), avg_pool2d(xf, options), tolerance,
+                         tolerance))
+        << dtype;
+    EXPECT_TRUE(allclose(adaptive_avg_pool2d(xl, Size2(4, 3)).to(DType::f32),
+                         adaptive_avg_pool2d(xf, Size2(4, 3)), tolerance, tolerance))
+        << dtype;
+  }
+}
+
+TEST(Pooling, ErrorsSayWhatIsWrong) {
+  expect_error(
+      [] {
+        max_pool2d(ones({1, 1, 2, 2}), {.kernel_size = 3});
+      },
+      "larger than the padded input");
+  expect_error(
+      [] {
+        avg_pool2d(ones({1, 1, 6, 6}), {.kernel_size = 2, .padding = 2});
+      },
+      "at most half the kernel size");
+  expect_error([] { adaptive_avg_pool2d(ones({4, 4}), 2); }, "expected a 4-D input");
+}
+
+}  // namespace
+}  // namespace ember
