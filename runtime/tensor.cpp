@@ -480,6 +480,23 @@ Tensor& Tensor::div_(const Tensor& other) {
   ember::binary_inplace(kernels::BinaryOp::div, *this, other, 1);
   return *this;
 }
+void Tensor::set_data(const Tensor& data) const {
+  EMBER_CHECK(data.defined(), "set_data: the new data is an undefined tensor");
+  EMBER_CHECK(is_leaf(), "set_data: only leaf tensors can be given new data, got ", describe(*this));
+  EMBER_CHECK(!requires_grad() || is_floating(data.dtype()),
+              "set_data: a tensor that requires grad needs floating-point data, got ",
+              describe(data));
+  TensorImpl* self = impl();
+  const bool layout_changes = self->sizes != data.sizes() || self->dtype != data.dtype();
+  self->storage = data.storage();
+  self->sizes = data.sizes();
+  self->strides = data.strides();
+  self->offset = data.storage_offset();
+  self->dtype = data.dtype();
+  self->is_view = data.is_view();
+  if (layout_changes && self->autograd) self->autograd->grad = Tensor();
+}
+
 // The number becomes a 0-d tensor of the dtype it meets this tensor with, so that promotion rules
 // apply as to the out-of-place op (an i64 tensor cannot take `mul_(1.5)`).
 Tensor& Tensor::add_(const Scalar& other) {

@@ -108,6 +108,11 @@ class Tensor {
   uint32_t version() const { return storage()->version(); }
   void bump_version() const { storage()->bump_version(); }
 
+  // Points this handle, and every copy of it, at `data`'s storage, shape and dtype, as PyTorch's
+  // `param.data = data`: how a module converts its parameters while its members keep working.
+  // requires_grad and hooks stay; the gradient is dropped when the shape or dtype changes.
+  void set_data(const Tensor& data) const;
+
   // ---- views (share storage) ------------------------------------------------------------------
   Tensor view(const Shape& shape) const;     // one size may be -1; needs compatible strides
   Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy

@@ -1,0 +1,52 @@
+// Containers: Sequential (nests freely), ModuleList, and ResidualBlock (x + f(x)).
+#pragma once
+
+#include <initializer_list>
+
+#include "nn/module.h"
+
+namespace ember::nn {
+
+// Children named "0", "1", ...; forward feeds each one's output to the next.
+//   auto block = nn::make<nn::Sequential>({nn::make<nn::Linear>(4, 8), nn::make<nn::ReLU>(),
+//                                          nn::make<nn::Sequential>({...})});
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  Sequential(std::initializer_list<ModulePtr> modules);
+  void push_back(ModulePtr module);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Sequential"; }
+  size_t size() const { return modules_.size(); }
+  const ModulePtr& operator[](size_t index) const;
+
+ private:
+  std::vector<ModulePtr> modules_;
+};
+
+// A list of modules registered as "0", "1", ... with no forward of its own.
+class ModuleList : public Module {
+ public:
+  ModuleList() = default;
+  ModuleList(std::initializer_list<ModulePtr> modules);
+  void push_back(ModulePtr module);
+  std::string type_name() const override { return "ModuleList"; }
+  size_t size() const { return modules_.size(); }
+  const ModulePtr& operator[](size_t index) const;
+  std::vector<ModulePtr>::const_iterator begin() const { return modules_.begin(); }
+  std::vector<ModulePtr>::const_iterator end() const { return modules_.end(); }
+
+ private:
+  std::vector<ModulePtr> modules_;
+};
+
+// x + module(x), as Catalyst's ResidualBlock.
+class ResidualBlock : public Module {
+ public:
+  explicit ResidualBlock(ModulePtr module);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "ResidualBlock"; }
+  ModulePtr module;
+};
+
+}  // namespace ember::nn

@@ -1,0 +1,161 @@
+#include "nn/layers.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "nn/init.h"
+
+namespace ember::nn {
+namespace {
+
+std::string size2_str(Size2 s) {
+  std::ostringstream out;  // not chained std::string +: GCC 12 -O3 warns (-Wrestrict) falsely
+  if (s.h == s.w) {
+    out << s.h;
+  } else {
+    out << "(" << s.h << ", " << s.w << ")";
+  }
+  return out.str();
+}
+
+// PyTorch's default for Linear and Conv2d: kaiming_uniform_(a = sqrt(5)) on the weight, and the
+// bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+void reset_linear_like(Tensor& weight, Tensor& bias) {
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined()) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(init::fans(weight).first));
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
+}  // namespace
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool has_bias) {
+  EMBER_CHECK(in_features > 0 && out_features > 0,
+              "Linear: in_features and out_features must be positive, got ", in_features, " and ",
+              out_features);
+  weight = register_parameter("weight", empty({out_features, in_features}));
+  if (has_bias) bias = register_parameter("bias", empty({out_features}));
+  reset_linear_like(weight, bias);
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  return linear(x, weight, bias);
+}
+
+std::string Linear::extra_repr() const {
+  std::ostringstream out;
+  out << "in_features=" << weight.size(1) << ", out_features=" << weight.size(0)
+      << ", bias=" << (bias.defined() ? "true" : "false");
+  return out.str();
+}
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size,
+               Conv2dOptions conv_options, bool has_bias)
+    : options(conv_options) {
+  EMBER_CHECK(in_channels > 0 && out_channels > 0 && kernel_size.h > 0 && kernel_size.w > 0,
+              "Conv2d: channels and kernel size must be positive");
+  EMBER_CHECK(
+      options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
+      "Conv2d: groups (", options.groups, ") must divide in_channels (", in_channels,
+      ") and out_channels (", out_channels, ")");
+  weight = register_parameter(
+      "weight", empty({out_channels, in_channels / options.groups, kernel_size.h, kernel_size.w}));
+  if (has_bias) bias = register_parameter("bias", empty({out_channels}));
+  reset_linear_like(weight, bias);
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  return conv2d(x, weight, bias, options);
+}
+
+std::string Conv2d::extra_repr() const {
+  std::ostringstream out;
+  out << weight.size(1) * options.groups << ", " << weight.size(0)
+      << ", kernel_size=" << size2_str({weight.size(2), weight.size(3)});
+  if (!(options.stride == Size2(1))) out << ", stride=" << size2_str(options.stride);
+  if (!(options.padding == Size2(0))) out << ", padding=" << size2_str(options.padding);
+  if (!(options.dilation == Size2(1))) out << ", dilation=" << size2_str(options.dilation);
+  if (options.groups != 1) out << ", groups=" << options.groups;
+  if (!bias.defined()) out << ", bias=false";
+  return out.str();
+}
+
+BatchNorm::BatchNorm(int64_t features, int dims, double epsilon, double batch_momentum, bool affine)
+    : num_features(features), spatial_dims(dims), eps(epsilon), momentum(batch_momentum) {
+  EMBER_CHECK(features > 0, type_name(), ": num_features must be positive, got ", features);
+  if (affine) {
+    weight = register_parameter("weight", ones({features}));
+    bias = register_parameter("bias", zeros({features}));
+  }
+  running_mean = register_buffer("running_mean", zeros({features}));
+  running_var = register_buffer("running_var", ones({features}));
+  num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, DType::i64));
+}
+
+std::string BatchNorm::type_name() const {
+  return spatial_dims == 1 ? "BatchNorm1d" : "BatchNorm2d";
+}
+
+Tensor BatchNorm::forward(const Tensor& x) {
+  const bool ok = spatial_dims == 2 ? x.dim() == 4 : (x.dim() == 2 || x.dim() == 3);
+  EMBER_CHECK(ok, type_name(), ": expected ",
+              spatial_dims == 2 ? "(N, C, H, W)" : "(N, C) or (N, C, L)", " input, got ",
+              describe(x));
+  if (is_training()) {
+    NoGradGuard no_grad;
+    num_batches_tracked.add_(1);
+  }
+  return batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum, eps);
+}
+
+std::string BatchNorm::extra_repr() const {
+  std::ostringstream out;
+  out << num_features << ", eps=" << eps << ", momentum=" << momentum
+      << ", affine=" << (weight.defined() ? "true" : "false");
+  return out.str();
+}
+
+LayerNorm::LayerNorm(Shape normalized_shape, double epsilon, bool elementwise_affine)
+    : shape(std::move(normalized_shape)), eps(epsilon) {
+  EMBER_CHECK(!shape.empty(), "LayerNorm: normalized_shape must not be empty");
+  if (elementwise_affine) {
+    weight = register_parameter("weight", ones(shape));
+    bias = register_parameter("bias", zeros(shape));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  return layer_norm(x, shape, weight, bias, eps);
+}
+
+std::string LayerNorm::extra_repr() const {
+  std::ostringstream out;
+  out << shape_str(shape) << ", eps=" << eps;
+  return out.str();
+}
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim) {
+  EMBER_CHECK(num_embeddings > 0 && embedding_dim > 0, "Embedding: sizes must be positive, got ",
+              num_embeddings, " and ", embedding_dim);
+  weight = register_parameter("weight", empty({num_embeddings, embedding_dim}));
+  init::normal_(weight, 0.0, 1.0);
+}
+
+std::string Embedding::extra_repr() const {
+  std::ostringstream out;
+  out << weight.size(0) << ", " << weight.size(1);
+  return out.str();
+}
+
+Dropout::Dropout(double probability) : p(probability) {
+  EMBER_CHECK(p >= 0.0 && p <= 1.0, "Dropout: p must be in [0, 1], got ", p);
+}
+
+std::string Dropout::extra_repr() const {
+  std::ostringstream out;
+  out << "p=" << p;
+  return out.str();
+}
+
+}  // namespace ember::nn

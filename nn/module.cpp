@@ -1,0 +1,223 @@
+#include "nn/module.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "runtime/ops.h"
+
+namespace ember::nn {
+
+Tensor Module::forward(const Tensor&) {
+  EMBER_FAIL(type_name(), ": this module does not take a single input; call its own method");
+}
+
+void Module::check_new_name(const std::string& name) const {
+  EMBER_CHECK(!name.empty() && name.find('.') == std::string::npos, type_name(),
+              ": a registered name must be non-empty and contain no '.', got '", name, "'");
+  auto taken = [&](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& e) { return e.first == name; });
+  };
+  EMBER_CHECK(!taken(parameters_) && !taken(buffers_) && !taken(children_), type_name(),
+              ": the name '", name, "' is already registered");
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor tensor, bool requires_grad) {
+  check_new_name(name);
+  EMBER_CHECK(tensor.defined(), type_name(), ": parameter '", name, "' is undefined");
+  EMBER_CHECK(tensor.is_leaf(), type_name(), ": parameter '", name,
+              "' must be a leaf tensor (detach it first)");
+  if (requires_grad) tensor.requires_grad_(true);
+  parameters_.emplace_back(name, tensor);
+  return tensor;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
+  check_new_name(name);
+  EMBER_CHECK(tensor.defined(), type_name(), ": buffer '", name, "' is undefined");
+  buffers_.emplace_back(name, tensor);
+  return tensor;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
+  check_new_name(name);
+  EMBER_CHECK(module != nullptr, type_name(), ": child module '", name, "' is empty");
+  EMBER_CHECK(module.get() != this, type_name(), ": a module cannot be its own child");
+  children_.emplace_back(name, std::move(module));
+}
+
+void Module::collect(const std::string& prefix, bool recurse, bool want_parameters,
+                     NamedTensors& out) const {
+  for (const auto& [name, tensor] : want_parameters ? parameters_ : buffers_)
+    out.emplace_back(prefix + name, tensor);
+  if (!recurse) return;
+  for (const auto& [name, child] : children_)
+    child->collect(prefix + name + ".", true, want_parameters, out);
+}
+
+NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors out;
+  collect("", recurse, true, out);
+  // A module shared by two parents (weight tying) is listed once, under its first name.
+  std::set<const TensorImpl*> seen;
+  NamedTensors unique;
+  for (auto& entry : out) {
+    if (seen.insert(entry.second.impl()).second) unique.push_back(std::move(entry));
+  }
+  return unique;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [name, tensor] : named_parameters(recurse))
+    out.push_back(tensor);
+  return out;
+}
+
+NamedTensors Module::named_buffers(bool recurse) const {
+  NamedTensors out;
+  collect("", recurse, false, out);
+  return out;
+}
+
+std::vector<Tensor> Module::buffers(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [name, tensor] : named_buffers(recurse))
+    out.push_back(tensor);
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out = {{"", this}};
+  for (auto& [name, child] : children_) {
+    for (auto& [sub_name, module] : child->named_modules())
+      out.emplace_back(sub_name.empty() ? name : name + "." + sub_name, module);
+  }
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters())
+    n += p.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_)
+    child->train(on);
+}
+
+void Module::convert(std::optional<Device> device, std::optional<DType> dtype) {
+  NoGradGuard no_grad;
+  auto convert_one = [&](const Tensor& t) {
+    Tensor moved = device ? t.to(*device) : t;
+    // Only floating tensors change dtype: counters and indices keep theirs.
+    if (dtype && is_floating(t.dtype())) moved = moved.to(*dtype);
+    if (moved.is_same(t)) return;
+    const Tensor grad = t.grad();
+    t.set_data(moved);
+    if (grad.defined()) t.set_grad(grad.to(t.device()).to(t.dtype()));
+  };
+  for (auto& [name, p] : parameters_)
+    convert_one(p);
+  for (auto& [name, b] : buffers_)
+    convert_one(b);
+  for (auto& [name, child] : children_)
+    child->convert(device, dtype);
+}
+
+void Module::to(const Device& device, std::optional<DType> dtype) {
+  convert(device, dtype);
+}
+
+void Module::to(DType dtype) {
+  convert(std::nullopt, dtype);
+}
+
+void Module::zero_grad(bool set_to_none) {
+  NoGradGuard no_grad;
+  for (const Tensor& p : parameters()) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (set_to_none) {
+      p.set_grad(Tensor());
+    } else {
+      g.zero_();
+    }
+  }
+}
+
+void Module::apply(const std::function<void(Module&)>& fn) {
+  for (auto& [name, child] : children_)
+    child->apply(fn);
+  fn(*this);
+}
+
+NamedTensors Module::state_dict() const {
+  NamedTensors out;
+  collect("", true, true, out);
+  collect("", true, false, out);
+  return out;
+}
+
+void Module::load_state_dict(const NamedTensors& state, bool strict) {
+  NoGradGuard no_grad;
+  std::map<std::string, const Tensor*> given;
+  for (const auto& [name, tensor] : state)
+    given[name] = &tensor;
+  std::vector<std::string> missing;
+  std::set<std::string> used;
+  for (auto& [name, target] : state_dict()) {
+    auto it = given.find(name);
+    if (it == given.end()) {
+      missing.push_back(name);
+      continue;
+    }
+    used.insert(name);
+    const Tensor& source = *it->second;
+    EMBER_CHECK(source.sizes() == target.sizes(), type_name(), ".load_state_dict: '", name,
+                "' has shape ", shape_str(source.sizes()), " in the state dict but ",
+                shape_str(target.sizes()), " in the model");
+    Tensor destination = target;
+    destination.copy_(source);
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& [name, tensor] : given) {
+    if (!used.count(name)) unexpected.push_back(name);
+  }
+  if (!strict || (missing.empty() && unexpected.empty())) return;
+  auto join = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const std::string& n : names)
+      out += (out.empty() ? "" : ", ") + n;
+    return out.empty() ? std::string("none") : out;
+  };
+  EMBER_FAIL(type_name(), ".load_state_dict: missing keys: ", join(missing),
+             "; unexpected keys: ", join(unexpected),
+             " (pass strict = false to load the keys that match)");
+}
+
+void Module::str_into(std::string& out, int indent) const {
+  out += type_name() + "(" + extra_repr();
+  if (children_.empty()) {
+    out += ")";
+    return;
+  }
+  out += "\n";
+  for (const auto& [name, child] : children_) {
+    out += std::string(static_cast<size_t>(indent + 2), ' ') + "(" + name + "): ";
+    child->str_into(out, indent + 2);
+    out += "\n";
+  }
+  out += std::string(static_cast<size_t>(indent), ' ') + ")";
+}
+
+std::string Module::str() const {
+  std::string out;
+  str_into(out, 0);
+  return out;
+}
+
+}  // namespace ember::nn
