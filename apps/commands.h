@@ -5,5 +5,7 @@ namespace ember::apps {
 
 int run_demo(int argc, char** argv);
 int run_version(int argc, char** argv);
+int run_ckpt(int argc, char** argv);
+int run_train(int argc, char** argv);
 
 }  // namespace ember::apps

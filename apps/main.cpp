@@ -12,6 +12,8 @@ void print_usage(std::ostream& os) {
   os << "usage: ember <command> [options]\n"
         "\n"
         "commands:\n"
+        "  train       train ResNet9 on Fashion-MNIST with the best engine for this machine\n"
+        "  ckpt        inspect a checkpoint file (ember ckpt inspect FILE)\n"
         "  demo        fit a small regression with ember's tensors and autograd\n"
         "  version     print ember's version and build options\n"
         "\n"
@@ -29,6 +31,8 @@ int main(int argc, char** argv) {
   try {
     if (command == "demo") return ember::apps::run_demo(argc - 1, argv + 1);
     if (command == "version") return ember::apps::run_version(argc - 1, argv + 1);
+    if (command == "ckpt") return ember::apps::run_ckpt(argc - 1, argv + 1);
+    if (command == "train") return ember::apps::run_train(argc - 1, argv + 1);
   } catch (const ember::Error& e) {
     std::cerr << "ember " << command << ": error: " << e.what() << "\n";
     return 1;

@@ -1,0 +1,90 @@
+#include "apps/flags.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "runtime/error.h"
+
+namespace ember::apps {
+
+Flags::Flags(int argc, char** argv, const std::vector<std::string>& valued,
+             const std::vector<std::string>& switches)
+    : command_(argc > 0 ? argv[0] : "ember") {
+  auto known = [](const std::vector<std::string>& list, const std::string& name) {
+    return std::find(list.begin(), list.end(), name) != list.end();
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0) {
+      positional_.push_back(arg);
+      continue;
+    }
+    std::string name = arg.substr(2), value;
+    const size_t equals = name.find('=');
+    const bool inline_value = equals != std::string::npos;
+    if (inline_value) {
+      value = name.substr(equals + 1);
+      name = name.substr(0, equals);
+    }
+    if (known(switches, name)) {
+      EMBER_CHECK(!inline_value, command_, ": --", name, " takes no value");
+      values_[name] = "1";
+    } else if (known(valued, name)) {
+      if (!inline_value) {
+        EMBER_CHECK(i + 1 < argc, command_, ": --", name, " needs a value");
+        value = argv[++i];
+      }
+      values_[name] = value;
+    } else {
+      EMBER_FAIL(command_, ": unknown flag --", name, " (see `ember ", command_, " --help`)");
+    }
+  }
+}
+
+std::string Flags::text(const std::string& name, const std::string& fallback) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second;
+}
+
+int64_t Flags::integer(const std::string& name, int64_t fallback, int64_t min, int64_t max) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  int64_t value = 0;
+  const std::string& s = it->second;
+  auto [ptr, error] = std::from_chars(s.data(), s.data() + s.size(), value);
+  EMBER_CHECK(error == std::errc() && ptr == s.data() + s.size(), command_, ": --", name,
+              " expects an integer, got '", s, "'");
+  EMBER_CHECK(value >= min && value <= max, command_, ": --", name, " must be in [", min, ", ",
+              max, "], got ", value);
+  return value;
+}
+
+double Flags::number(const std::string& name, double fallback, double min, double max) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  const std::string& s = it->second;
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  EMBER_CHECK(used == s.size() && !s.empty(), command_, ": --", name, " expects a number, got '",
+              s, "'");
+  EMBER_CHECK(value >= min && value <= max, command_, ": --", name, " must be in [", min, ", ",
+              max, "], got ", value);
+  return value;
+}
+
+std::string Flags::choice(const std::string& name, const std::string& fallback,
+                          const std::vector<std::string>& choices) const {
+  const std::string value = text(name, fallback);
+  if (std::find(choices.begin(), choices.end(), value) != choices.end()) return value;
+  std::string list;
+  for (const std::string& c : choices)
+    list += (list.empty() ? "" : ", ") + c;
+  EMBER_FAIL(command_, ": --", name, " must be one of {", list, "}, got '", value, "'");
+}
+
+}  // namespace ember::apps

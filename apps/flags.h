@@ -1,0 +1,34 @@
+// A strict flag parser for the `ember` subcommands: `--name value` or `--name=value`, booleans as
+// bare `--name`. Unknown flags, missing values and malformed numbers are errors that name the
+// flag and say what was expected.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ember::apps {
+
+class Flags {
+ public:
+  // `spec` names every accepted flag; booleans are listed in `switches`.
+  Flags(int argc, char** argv, const std::vector<std::string>& valued,
+        const std::vector<std::string>& switches);
+
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  std::string text(const std::string& name, const std::string& fallback) const;
+  int64_t integer(const std::string& name, int64_t fallback, int64_t min, int64_t max) const;
+  double number(const std::string& name, double fallback, double min, double max) const;
+  // One of `choices`.
+  std::string choice(const std::string& name, const std::string& fallback,
+                     const std::vector<std::string>& choices) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+  std::string command_;
+};
+
+}  // namespace ember::apps
