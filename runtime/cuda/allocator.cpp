@@ -66,7 +66,10 @@ class CudaCachingAllocator final : public Allocator {
                    " bytes (", stats_.str(),
                    "); reduce the batch size or free tensors that are still referenced");
       }
-      EMBER_CUDA_CHECK(status);
+      if (status != cudaSuccess) {
+        EMBER_FAIL(kernels::cuda::cuda_error_message(status, "cudaMalloc", __FILE__, __LINE__),
+                   " (allocating ", nbytes, " bytes on cuda:", device_index_, ")");
+      }
       stats_.reserved_bytes += size;
     }
     block_sizes_[ptr] = size;
@@ -126,8 +129,9 @@ class CudaCachingAllocator final : public Allocator {
 namespace cuda_hooks {
 
 Allocator& caching_allocator(int device_index) {
-  EMBER_CHECK(device_index >= 0 && device_index < kMaxDevices, "CUDA allocator: device index ",
-              device_index, " is out of range (expected 0 .. ", kMaxDevices - 1, ")");
+  check_device_available(Device::cuda(device_index));
+  EMBER_CHECK(device_index < kMaxDevices, "CUDA allocator: device index ", device_index,
+              " is out of range (expected 0 .. ", kMaxDevices - 1, ")");
   // Never destroyed: tensors in static storage may outlive any function-local static, and
   // cudaFree after the CUDA runtime has shut down at exit would fail.
   static std::mutex mutex;

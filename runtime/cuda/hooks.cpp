@@ -28,6 +28,7 @@ int cuda_device_count() {
 namespace cuda_hooks {
 
 void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind, int device_index) {
+  check_device_available(Device::cuda(device_index));
   if (nbytes == 0) return;
   cuda::DeviceGuard guard(device_index);
   const cudaStream_t stream = cuda::current_stream(device_index);
@@ -48,6 +49,7 @@ void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind, int de
 }
 
 void synchronize(int device_index) {
+  check_device_available(Device::cuda(device_index));
   cuda::DeviceGuard guard(device_index);
   EMBER_CUDA_CHECK(cudaDeviceSynchronize());
 }
