@@ -24,14 +24,6 @@ std::string cuda_error_message(cudaError_t status, const char* call, const char*
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file,
                                    int line);
 
-// Threads per block and blocks for a grid-stride loop over n elements.
-inline constexpr int kThreadsPerBlock = 256;
-inline unsigned blocks_for(long long n) {
-  constexpr long long kMaxBlocks = 65535;  // grid-stride loops cover the rest
-  const long long blocks = (n + kThreadsPerBlock - 1) / kThreadsPerBlock;
-  return static_cast<unsigned>(blocks < kMaxBlocks ? (blocks < 1 ? 1 : blocks) : kMaxBlocks);
-}
-
 }  // namespace ember::kernels::cuda
 
 #define EMBER_CUDA_KERNEL_CHECK(call)                                                          \

@@ -3,7 +3,7 @@
 
 #include "kernels/common/convert.h"
 #include "kernels/common/philox.h"
-#include "kernels/cuda/check.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/random.h"
 
 namespace ember::kernels::cuda {

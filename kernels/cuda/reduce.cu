@@ -11,9 +11,15 @@ namespace {
 template <typename T>
 using sum_acc_t = std::conditional_t<std::is_floating_point_v<acc_t<T>>, acc_t<T>, int64_t>;
 
-constexpr int kRowThreads = 256;  // one block per row of a row sum
+constexpr int kRowThreads = 256;  // row sums: one block per row (or per chunk of a long row)
 constexpr int kTileWidth = 32;    // column sums: a warp's worth of adjacent columns ...
 constexpr int kTileRows = 8;      // ... times this many slices of the reduced dim
+constexpr int64_t kMaxBlocks = 65535;
+// A row longer than this, in a reduction with few rows, is split into chunks summed by separate
+// blocks (pass 1) whose partial sums are then summed (pass 2): one block per row would leave most
+// of the GPU idle when summing a whole tensor.
+constexpr int64_t kChunk = 16384;
+constexpr int64_t kMaxChunksPerRow = 1024;
 
 template <typename Acc>
 __device__ __forceinline__ Acc warp_sum(Acc value) {
@@ -23,28 +29,44 @@ __device__ __forceinline__ Acc warp_sum(Acc value) {
   return value;
 }
 
-// inner == 1. in (outer, reduce) -> out (outer): a block per row, each thread summing a strided
-// slice, then a warp-shuffle tree. Rows are walked grid-stride when outer exceeds the grid.
-template <typename T>
-__global__ void row_sum_kernel(const T* in, sum_output_t<T>* out, int64_t outer, int64_t reduce) {
-  using Acc = sum_acc_t<T>;
+// The sum of x[0 .. n) over the block's kRowThreads threads; valid in thread 0. Every thread of
+// the block must call it (it synchronises).
+template <typename Acc, typename In>
+__device__ Acc block_sum(const In* x, int64_t n) {
   __shared__ Acc warp_totals[kRowThreads / 32];
-  for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
-    const T* x = in + row * reduce;
-    Acc total = 0;
-    for (int64_t r = threadIdx.x; r < reduce; r += blockDim.x)
-      total += convert<Acc>(x[r]);
+  Acc total = 0;
+  for (int64_t r = threadIdx.x; r < n; r += kRowThreads)
+    total += convert<Acc>(x[r]);
+  total = warp_sum(total);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_totals[warp] = total;
+  __syncthreads();
+  if (warp == 0) {
+    total = lane < kRowThreads / 32 ? warp_totals[lane] : Acc(0);
     total = warp_sum(total);
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    if (lane == 0) warp_totals[warp] = total;
-    __syncthreads();
-    if (warp == 0) {
-      total = lane < kRowThreads / 32 ? warp_totals[lane] : Acc(0);
-      total = warp_sum(total);
-      if (lane == 0) out[row] = convert<sum_output_t<T>>(total);
-    }
-    __syncthreads();  // warp_totals is reused by the next row
   }
+  __syncthreads();  // warp_totals may be reused by the caller's next call
+  return total;
+}
+
+// inner == 1. in (outer, reduce) -> out (outer): a block per row, rows walked grid-stride.
+template <typename Acc, typename In, typename Out>
+__global__ void row_sum_kernel(const In* in, Out* out, int64_t outer, int64_t reduce) {
+  for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
+    const Acc total = block_sum<Acc>(in + row * reduce, reduce);
+    if (threadIdx.x == 0) out[row] = convert<Out>(total);
+  }
+}
+
+// Pass 1 for long rows. in (outer, reduce) -> partial (outer, chunks): block (chunk, row).
+template <typename Acc, typename In>
+__global__ void chunk_sum_kernel(const In* in, Acc* partial, int64_t reduce, int64_t chunks,
+                                 int64_t chunk_length) {
+  const int64_t row = blockIdx.y, chunk = blockIdx.x;
+  const int64_t begin = chunk * chunk_length;
+  const int64_t length = begin + chunk_length < reduce ? chunk_length : reduce - begin;
+  const Acc total = block_sum<Acc>(in + row * reduce + begin, length);
+  if (threadIdx.x == 0) partial[row * chunks + chunk] = total;
 }
 
 // inner > 1. in (outer, reduce, inner) -> out (outer, inner): a block of (32, 8) threads per tile
@@ -78,7 +100,6 @@ __global__ void column_sum_kernel(const T* in, sum_output_t<T>* out, int64_t out
 }
 
 unsigned grid_for(int64_t work_items) {
-  constexpr int64_t kMaxBlocks = 65535;
   return static_cast<unsigned>(work_items < kMaxBlocks ? work_items : kMaxBlocks);
 }
 
@@ -87,16 +108,36 @@ unsigned grid_for(int64_t work_items) {
 template <typename T>
 void sum(const T* in, sum_output_t<T>* out, int64_t outer, int64_t reduce, int64_t inner,
          cudaStream_t stream) {
+  using Acc = sum_acc_t<T>;
+  using Out = sum_output_t<T>;
   if (outer == 0 || inner == 0) return;
-  if (inner == 1) {
-    row_sum_kernel<T><<<grid_for(outer), kRowThreads, 0, stream>>>(in, out, outer, reduce);
+  if (inner > 1) {
+    const int64_t tiles = outer * ((inner + kTileWidth - 1) / kTileWidth);
+    column_sum_kernel<T><<<grid_for(tiles), dim3(kTileWidth, kTileRows), 0, stream>>>(
+        in, out, outer, reduce, inner);
+    EMBER_CUDA_CHECK_LAUNCH("sum: column_sum_kernel<<<>>>");
+    return;
+  }
+  if (outer >= 64 || reduce <= 2 * kChunk) {
+    row_sum_kernel<Acc><<<grid_for(outer), kRowThreads, 0, stream>>>(in, out, outer, reduce);
     EMBER_CUDA_CHECK_LAUNCH("sum: row_sum_kernel<<<>>>");
     return;
   }
-  const int64_t tiles = outer * ((inner + kTileWidth - 1) / kTileWidth);
-  column_sum_kernel<T>
-      <<<grid_for(tiles), dim3(kTileWidth, kTileRows), 0, stream>>>(in, out, outer, reduce, inner);
-  EMBER_CUDA_CHECK_LAUNCH("sum: column_sum_kernel<<<>>>");
+  // Few long rows: two passes through a stream-ordered scratch buffer of partial sums. The
+  // result is deterministic (no atomics), like the one-pass path.
+  int64_t chunks = (reduce + kChunk - 1) / kChunk;
+  if (chunks > kMaxChunksPerRow) chunks = kMaxChunksPerRow;
+  const int64_t chunk_length = (reduce + chunks - 1) / chunks;
+  chunks = (reduce + chunk_length - 1) / chunk_length;
+  Acc* partial = nullptr;
+  EMBER_CUDA_KERNEL_CHECK(
+      cudaMallocAsync(reinterpret_cast<void**>(&partial), outer * chunks * sizeof(Acc), stream));
+  chunk_sum_kernel<Acc><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(outer)),
+                          kRowThreads, 0, stream>>>(in, partial, reduce, chunks, chunk_length);
+  EMBER_CUDA_CHECK_LAUNCH("sum: chunk_sum_kernel<<<>>>");
+  row_sum_kernel<Acc><<<grid_for(outer), kRowThreads, 0, stream>>>(partial, out, outer, chunks);
+  EMBER_CUDA_CHECK_LAUNCH("sum: row_sum_kernel<<<>>> over partial sums");
+  EMBER_CUDA_KERNEL_CHECK(cudaFreeAsync(partial, stream));
 }
 
 template void sum<float>(const float*, float*, int64_t, int64_t, int64_t, cudaStream_t);

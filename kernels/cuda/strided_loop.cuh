@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "kernels/common/strided_layout.h"
-#include "kernels/cuda/check.h"
+#include "kernels/cuda/launch.h"
 
 namespace ember::kernels::cuda {
 
