@@ -1,0 +1,260 @@
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/common/convert.h"
+#include "kernels/common/scalar_types.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/strided_loop.cuh"
+
+namespace ember::kernels::cuda {
+namespace {
+
+namespace dm = device_math;
+
+// One switch per element rather than one kernel per op: the branch is uniform across the grid,
+// so it costs next to nothing, and it keeps the number of instantiations (and compile time) small.
+template <typename Acc>
+__device__ __forceinline__ Acc apply_unary(UnaryOp op, Acc x, Acc p) {
+  switch (op) {
+    case UnaryOp::neg:
+      return static_cast<Acc>(-x);
+    case UnaryOp::abs:
+      return dm::is_negative(x) ? static_cast<Acc>(-x) : x;
+    case UnaryOp::exp:
+      return dm::exp(x);
+    case UnaryOp::log:
+      return dm::log(x);
+    case UnaryOp::sqrt:
+      return dm::sqrt(x);
+    case UnaryOp::rsqrt:
+      return static_cast<Acc>(Acc(1) / dm::sqrt(x));
+    case UnaryOp::sin:
+      return dm::sin(x);
+    case UnaryOp::cos:
+      return dm::cos(x);
+    case UnaryOp::tanh:
+      return dm::tanh(x);
+    case UnaryOp::sigmoid:
+      return static_cast<Acc>(Acc(1) / (Acc(1) + dm::exp(static_cast<Acc>(-x))));
+    case UnaryOp::relu:
+      // `x < 0 ? 0 : x` keeps NaN, as PyTorch does.
+      return dm::is_negative(x) ? Acc(0) : x;
+    case UnaryOp::gelu_erf:
+      return static_cast<Acc>(
+          Acc(0.5) * x * (Acc(1) + dm::erf(static_cast<Acc>(x * Acc(0.70710678118654752440)))));
+    case UnaryOp::gelu_tanh: {
+      const Acc inner = Acc(0.79788456080286535588) * (x + Acc(0.044715) * x * x * x);
+      return static_cast<Acc>(Acc(0.5) * x * (Acc(1) + dm::tanh(inner)));
+    }
+    case UnaryOp::silu:
+      return static_cast<Acc>(x * (Acc(1) / (Acc(1) + dm::exp(static_cast<Acc>(-x)))));
+    case UnaryOp::pow_scalar:
+      return p == Acc(2) ? static_cast<Acc>(x * x) : dm::pow(x, p);
+    case UnaryOp::sign:
+      return static_cast<Acc>((Acc(0) < x) - dm::is_negative(x));
+    case UnaryOp::reciprocal:
+      return static_cast<Acc>(Acc(1) / x);
+    case UnaryOp::square:
+      return static_cast<Acc>(x * x);
+    case UnaryOp::erf:
+      return dm::erf(x);
+  }
+  return x;
+}
+
+template <typename Acc>
+__device__ __forceinline__ Acc apply_binary(BinaryOp op, Acc x, Acc y, Acc alpha) {
+  switch (op) {
+    case BinaryOp::add:
+      return alpha == Acc(1) ? static_cast<Acc>(x + y) : static_cast<Acc>(x + alpha * y);
+    case BinaryOp::sub:
+      return alpha == Acc(1) ? static_cast<Acc>(x - y) : static_cast<Acc>(x - alpha * y);
+    case BinaryOp::mul:
+      return static_cast<Acc>(x * y);
+    case BinaryOp::div:
+      return static_cast<Acc>(x / y);
+    case BinaryOp::pow:
+      return dm::pow(x, y);
+    case BinaryOp::maximum:
+      // NaN in either input gives NaN, as torch.maximum does.
+      return dm::is_nan(x) ? x : (dm::is_nan(y) ? y : (x < y ? y : x));
+    case BinaryOp::minimum:
+      return dm::is_nan(x) ? x : (dm::is_nan(y) ? y : (y < x ? y : x));
+  }
+  return x;
+}
+
+template <typename Acc>
+__device__ __forceinline__ bool apply_compare(CompareOp op, Acc x, Acc y) {
+  switch (op) {
+    case CompareOp::eq:
+      return x == y;
+    case CompareOp::ne:
+      return x != y;
+    case CompareOp::lt:
+      return x < y;
+    case CompareOp::le:
+      return x <= y;
+    case CompareOp::gt:
+      return x > y;
+    case CompareOp::ge:
+      return x >= y;
+  }
+  return false;
+}
+
+// operands {out, in}
+template <typename T>
+struct UnaryBody {
+  using Acc = acc_t<T>;
+  UnaryOp op;
+  Acc scalar;
+  T* out;
+  const T* in;
+  __device__ void operator()(const int64_t (&offset)[2]) const {
+    out[offset[0]] = convert<T>(apply_unary<Acc>(op, convert<Acc>(in[offset[1]]), scalar));
+  }
+};
+
+// operands {out, a, b}
+template <typename T>
+struct BinaryBody {
+  using Acc = acc_t<T>;
+  BinaryOp op;
+  Acc alpha;
+  T* out;
+  const T* a;
+  const T* b;
+  __device__ void operator()(const int64_t (&offset)[3]) const {
+    out[offset[0]] = convert<T>(
+        apply_binary<Acc>(op, convert<Acc>(a[offset[1]]), convert<Acc>(b[offset[2]]), alpha));
+  }
+};
+
+// operands {out, a, b}
+template <typename T>
+struct CompareBody {
+  using Acc = acc_t<T>;
+  CompareOp op;
+  bool* out;
+  const T* a;
+  const T* b;
+  __device__ void operator()(const int64_t (&offset)[3]) const {
+    out[offset[0]] = apply_compare<Acc>(op, convert<Acc>(a[offset[1]]), convert<Acc>(b[offset[2]]));
+  }
+};
+
+// operands {out, in}
+template <typename Dst, typename Src>
+struct CopyBody {
+  Dst* out;
+  const Src* in;
+  __device__ void operator()(const int64_t (&offset)[2]) const {
+    out[offset[0]] = convert<Dst>(in[offset[1]]);
+  }
+};
+
+// operands {out}
+template <typename T>
+struct FillBody {
+  T* out;
+  T value;
+  __device__ void operator()(const int64_t (&offset)[1]) const { out[offset[0]] = value; }
+};
+
+// operands {out, cond, a, b}
+template <typename T>
+struct WhereBody {
+  T* out;
+  const bool* cond;
+  const T* a;
+  const T* b;
+  __device__ void operator()(const int64_t (&offset)[4]) const {
+    out[offset[0]] = cond[offset[1]] ? a[offset[2]] : b[offset[3]];
+  }
+};
+
+}  // namespace
+
+template <typename T>
+void unary(UnaryOp op, const StridedLayout& layout, T* out, const T* in, double scalar,
+           cudaStream_t stream) {
+  const UnaryBody<T> body{op, static_cast<acc_t<T>>(scalar), out, in};
+  launch_strided<2>("unary<<<>>>", layout, body, stream);
+}
+
+template <typename T>
+void binary(BinaryOp op, const StridedLayout& layout, T* out, const T* a, const T* b, double alpha,
+            cudaStream_t stream) {
+  const BinaryBody<T> body{op, static_cast<acc_t<T>>(alpha), out, a, b};
+  launch_strided<3>("binary<<<>>>", layout, body, stream);
+}
+
+template <typename T>
+void compare(CompareOp op, const StridedLayout& layout, bool* out, const T* a, const T* b,
+             cudaStream_t stream) {
+  const CompareBody<T> body{op, out, a, b};
+  launch_strided<3>("compare<<<>>>", layout, body, stream);
+}
+
+template <typename Dst, typename Src>
+void copy(const StridedLayout& layout, Dst* out, const Src* in, cudaStream_t stream) {
+  const CopyBody<Dst, Src> body{out, in};
+  launch_strided<2>("copy<<<>>>", layout, body, stream);
+}
+
+template <typename T>
+void fill(const StridedLayout& layout, T* out, T value, cudaStream_t stream) {
+  const FillBody<T> body{out, value};
+  launch_strided<1>("fill<<<>>>", layout, body, stream);
+}
+
+template <typename T>
+void where(const StridedLayout& layout, T* out, const bool* cond, const T* a, const T* b,
+           cudaStream_t stream) {
+  const WhereBody<T> body{out, cond, a, b};
+  launch_strided<4>("where<<<>>>", layout, body, stream);
+}
+
+// The dtypes runtime/dispatch.h dispatches to: dispatch_numeric for the arithmetic, dispatch_all
+// (bool too) for copy, fill and where.
+#define EMBER_INSTANTIATE_NUMERIC(T)                                                         \
+  template void unary<T>(UnaryOp, const StridedLayout&, T*, const T*, double, cudaStream_t); \
+  template void binary<T>(BinaryOp, const StridedLayout&, T*, const T*, const T*, double,    \
+                          cudaStream_t);                                                     \
+  template void compare<T>(CompareOp, const StridedLayout&, bool*, const T*, const T*,       \
+                           cudaStream_t);
+
+EMBER_INSTANTIATE_NUMERIC(float)
+EMBER_INSTANTIATE_NUMERIC(double)
+EMBER_INSTANTIATE_NUMERIC(Half)
+EMBER_INSTANTIATE_NUMERIC(BFloat16)
+EMBER_INSTANTIATE_NUMERIC(int32_t)
+EMBER_INSTANTIATE_NUMERIC(int64_t)
+EMBER_INSTANTIATE_NUMERIC(uint8_t)
+#undef EMBER_INSTANTIATE_NUMERIC
+
+#define EMBER_INSTANTIATE_ANY(T)                                                                   \
+  template void fill<T>(const StridedLayout&, T*, T, cudaStream_t);                                \
+  template void where<T>(const StridedLayout&, T*, const bool*, const T*, const T*, cudaStream_t); \
+  template void copy<T, float>(const StridedLayout&, T*, const float*, cudaStream_t);              \
+  template void copy<T, double>(const StridedLayout&, T*, const double*, cudaStream_t);            \
+  template void copy<T, Half>(const StridedLayout&, T*, const Half*, cudaStream_t);                \
+  template void copy<T, BFloat16>(const StridedLayout&, T*, const BFloat16*, cudaStream_t);        \
+  template void copy<T, int32_t>(const StridedLayout&, T*, const int32_t*, cudaStream_t);          \
+  template void copy<T, int64_t>(const StridedLayout&, T*, const int64_t*, cudaStream_t);          \
+  template void copy<T, uint8_t>(const StridedLayout&, T*, const uint8_t*, cudaStream_t);          \
+  template void copy<T, bool>(const StridedLayout&, T*, const bool*, cudaStream_t);
+
+EMBER_INSTANTIATE_ANY(float)
+EMBER_INSTANTIATE_ANY(double)
+EMBER_INSTANTIATE_ANY(Half)
+EMBER_INSTANTIATE_ANY(BFloat16)
+EMBER_INSTANTIATE_ANY(int32_t)
+EMBER_INSTANTIATE_ANY(int64_t)
+EMBER_INSTANTIATE_ANY(uint8_t)
+EMBER_INSTANTIATE_ANY(bool)
+#undef EMBER_INSTANTIATE_ANY
+
+}  // namespace ember::kernels::cuda

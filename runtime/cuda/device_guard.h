@@ -1,0 +1,21 @@
+// DeviceGuard: makes `device_index` the calling thread's current CUDA device for a scope, and
+// restores the previous one after (the allocator and copies run on the device they are asked for,
+// whatever device the caller had selected).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+namespace ember::cuda {
+
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device_index);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;  // -1: unchanged, nothing to restore
+};
+
+}  // namespace ember::cuda

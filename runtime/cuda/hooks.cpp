@@ -1,0 +1,58 @@
+// The CUDA side of runtime/cuda_hooks.h and device.h's queries (runtime/no_cuda.cpp without CUDA).
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/device_guard.h"
+#include "runtime/cuda/stream.h"
+#include "runtime/cuda_hooks.h"
+#include "runtime/device.h"
+
+namespace ember {
+
+bool cuda_compiled() {
+  return true;
+}
+
+int cuda_device_count() {
+  // Counted once: the CUDA runtime reads CUDA_VISIBLE_DEVICES once per process anyway. A machine
+  // without a GPU or without a driver is not an error here: it has zero devices.
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());  // clear the error so later calls do not see it
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+namespace cuda_hooks {
+
+void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind, int device_index) {
+  check_device_available(Device::cuda(device_index));
+  if (nbytes == 0) return;
+  cuda::DeviceGuard guard(device_index);
+  const cudaStream_t stream = cuda::current_stream(device_index);
+  switch (kind) {
+    case CopyKind::host_to_device:
+      // Synchronised: the caller may free or change the host buffer as soon as this returns.
+      EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream));
+      EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
+      return;
+    case CopyKind::device_to_host:
+      EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream));
+      EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
+      return;
+    case CopyKind::device_to_device:
+      EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream));
+      return;
+  }
+}
+
+void synchronize(int device_index) {
+  check_device_available(Device::cuda(device_index));
+  cuda::DeviceGuard guard(device_index);
+  EMBER_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace cuda_hooks
+}  // namespace ember

@@ -1,0 +1,398 @@
+// The CUDA backend against the CPU one: every op case of tests/common on both devices, Philox
+// streams bit for bit, the caching allocator, host <-> device copies, and the errors a user gets
+// when there is no GPU (or no CUDA in the build).
+//
+// Compiles in every build. Without a visible GPU the GPU tests skip, saying why; the device-name
+// and error-message tests run everywhere.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/allocator.h"
+#include "runtime/device.h"
+#include "runtime/ops.h"
+#include "runtime/random.h"
+#include "tests/common/op_cases.h"
+
+#if EMBER_WITH_CUDA
+#include <thread>
+
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/stream.h"
+#endif
+
+namespace ember::testing {
+namespace {
+
+std::string no_device_reason() {
+  if (!cuda_compiled()) return "this build of ember has no CUDA support (-DEMBER_CUDA=OFF)";
+  return "cudaGetDeviceCount reports no GPU (CUDA_VISIBLE_DEVICES=" +
+         std::string(std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES")
+                                                         : "<unset>") +
+         ")";
+}
+
+#define EMBER_SKIP_WITHOUT_GPU()                                        \
+  do {                                                                  \
+    if (cuda_device_count() == 0)                                       \
+      GTEST_SKIP() << "no CUDA device visible: " << no_device_reason(); \
+  } while (false)
+
+// The message of the ember::Error `fn` throws ("" and a test failure when it throws none).
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an ember::Error";
+  return "";
+}
+
+// The raw bytes of a tensor's elements, in order, on the host.
+std::vector<unsigned char> bytes_of(const Tensor& t) {
+  const Tensor host = t.to(Device::cpu()).contiguous();
+  std::vector<unsigned char> bytes(host.nbytes());
+  if (!bytes.empty()) std::memcpy(bytes.data(), host.data_ptr(), bytes.size());
+  return bytes;
+}
+
+// Relative tolerance of a CUDA result against the CPU's, per dtype.
+double tolerance_of(DType dtype) {
+  switch (dtype) {
+    case DType::f16:
+      return 2e-3;
+    case DType::bf16:
+      return 1e-2;
+    case DType::f64:
+      return 1e-12;
+    default:
+      return 1e-5;
+  }
+}
+
+// Empty when `actual` matches `expected` within |a - e| <= tol * (|e| + 1) (exactly for integral
+// dtypes; NaN matches NaN), else a description of the first mismatch.
+std::string mismatch(const Tensor& actual, const Tensor& expected, double tol) {
+  if (actual.sizes() != expected.sizes())
+    return "shapes differ: " + describe(actual) + " vs " + describe(expected);
+  if (actual.dtype() != expected.dtype())
+    return "dtypes differ: " + describe(actual) + " vs " + describe(expected);
+  const bool exact = !is_floating(expected.dtype());
+  const std::vector<double> a = to_vector<double>(actual), e = to_vector<double>(expected);
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == e[i] || (std::isnan(a[i]) && std::isnan(e[i]))) continue;  // equal infinities too
+    const bool ok = exact ? a[i] == e[i] : std::abs(a[i] - e[i]) <= tol * (std::abs(e[i]) + 1.0);
+    if (!ok) {
+      return "element " + std::to_string(i) + ": cuda " + std::to_string(a[i]) + ", cpu " +
+             std::to_string(e[i]) + " (tolerance " + std::to_string(tol) + ")";
+    }
+  }
+  return "";
+}
+
+// ---- everywhere, GPU or not --------------------------------------------------------------------
+
+TEST(CudaDevice, ParsesDeviceNames) {
+  EXPECT_EQ(Device::parse("cpu"), Device::cpu());
+  EXPECT_EQ(Device::parse("cuda"), Device::cuda(0));
+  EXPECT_EQ(Device::parse("cuda:3"), Device::cuda(3));
+  EXPECT_EQ(Device::cuda(1).str(), "cuda:1");
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "CUDA:0"}) {
+    const std::string message = error_of([&] { Device::parse(bad); });
+    EXPECT_NE(message.find("expected 'cpu', 'cuda' or 'cuda:N'"), std::string::npos) << message;
+  }
+}
+
+TEST(CudaDevice, ReportsWhetherTheBuildHasCuda) {
+  EXPECT_EQ(cuda_compiled(), EMBER_WITH_CUDA != 0);
+  EXPECT_GE(cuda_device_count(), 0);  // never throws, even without a driver
+  if (!cuda_compiled()) {
+    EXPECT_EQ(cuda_device_count(), 0);
+  }
+}
+
+TEST(CudaDevice, AskingForCudaWithoutAGpuSaysWhy) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is visible";
+  const std::vector<std::string> messages = {
+      error_of([] { check_device_available(Device::cuda(0)); }),
+      error_of([] {
+        zeros({2, 3}, TensorOptions(DType::f32, Device::cuda(0)));
+      }),
+      error_of([] { ones({4}).to(Device::parse("cuda:0")); }),
+  };
+  for (const std::string& message : messages) {
+    EXPECT_NE(message.find("device cuda:0 requested"), std::string::npos) << message;
+    if (cuda_compiled()) {
+      EXPECT_NE(message.find("no CUDA GPU is visible"), std::string::npos) << message;
+      EXPECT_NE(message.find("CUDA_VISIBLE_DEVICES="), std::string::npos) << message;
+    } else {
+      EXPECT_NE(message.find("no CUDA support"), std::string::npos) << message;
+      EXPECT_NE(message.find("-DEMBER_CUDA=ON"), std::string::npos) << message;
+    }
+    EXPECT_NE(message.find("use the cpu device"), std::string::npos) << message;
+  }
+}
+
+#if EMBER_WITH_CUDA
+TEST(CudaDevice, CheckMacroNamesTheCallAndGivesAHint) {
+  const std::string message = error_of([] { EMBER_CUDA_CHECK(cudaErrorInvalidValue); });
+  EXPECT_NE(message.find("CUDA error: cudaErrorInvalidValue failed at"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("cuda_test.cpp:"), std::string::npos) << message;
+  EXPECT_NE(message.find(cudaGetErrorString(cudaErrorInvalidValue)), std::string::npos) << message;
+  EXPECT_NE(message.find("is a GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES"),
+            std::string::npos)
+      << message;
+}
+
+TEST(CudaDevice, CurrentStreamIsPerThreadAndScoped) {
+  // No stream is used here, only remembered: this runs without a GPU.
+  const cudaStream_t fake = reinterpret_cast<cudaStream_t>(0x1234);
+  EXPECT_EQ(cuda::current_stream(0), nullptr);  // the legacy default stream
+  {
+    cuda::StreamGuard guard(1, fake);
+    EXPECT_EQ(cuda::current_stream(1), fake);
+    EXPECT_EQ(cuda::current_stream(0), nullptr);
+    cudaStream_t seen_by_other_thread = fake;
+    std::thread([&] { seen_by_other_thread = cuda::current_stream(1); }).join();
+    EXPECT_EQ(seen_by_other_thread, nullptr);
+  }
+  EXPECT_EQ(cuda::current_stream(1), nullptr);
+  EXPECT_NE(error_of([] { cuda::current_stream(-1); }).find("out of range"), std::string::npos);
+}
+#endif
+
+// ---- with a GPU --------------------------------------------------------------------------------
+
+TEST(Cuda, AskingForAMissingDeviceIndexListsTheVisibleOnes) {
+  EMBER_SKIP_WITHOUT_GPU();
+  const int count = cuda_device_count();
+  const std::string message = error_of([&] { check_device_available(Device::cuda(count)); });
+  EXPECT_NE(message.find("only " + std::to_string(count) + " CUDA device(s) are visible"),
+            std::string::npos)
+      << message;
+}
+
+TEST(Cuda, HostDeviceRoundTripKeepsEveryByte) {
+  EMBER_SKIP_WITHOUT_GPU();
+  Generator generator(7);
+  for (DType dtype : kAllDTypes) {
+    for (const Shape& shape : {Shape{}, Shape{0}, Shape{1}, Shape{3, 5}, Shape{1000, 37}}) {
+      // Non-negative: a negative float converted to u8 is undefined behaviour in C++.
+      const Tensor host = uniform(shape, 0.0, 200.0, DType::f64, &generator).to(dtype);
+      const Tensor device = host.to(Device::cuda(0));
+      EXPECT_EQ(device.device(), Device::cuda(0));
+      EXPECT_EQ(bytes_of(device), bytes_of(host)) << dtype << " " << describe(host);
+      // Device to device, and a non-contiguous source.
+      EXPECT_EQ(bytes_of(device.clone()), bytes_of(host)) << dtype;
+      if (host.dim() == 2) {
+        EXPECT_EQ(bytes_of(device.transpose(0, 1)), bytes_of(host.transpose(0, 1))) << dtype;
+      }
+    }
+  }
+}
+
+TEST(Cuda, ConversionsBetweenEveryDtypePairMatchTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  Generator generator(11);
+  // Negative and positive values, so that every conversion rounds or wraps somewhere; but only
+  // values that fit when a float becomes u8 (out of range, that conversion is undefined behaviour
+  // in C++, and x86 wraps where the GPU saturates).
+  const Tensor any_sign = uniform({257}, -300.0, 300.0, DType::f64, &generator);
+  const Tensor fits_u8 = uniform({257}, 0.0, 255.0, DType::f64, &generator);
+  for (DType from : kAllDTypes) {
+    for (DType to : kAllDTypes) {
+      const Tensor values = to == DType::u8 && is_floating(from) ? fits_u8 : any_sign;
+      const Tensor source = values.to(from);
+      const Tensor cpu = source.to(to);
+      const Tensor cuda = source.to(Device::cuda(0)).to(to);
+      EXPECT_EQ(bytes_of(cuda), bytes_of(cpu)) << from << " -> " << to;
+    }
+  }
+}
+
+TEST(Cuda, SumMatchesTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  Generator generator(5);
+  struct Case {
+    Shape shape;
+    Dims dims;
+  };
+  // Row sums (inner == 1), few long rows (two passes through partial sums), column sums
+  // (inner > 1), empty reductions, and grids bigger than the 65535-block cap (row and column
+  // kernels both walk the rest grid-stride).
+  const std::vector<Case> cases = {
+      {{7, 1000}, {1}}, {{1, 100003}, {}},  {{9, 5, 33}, {1}},  {{3, 4, 5}, {0, 2}},
+      {{6, 0}, {1}},    {{70000, 3}, {1}},  {{70000, 40}, {0}}, {{2, 70000, 33}, {0}},
+      {{33, 1}, {0}},   {{3, 200001}, {1}}, {{4, 17, 65}, {1}},
+  };
+  for (const Case& c : cases) {
+    for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64,
+                        DType::u8, DType::boolean}) {
+      const Tensor host = uniform(c.shape, 0.0, 3.0, DType::f64, &generator).to(dtype);
+      const Tensor cpu = sum(host, c.dims);
+      const Tensor cuda = sum(host.to(Device::cuda(0)), c.dims);
+      // The summation order differs: f32 rounding error grows with the length of a thread's
+      // slice. A wrong index would be off by O(1), far beyond this.
+      const double tol = dtype == DType::f32 ? 1e-4 : tolerance_of(dtype);
+      const std::string error = mismatch(cuda.to(Device::cpu()), cpu, tol);
+      EXPECT_TRUE(error.empty()) << "sum of " << describe(host) << ": " << error;
+    }
+  }
+}
+
+TEST(Cuda, PhiloxStreamsMatchTheCpuBitForBit) {
+  EMBER_SKIP_WITHOUT_GPU();
+  for (uint64_t seed : {uint64_t{0}, uint64_t{42}, uint64_t{0xdeadbeefcafeULL}}) {
+    for (const Shape& shape : {Shape{1}, Shape{3}, Shape{1001}, Shape{257, 129}}) {
+      // A generator that has already drawn, so the offset is not 0.
+      Generator cpu_generator(seed), cuda_generator(seed);
+      rand({5}, DType::f32, &cpu_generator);
+      rand({5}, DType::f32, &cuda_generator);
+      auto both = [&](auto draw, DType dtype, const char* what) {
+        const Tensor expected = draw(TensorOptions(dtype, Device::cpu()), cpu_generator);
+        const Tensor actual = draw(TensorOptions(dtype, Device::cuda(0)), cuda_generator);
+        EXPECT_EQ(bytes_of(actual), bytes_of(expected))
+            << what << " in " << dtype << ", seed " << seed << ", shape " << shape_str(shape);
+        EXPECT_EQ(cpu_generator.state().offset, cuda_generator.state().offset);
+      };
+      for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+        both([&](TensorOptions o, Generator& g) { return uniform(shape, -2.0, 3.0, o, &g); }, dtype,
+             "uniform");
+      }
+      for (DType dtype : kAllDTypes) {
+        both([&](TensorOptions o, Generator& g) { return bernoulli(shape, 0.3, o, &g); }, dtype,
+             "bernoulli");
+      }
+      for (DType dtype : {DType::i64, DType::i32, DType::f32}) {
+        both([&](TensorOptions o, Generator& g) { return randint(-50, 1000, shape, o, &g); }, dtype,
+             "randint");
+      }
+      // 2^32 as the range gives the raw 32-bit Philox words themselves.
+      both(
+          [&](TensorOptions o, Generator& g) { return randint(0, int64_t{1} << 32, shape, o, &g); },
+          DType::i64, "randint over 2^32 (raw words)");
+    }
+  }
+}
+
+TEST(Cuda, NormalMatchesTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  // Box-Muller goes through log, sin and cos, which CUDA computes to within an ulp or two of the
+  // host's libm: the same up to the last bit of f64.
+  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    Generator cpu_generator(3), cuda_generator(3);
+    const Tensor expected =
+        normal({1001}, 1.5, 2.0, TensorOptions(dtype, Device::cpu()), &cpu_generator);
+    const Tensor actual =
+        normal({1001}, 1.5, 2.0, TensorOptions(dtype, Device::cuda(0)), &cuda_generator);
+    const double tol = dtype == DType::f64 ? 1e-14 : dtype == DType::f32 ? 2e-7 : 1e-2;
+    const std::string error = mismatch(actual.to(Device::cpu()), expected, tol);
+    EXPECT_TRUE(error.empty()) << "normal in " << dtype << ": " << error;
+  }
+}
+
+TEST(Cuda, AllocatorReusesFreedBlocksAndCountsBytes) {
+  EMBER_SKIP_WITHOUT_GPU();
+  Allocator& allocator = allocator_for(Device::cuda(0));
+  allocator.empty_cache();
+  const AllocatorStats before = allocator.stats();
+  void* first = allocator.allocate(1000);
+  const AllocatorStats holding = allocator.stats();
+  EXPECT_GE(holding.allocated_bytes, before.allocated_bytes + 1000);
+  EXPECT_GE(holding.reserved_bytes, holding.allocated_bytes);
+  EXPECT_GE(holding.peak_allocated_bytes, holding.allocated_bytes);
+  allocator.deallocate(first);
+  EXPECT_EQ(allocator.stats().allocated_bytes, before.allocated_bytes);
+  EXPECT_EQ(allocator.stats().reserved_bytes, holding.reserved_bytes);  // cached, not returned
+
+  // The same size class comes back from the cache: same block, no new memory.
+  void* second = allocator.allocate(900);
+  EXPECT_EQ(second, first);
+  EXPECT_EQ(allocator.stats().num_cache_hits, holding.num_cache_hits + 1);
+  EXPECT_EQ(allocator.stats().reserved_bytes, holding.reserved_bytes);
+  allocator.deallocate(second);
+
+  // Zero bytes still gives a unique, valid pointer.
+  void* empty_a = allocator.allocate(0);
+  void* empty_b = allocator.allocate(0);
+  EXPECT_NE(empty_a, nullptr);
+  EXPECT_NE(empty_a, empty_b);
+  allocator.deallocate(empty_a);
+  allocator.deallocate(empty_b);
+
+  allocator.reset_peak();
+  EXPECT_EQ(allocator.stats().peak_allocated_bytes, allocator.stats().allocated_bytes);
+  allocator.empty_cache();
+  EXPECT_EQ(allocator.stats().reserved_bytes, allocator.stats().allocated_bytes);
+
+  // Through tensors: a freed tensor's block serves the next tensor of the same size.
+  const size_t hits = allocator.stats().num_cache_hits;
+  { const Tensor t = zeros({256, 256}, TensorOptions(DType::f32, Device::cuda(0))); }
+  { const Tensor t = zeros({256, 256}, TensorOptions(DType::f32, Device::cuda(0))); }
+  EXPECT_GE(allocator.stats().num_cache_hits, hits + 1);
+  EXPECT_NE(error_of([&] { allocator.deallocate(&allocator); }).find("did not allocate"),
+            std::string::npos);
+}
+
+#if EMBER_WITH_CUDA
+TEST(Cuda, OpsRunOnTheCurrentStream) {
+  EMBER_SKIP_WITHOUT_GPU();
+  cudaStream_t stream = nullptr;
+  EMBER_CUDA_CHECK(cudaStreamCreate(&stream));
+  const Tensor x = ones({100000}, TensorOptions(DType::f32, Device::cuda(0)));
+  Tensor y;
+  {
+    cuda::StreamGuard guard(0, stream);
+    y = sum(x * 2.0);
+  }
+  // Copies to the host go through the default stream, which waits for `stream` (a blocking one).
+  EXPECT_EQ(y.item<double>(), 200000.0);
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
+  EMBER_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+#endif
+
+// ---- every op case: CUDA against CPU -----------------------------------------------------------
+
+class CudaOpCaseTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaOpCaseTest, MatchesTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  const OpCase& c = find_op_case(GetParam());
+  if (!c.compare_on_cuda) GTEST_SKIP() << c.name << " is not compared on CUDA (compare_on_cuda)";
+  for (DType dtype : c.cuda_dtypes) {
+    Generator cpu_generator(1234), cuda_generator(1234);
+    const std::vector<Tensor> cpu_inputs = c.make_inputs(dtype, Device::cpu(), cpu_generator);
+    const std::vector<Tensor> cuda_inputs = c.make_inputs(dtype, Device::cuda(0), cuda_generator);
+    NoGradGuard no_grad;
+    const Tensor expected = c.fn(cpu_inputs);
+    Tensor actual;
+    try {
+      actual = c.fn(cuda_inputs);
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      if (message.find("not implemented for CUDA") != std::string::npos)
+        GTEST_SKIP() << c.name << ": " << message;
+      FAIL() << c.name << " in " << dtype << " threw on CUDA: " << message;
+    }
+    ASSERT_TRUE(actual.is_cuda()) << c.name << ": result on " << actual.device();
+    const std::string error =
+        mismatch(actual.to(Device::cpu()), expected, tolerance_of(dtype) * c.tolerance_scale);
+    EXPECT_TRUE(error.empty()) << c.name << " in " << dtype << ": " << error;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, CudaOpCaseTest, ::testing::ValuesIn(op_case_names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return test_name_of(info.param);
+                         });
+
+}  // namespace
+}  // namespace ember::testing
