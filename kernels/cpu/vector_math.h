@@ -1,0 +1,44 @@
+// Math functions written so that loops calling them vectorise (no branches, no libm calls).
+// Internal to kernels/cpu.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace ember::kernels::cpu {
+
+// exp(x) in f32, within 2 ulp (Cephes' expf): x = n ln2 + f with |f| <= ln2 / 2, a degree-6
+// polynomial for exp(f), and 2^n built in the exponent bits. Results below ~1e-38 flush to 0
+// (so exp(-inf) is exactly 0, which masked softmax rows rely on); NaN stays NaN.
+inline float exp_vectorisable(float x) {
+  const bool underflow = x < -87.33654f;
+  const bool overflow = x > 88.72283f;
+  float clamped = x < -87.33654f ? -87.33654f : x;
+  clamped = clamped > 88.3762626647949f ? 88.3762626647949f : clamped;
+  // Round to nearest by the 1.5 * 2^23 trick (exact for |t| < 2^22).
+  const float t = clamped * 1.44269504088896341f;
+  const float n = (t + 12582912.0f) - 12582912.0f;
+  float f = clamped - n * 0.693359375f;
+  f = f - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * f + 1.3981999507e-3f;
+  p = p * f + 8.3334519073e-3f;
+  p = p * f + 4.1665795894e-2f;
+  p = p * f + 1.6666665459e-1f;
+  p = p * f + 5.0000001201e-1f;
+  p = p * f * f + f + 1.0f;
+  const float n_finite = n == n ? n : 0.0f;  // a NaN input must not reach the int conversion
+  const int32_t exponent = (static_cast<int32_t>(n_finite) + 127) << 23;
+  const float result = p * std::bit_cast<float>(exponent);
+  const float big = overflow ? std::numeric_limits<float>::infinity() : result;
+  return underflow ? 0.0f : big;
+}
+
+// f64 keeps libm's exp: it is the reference precision (gradient checks), not the fast path.
+inline double exp_vectorisable(double x) {
+  return std::exp(x);
+}
+
+}  // namespace ember::kernels::cpu
