@@ -14,7 +14,7 @@ namespace {
 
 // Sum of a dense row in eight lanes.
 template <typename T, typename Acc = acc_t<T>>
-Acc row_sum(const T* x, int64_t n) {
+[[gnu::always_inline]] inline Acc row_sum(const T* x, int64_t n) {
   Acc lanes[8] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -31,7 +31,7 @@ Acc row_sum(const T* x, int64_t n) {
 
 // Sum of squared deviations from `mean` (the second pass of a two-pass variance).
 template <typename T, typename Acc = acc_t<T>>
-Acc row_squared_deviations(const T* x, int64_t n, Acc mean) {
+[[gnu::always_inline]] inline Acc row_squared_deviations(const T* x, int64_t n, Acc mean) {
   Acc lanes[8] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -53,7 +53,7 @@ Acc row_squared_deviations(const T* x, int64_t n, Acc mean) {
 // Rows [begin, end) of the layer norm forward. The row (cols values) stays in L1/L2 between
 // its three passes: mean, variance, write.
 template <typename T>
-void layer_norm_rows(const T* x, const T* weight, const T* bias, T* y, acc_t<T>* mean,
+[[gnu::always_inline]] inline void layer_norm_rows(const T* x, const T* weight, const T* bias, T* y, acc_t<T>* mean,
                      acc_t<T>* rstd, int64_t begin, int64_t end, int64_t cols, double eps) {
   using Acc = acc_t<T>;
   for (int64_t r = begin; r < end; ++r) {

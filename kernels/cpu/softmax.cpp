@@ -11,73 +11,57 @@
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/vector_math.h"
 
+// Vector selects in the max and exp loops (see kernels/cpu/vector_math.h).
+EMBER_NO_TRAPPING_MATH
+
 namespace ember::kernels::cpu {
 namespace {
 
-// NaN-propagating max of a dense row, in eight lanes.
+// NaN-propagating max of a dense row: a plain max reduction (vectorised) plus a NaN flag.
 template <typename Acc>
-Acc row_max(const Acc* x, int64_t n) {
-  Acc lanes[8];
-  for (int l = 0; l < 8; ++l)
-    lanes[l] = -std::numeric_limits<Acc>::infinity();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l)
-      lanes[l] = (x[i + l] > lanes[l] || x[i + l] != x[i + l]) ? x[i + l] : lanes[l];
+[[gnu::always_inline]] inline Acc row_max(const Acc* x, int64_t n) {
+  Acc m = -std::numeric_limits<Acc>::infinity();
+  int nan_seen = 0;
+#pragma omp simd reduction(max : m) reduction(| : nan_seen)
+  for (int64_t i = 0; i < n; ++i) {
+    m = x[i] > m ? x[i] : m;
+    nan_seen |= x[i] != x[i];
   }
-  for (; i < n; ++i)
-    lanes[0] = (x[i] > lanes[0] || x[i] != x[i]) ? x[i] : lanes[0];
-  Acc m = lanes[0];
-  for (int l = 1; l < 8; ++l)
-    m = (lanes[l] > m || lanes[l] != lanes[l]) ? lanes[l] : m;
-  return m;
+  return nan_seen ? std::numeric_limits<Acc>::quiet_NaN() : m;
 }
 
-// One dense row in the accumulator type: x (n) -> y (n). y may alias x.
+// One dense row in the accumulator type: x (n) -> y (n). y may alias x. `omp simd` lets the
+// sums be reassociated across vector lanes (the build does not use -ffast-math).
 template <typename Acc>
-void softmax_row(const Acc* x, Acc* y, int64_t n, bool log) {
+[[gnu::always_inline]] inline void softmax_row(const Acc* x, Acc* y, int64_t n, bool log) {
   const Acc m = row_max(x, n);
-  Acc lanes[8] = {};
-  int64_t i = 0;
-  if (log) {
-    for (; i + 8 <= n; i += 8) {
-      for (int l = 0; l < 8; ++l)
-        lanes[l] += exp_vectorisable(x[i + l] - m);
-    }
-    for (; i < n; ++i)
-      lanes[0] += exp_vectorisable(x[i] - m);
-  } else {
-    for (; i + 8 <= n; i += 8) {
-      for (int l = 0; l < 8; ++l) {
-        const Acc e = exp_vectorisable(x[i + l] - m);
-        y[i + l] = e;
-        lanes[l] += e;
-      }
-    }
-    for (; i < n; ++i) {
-      const Acc e = exp_vectorisable(x[i] - m);
-      y[i] = e;
-      lanes[0] += e;
-    }
-  }
   Acc total = 0;
-  for (int l = 0; l < 8; ++l)
-    total += lanes[l];
   if (log) {
+#pragma omp simd reduction(+ : total)
+    for (int64_t i = 0; i < n; ++i)
+      total += exp_vectorisable(x[i] - m);
     const Acc shift = m + std::log(total);
-    for (int64_t k = 0; k < n; ++k)
-      y[k] = x[k] - shift;
-  } else {
-    const Acc scale = Acc(1) / total;
-    for (int64_t k = 0; k < n; ++k)
-      y[k] *= scale;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = x[i] - shift;
+    return;
   }
+#pragma omp simd reduction(+ : total)
+  for (int64_t i = 0; i < n; ++i) {
+    const Acc e = exp_vectorisable(x[i] - m);
+    y[i] = e;
+    total += e;
+  }
+  const Acc scale = Acc(1) / total;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    y[i] *= scale;
 }
 
 // Dense rows [begin, end) of f32 or f64 data. Compiled for AVX-512 and AVX2 as well as the
 // baseline, picked at load time: the build targets plain x86-64, and exp dominates this loop.
 template <typename Acc>
-void softmax_rows_native(const Acc* in, Acc* out, int64_t begin, int64_t end, int64_t n,
+[[gnu::always_inline]] inline void softmax_rows_native(const Acc* in, Acc* out, int64_t begin, int64_t end, int64_t n,
                          bool log) {
   for (int64_t r = begin; r < end; ++r)
     softmax_row(in + r * n, out + r * n, n, log);

@@ -2,17 +2,23 @@
 // Internal to kernels/cpu.
 #pragma once
 
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+
+// The selects below must become vector blends, which GCC only does when floating-point
+// comparisons are not treated as trapping. ember never reads the FP exception flags; files whose
+// loops call these functions use EMBER_NO_TRAPPING_MATH too, so that they inline.
+#define EMBER_NO_TRAPPING_MATH _Pragma("GCC optimize(\"no-trapping-math\")")
+#pragma GCC push_options
+EMBER_NO_TRAPPING_MATH
 
 namespace ember::kernels::cpu {
 
 // exp(x) in f32, within 2 ulp (Cephes' expf): x = n ln2 + f with |f| <= ln2 / 2, a degree-6
 // polynomial for exp(f), and 2^n built in the exponent bits. Results below ~1e-38 flush to 0
 // (so exp(-inf) is exactly 0, which masked softmax rows rely on); NaN stays NaN.
-inline float exp_vectorisable(float x) {
+[[gnu::always_inline]] inline float exp_vectorisable(float x) {
   const bool underflow = x < -87.33654f;
   const bool overflow = x > 88.72283f;
   float clamped = x < -87.33654f ? -87.33654f : x;
@@ -31,14 +37,16 @@ inline float exp_vectorisable(float x) {
   p = p * f * f + f + 1.0f;
   const float n_finite = n == n ? n : 0.0f;  // a NaN input must not reach the int conversion
   const int32_t exponent = (static_cast<int32_t>(n_finite) + 127) << 23;
-  const float result = p * std::bit_cast<float>(exponent);
+  const float result = p * __builtin_bit_cast(float, exponent);
   const float big = overflow ? std::numeric_limits<float>::infinity() : result;
   return underflow ? 0.0f : big;
 }
 
 // f64 keeps libm's exp: it is the reference precision (gradient checks), not the fast path.
-inline double exp_vectorisable(double x) {
+[[gnu::always_inline]] inline double exp_vectorisable(double x) {
   return std::exp(x);
 }
 
 }  // namespace ember::kernels::cpu
+
+#pragma GCC pop_options
