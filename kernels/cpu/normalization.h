@@ -19,9 +19,9 @@ void layer_norm(const T* x, const T* weight, const T* bias, T* y, acc_t<T>* mean
 //   grad_weight = sum over rows of grad_out xhat; grad_bias = sum over rows of grad_out  (cols)
 // grad_weight / grad_bias may be null (not wanted); weight null means 1.
 template <typename T>
-void layer_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean,
-                         const acc_t<T>* rstd, const T* weight, T* grad_x, T* grad_weight,
-                         T* grad_bias, int64_t rows, int64_t cols);
+void layer_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
+                         const T* weight, T* grad_x, T* grad_weight, T* grad_bias, int64_t rows,
+                         int64_t cols);
 
 // ---- batch norm: x viewed as (batch, channels, spatial), statistics per channel ----
 // Per channel c: mean and biased variance over the batch * spatial values.
@@ -31,16 +31,15 @@ void batch_norm_statistics(const T* x, acc_t<T>* mean, acc_t<T>* variance, int64
 
 // y = x scale[c] + shift[c] (the normalisation and the affine folded into one per channel).
 template <typename T>
-void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, T* y,
-                      int64_t batch, int64_t channels, int64_t spatial);
+void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, T* y, int64_t batch,
+                      int64_t channels, int64_t spatial);
 
 // training: grad_x = w rstd (g - mean(g) - xhat mean(g xhat)), means over (batch, spatial);
 // eval (the statistics are constants): grad_x = g w rstd.
 // grad_weight = sum(g xhat), grad_bias = sum(g) per channel; either may be null; weight null = 1.
 template <typename T>
-void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean,
-                         const acc_t<T>* rstd, const T* weight, T* grad_x, T* grad_weight,
-                         T* grad_bias, int64_t batch, int64_t channels, int64_t spatial,
-                         bool training);
+void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
+                         const T* weight, T* grad_x, T* grad_weight, T* grad_bias, int64_t batch,
+                         int64_t channels, int64_t spatial, bool training);
 
 }  // namespace ember::kernels::cpu

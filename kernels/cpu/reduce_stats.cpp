@@ -264,9 +264,9 @@ void norm(const T* in, T* out, int64_t outer, int64_t reduce, int64_t inner, dou
   template void amin<T>(const T*, T*, int64_t, int64_t, int64_t);         \
   template void argmax<T>(const T*, int64_t*, int64_t, int64_t, int64_t); \
   template void argmin<T>(const T*, int64_t*, int64_t, int64_t, int64_t);
-#define EMBER_INSTANTIATE_STATISTICS(T)                                             \
-  template void variance<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t);      \
-  template void logsumexp<T>(const T*, T*, int64_t, int64_t, int64_t);              \
+#define EMBER_INSTANTIATE_STATISTICS(T)                                        \
+  template void variance<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t); \
+  template void logsumexp<T>(const T*, T*, int64_t, int64_t, int64_t);         \
   template void norm<T>(const T*, T*, int64_t, int64_t, int64_t, double);
 
 EMBER_INSTANTIATE_EXTREMES(float)

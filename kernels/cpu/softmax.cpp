@@ -17,6 +17,17 @@ EMBER_NO_TRAPPING_MATH
 namespace ember::kernels::cpu {
 namespace {
 
+// Element conversions for this file. Functions defined outside the no-trapping-math region (such
+// as convert<>) are not inlined into it, so f32 and f64 must not go through them.
+template <typename Dst, typename Src>
+[[gnu::always_inline]] inline Dst cast_to(Src value) {
+  if constexpr (std::is_same_v<Dst, Src>) {
+    return value;
+  } else {
+    return convert<Dst>(value);
+  }
+}
+
 // NaN-propagating max of a dense row: a plain max reduction (vectorised) plus a NaN flag.
 template <typename Acc>
 [[gnu::always_inline]] inline Acc row_max(const Acc* x, int64_t n) {
@@ -61,8 +72,8 @@ template <typename Acc>
 // Dense rows [begin, end) of f32 or f64 data. Compiled for AVX-512 and AVX2 as well as the
 // baseline, picked at load time: the build targets plain x86-64, and exp dominates this loop.
 template <typename Acc>
-[[gnu::always_inline]] inline void softmax_rows_native(const Acc* in, Acc* out, int64_t begin, int64_t end, int64_t n,
-                         bool log) {
+[[gnu::always_inline]] inline void softmax_rows_native(const Acc* in, Acc* out, int64_t begin,
+                                                       int64_t end, int64_t n, bool log) {
   for (int64_t r = begin; r < end; ++r)
     softmax_row(in + r * n, out + r * n, n, log);
 }
@@ -73,8 +84,8 @@ template <typename Acc>
 #define EMBER_CLONE_FOR_SIMD
 #endif
 
-EMBER_CLONE_FOR_SIMD void softmax_rows_f32(const float* in, float* out, int64_t begin,
-                                           int64_t end, int64_t n, bool log) {
+EMBER_CLONE_FOR_SIMD void softmax_rows_f32(const float* in, float* out, int64_t begin, int64_t end,
+                                           int64_t n, bool log) {
   softmax_rows_native(in, out, begin, end, n, log);
 }
 
@@ -96,10 +107,10 @@ void softmax_rows(const T* in, T* out, int64_t outer, int64_t dim, bool log) {
       std::vector<float> row(static_cast<size_t>(dim));
       for (int64_t r = begin; r < end; ++r) {
         for (int64_t k = 0; k < dim; ++k)
-          row[k] = convert<float>(in[r * dim + k]);
+          row[k] = cast_to<float>(in[r * dim + k]);
         softmax_rows_f32(row.data(), row.data(), 0, 1, dim, log);
         for (int64_t k = 0; k < dim; ++k)
-          out[r * dim + k] = convert<T>(row[k]);
+          out[r * dim + k] = cast_to<T>(row[k]);
       }
     }
   }
@@ -126,21 +137,21 @@ void softmax_columns(const T* in, T* out, int64_t outer, int64_t dim, int64_t in
     }
     for (int64_t r = 0; r < dim; ++r) {
       for (int64_t l = 0; l < width; ++l) {
-        const Acc x = convert<Acc>(slab[r * inner + l]);
+        const Acc x = cast_to<Acc>(slab[r * inner + l]);
         m[l] = (x > m[l] || x != x) ? x : m[l];
       }
     }
     for (int64_t r = 0; r < dim; ++r) {
       for (int64_t l = 0; l < width; ++l)
-        total[l] += exp_vectorisable(convert<Acc>(slab[r * inner + l]) - m[l]);
+        total[l] += exp_vectorisable(cast_to<Acc>(slab[r * inner + l]) - m[l]);
     }
     for (int64_t l = 0; l < width; ++l)
       total[l] = log ? m[l] + std::log(total[l]) : Acc(1) / total[l];
     for (int64_t r = 0; r < dim; ++r) {
       for (int64_t l = 0; l < width; ++l) {
-        const Acc x = convert<Acc>(slab[r * inner + l]);
+        const Acc x = cast_to<Acc>(slab[r * inner + l]);
         const Acc y = log ? x - total[l] : exp_vectorisable(x - m[l]) * total[l];
-        out_slab[r * inner + l] = convert<T>(y);
+        out_slab[r * inner + l] = cast_to<T>(y);
       }
     }
   }
@@ -170,21 +181,20 @@ void softmax_backward(const T* grad_out, const T* out, T* grad_in, int64_t outer
     const int64_t base = o * dim * inner + i;
     Acc dot = 0;
     for (int64_t r = 0; r < dim; ++r) {
-      const Acc g = convert<Acc>(grad_out[base + r * inner]);
-      dot += log ? g : g * convert<Acc>(out[base + r * inner]);
+      const Acc g = cast_to<Acc>(grad_out[base + r * inner]);
+      dot += log ? g : g * cast_to<Acc>(out[base + r * inner]);
     }
     for (int64_t r = 0; r < dim; ++r) {
       const int64_t k = base + r * inner;
-      const Acc g = convert<Acc>(grad_out[k]), y = convert<Acc>(out[k]);
-      grad_in[k] = convert<T>(log ? g - std::exp(y) * dot : y * (g - dot));
+      const Acc g = cast_to<Acc>(grad_out[k]), y = cast_to<Acc>(out[k]);
+      grad_in[k] = cast_to<T>(log ? g - exp_vectorisable(y) * dot : y * (g - dot));
     }
   }
 }
 
-#define EMBER_INSTANTIATE_SOFTMAX(T)                                                   \
-  template void softmax<T>(const T*, T*, int64_t, int64_t, int64_t, bool);             \
-  template void softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, \
-                                    bool);
+#define EMBER_INSTANTIATE_SOFTMAX(T)                                       \
+  template void softmax<T>(const T*, T*, int64_t, int64_t, int64_t, bool); \
+  template void softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, bool);
 EMBER_INSTANTIATE_SOFTMAX(float)
 EMBER_INSTANTIATE_SOFTMAX(double)
 EMBER_INSTANTIATE_SOFTMAX(Half)

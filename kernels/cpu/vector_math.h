@@ -9,8 +9,13 @@
 // The selects below must become vector blends, which GCC only does when floating-point
 // comparisons are not treated as trapping. ember never reads the FP exception flags; files whose
 // loops call these functions use EMBER_NO_TRAPPING_MATH too, so that they inline.
+// (Clang if-converts these selects by itself and has no such pragma.)
+#if defined(__GNUC__) && !defined(__clang__)
 #define EMBER_NO_TRAPPING_MATH _Pragma("GCC optimize(\"no-trapping-math\")")
 #pragma GCC push_options
+#else
+#define EMBER_NO_TRAPPING_MATH
+#endif
 EMBER_NO_TRAPPING_MATH
 
 namespace ember::kernels::cpu {
@@ -49,4 +54,6 @@ namespace ember::kernels::cpu {
 
 }  // namespace ember::kernels::cpu
 
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
+#endif

@@ -47,8 +47,10 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   EMBER_CHECK(is_floating(x.dtype()), "layer_norm: expected a floating-point input, got ",
               describe(x), " (convert it with to(DType::f32) first)");
   const int64_t norm_dims = static_cast<int64_t>(normalized_shape.size());
-  EMBER_CHECK(norm_dims > 0, "layer_norm: normalized_shape is empty; give the trailing dims to "
-              "normalise over, e.g. {", x.dim() > 0 ? x.size(-1) : 1, "}");
+  EMBER_CHECK(norm_dims > 0,
+              "layer_norm: normalized_shape is empty; give the trailing dims to "
+              "normalise over, e.g. {",
+              x.dim() > 0 ? x.size(-1) : 1, "}");
   bool trailing_match = x.dim() >= norm_dims;
   for (int64_t d = 0; trailing_match && d < norm_dims; ++d)
     trailing_match = x.size(x.dim() - norm_dims + d) == normalized_shape[d];
@@ -60,8 +62,8 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
     EMBER_CHECK(t->sizes() == normalized_shape, "layer_norm: ", what, " has shape ",
                 shape_str(t->sizes()), " but normalized_shape is ", shape_str(normalized_shape),
                 "; expected a ", what, " of shape ", shape_str(normalized_shape));
-    EMBER_CHECK(is_floating(t->dtype()), "layer_norm: expected a floating-point ", what,
-                ", got ", describe(*t));
+    EMBER_CHECK(is_floating(t->dtype()), "layer_norm: expected a floating-point ", what, ", got ",
+                describe(*t));
   }
   // weight and bias compute in the input's dtype (the conversion is recorded, so they still get
   // gradients of their own dtype).
@@ -123,8 +125,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     require_cpu(*t, "batch_norm");
   EMBER_CHECK(is_floating(x.dtype()), "batch_norm: expected a floating-point input, got ",
               describe(x), " (convert it with to(DType::f32) first)");
-  EMBER_CHECK(x.dim() >= 2, "batch_norm: expected an input of shape (N, C, ...) with at least 2 "
-              "dims, got ", describe(x));
+  EMBER_CHECK(x.dim() >= 2,
+              "batch_norm: expected an input of shape (N, C, ...) with at least 2 "
+              "dims, got ",
+              describe(x));
   const int64_t batch = x.size(0), channels = x.size(1);
   const int64_t spatial = batch * channels == 0 ? 0 : x.numel() / (batch * channels);
   for (const auto& [t, what] :
@@ -134,8 +138,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     EMBER_CHECK(t->dim() == 1 && t->size(0) == channels, "batch_norm: ", what, " has shape ",
                 shape_str(t->sizes()), " but the input ", describe(x), " has ", channels,
                 " channels (dim 1); expected a ", what, " of shape (", channels, ")");
-    EMBER_CHECK(is_floating(t->dtype()), "batch_norm: expected a floating-point ", what,
-                ", got ", describe(*t));
+    EMBER_CHECK(is_floating(t->dtype()), "batch_norm: expected a floating-point ", what, ", got ",
+                describe(*t));
   }
   EMBER_CHECK(running_mean.defined() == running_var.defined(),
               "batch_norm: give both running_mean and running_var, or neither");
@@ -143,8 +147,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
               "batch_norm: eval mode (training = false) normalises with the running statistics, "
               "but running_mean and running_var are undefined");
   const int64_t count = batch * spatial;
-  EMBER_CHECK(!training || count > 1, "batch_norm: expected more than 1 value per channel when "
-              "training, got input ", describe(x));
+  EMBER_CHECK(!training || count > 1,
+              "batch_norm: expected more than 1 value per channel when "
+              "training, got input ",
+              describe(x));
 
   const Tensor weight = weight_in.defined() ? weight_in.to(x.dtype()) : Tensor();
   const Tensor bias = bias_in.defined() ? bias_in.to(x.dtype()) : Tensor();
@@ -186,10 +192,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   Tensor out = empty(x.sizes(), TensorOptions(x.dtype(), x.device()));
   dispatch_floating(x.dtype(), "batch_norm", [&]<typename T>() {
     using Acc = acc_t<T>;
-    kernels::cpu::batch_norm_apply<T>(
-        static_cast<const T*>(input.data_ptr()), static_cast<const Acc*>(scale.data_ptr()),
-        static_cast<const Acc*>(shift.data_ptr()), static_cast<T*>(out.data_ptr()), batch,
-        channels, spatial);
+    kernels::cpu::batch_norm_apply<T>(static_cast<const T*>(input.data_ptr()),
+                                      static_cast<const Acc*>(scale.data_ptr()),
+                                      static_cast<const Acc*>(shift.data_ptr()),
+                                      static_cast<T*>(out.data_ptr()), batch, channels, spatial);
   });
   if (any_requires_grad({&x, &weight, &bias})) {
     const bool has_weight = weight.defined(), has_bias = bias.defined();

@@ -28,8 +28,8 @@ Tensor softmax_op(const Tensor& x_in, int64_t dim_in, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   const Tensor x = autocast_fp32(x_in);
   if (x.is_cuda()) EMBER_FAIL(name, ": not implemented for CUDA tensors yet (", describe(x), ")");
-  EMBER_CHECK(is_floating(x.dtype()), name, ": expected a floating-point tensor, got ",
-              describe(x), " (convert it with to(DType::f32) first)");
+  EMBER_CHECK(is_floating(x.dtype()), name, ": expected a floating-point tensor, got ", describe(x),
+              " (convert it with to(DType::f32) first)");
   const int64_t dim = wrap_dim(dim_in, x.dim(), name);
   const LineShape lines = lines_around(x.sizes(), dim);
   Tensor input;

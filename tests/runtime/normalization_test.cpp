@@ -160,10 +160,16 @@ TEST(Softmax, BackwardMatchesTheClosedForm) {
 TEST(Softmax, Errors) {
   expect_error([] { softmax(zeros({2, 3}), 2); }, "softmax: dim 2 is out of range");
   expect_error([] { log_softmax(zeros({2, 3}), -3); }, "log_softmax: dim -3 is out of range");
-  expect_error([] { softmax(zeros({2, 3}, DType::i64), 1); },
-               "softmax: expected a floating-point tensor");
-  expect_error([] { log_softmax(zeros({2, 3}, DType::i32), 1); },
-               "log_softmax: expected a floating-point tensor");
+  expect_error(
+      [] {
+        softmax(zeros({2, 3}, DType::i64), 1);
+      },
+      "softmax: expected a floating-point tensor");
+  expect_error(
+      [] {
+        log_softmax(zeros({2, 3}, DType::i32), 1);
+      },
+      "log_softmax: expected a floating-point tensor");
 }
 
 // ---- layer norm ------------------------------------------------------------------------------
@@ -171,7 +177,8 @@ TEST(Softmax, Errors) {
 std::vector<double> naive_layer_norm(const Tensor& x, int64_t cols, const Tensor& weight,
                                      const Tensor& bias, double eps) {
   const std::vector<double> v = to_vector<double>(x);
-  const std::vector<double> w = weight.defined() ? to_vector<double>(weight) : std::vector<double>();
+  const std::vector<double> w =
+      weight.defined() ? to_vector<double>(weight) : std::vector<double>();
   const std::vector<double> b = bias.defined() ? to_vector<double>(bias) : std::vector<double>();
   std::vector<double> out(v.size());
   for (size_t row = 0; row < v.size() / cols; ++row) {
@@ -232,8 +239,8 @@ TEST(LayerNorm, ReducedPrecisionMatchesF32) {
     const Tensor xl = x.to(dtype), wl = w.to(dtype), bl = b.to(dtype);
     const Tensor y = layer_norm(xl, {48}, wl, bl);
     EXPECT_EQ(y.dtype(), dtype);
-    const Tensor expected = layer_norm(xl.to(DType::f32), {48}, wl.to(DType::f32),
-                                       bl.to(DType::f32));
+    const Tensor expected =
+        layer_norm(xl.to(DType::f32), {48}, wl.to(DType::f32), bl.to(DType::f32));
     EXPECT_TRUE(allclose(y.to(DType::f32), expected, tol, tol)) << dtype;
   }
 }
@@ -260,13 +267,19 @@ TEST(LayerNorm, Errors) {
   const Tensor x = zeros({4, 6});
   expect_error([&] { layer_norm(x, {6}, zeros({5})); },
                "layer_norm: weight has shape (5) but normalized_shape is (6)");
-  expect_error([&] { layer_norm(x, {6}, Tensor(), zeros({2, 3})); },
-               "layer_norm: bias has shape (2,3) but normalized_shape is (6)");
+  expect_error(
+      [&] {
+        layer_norm(x, {6}, Tensor(), zeros({2, 3}));
+      },
+      "layer_norm: bias has shape (2,3) but normalized_shape is (6)");
   expect_error([&] { layer_norm(x, {4}); },
                "layer_norm: input f32 (4,6) on cpu does not end with normalized_shape (4)");
   expect_error([&] { layer_norm(x, {}); }, "layer_norm: normalized_shape is empty");
-  expect_error([&] { layer_norm(zeros({4, 6}, DType::i64), {6}); },
-               "layer_norm: expected a floating-point input");
+  expect_error(
+      [&] {
+        layer_norm(zeros({4, 6}, DType::i64), {6});
+      },
+      "layer_norm: expected a floating-point input");
 }
 
 // ---- batch norm ------------------------------------------------------------------------------
@@ -392,17 +405,25 @@ TEST(BatchNorm, Errors) {
                "channels");
   expect_error([&] { batch_norm(x, zeros({3}), ones({3}), ones({2}), Tensor(), false); },
                "batch_norm: weight has shape (2) but the input");
-  expect_error([&] { batch_norm(x, zeros({3}), ones({3}), Tensor(), zeros({3, 1}), false); },
-               "batch_norm: bias has shape (3,1)");
+  expect_error(
+      [&] {
+        batch_norm(x, zeros({3}), ones({3}), Tensor(), zeros({3, 1}), false);
+      },
+      "batch_norm: bias has shape (3,1)");
   expect_error([&] { batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), false); },
                "batch_norm: eval mode (training = false) normalises with the running statistics");
   expect_error([&] { batch_norm(zeros({4}), Tensor(), Tensor(), Tensor(), Tensor(), true); },
                "batch_norm: expected an input of shape (N, C, ...)");
-  expect_error([&] { batch_norm(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true); },
-               "batch_norm: expected more than 1 value per channel when training");
-  expect_error([&] { batch_norm(zeros({2, 3}, DType::i64), Tensor(), Tensor(), Tensor(),
-                                Tensor(), true); },
-               "batch_norm: expected a floating-point input");
+  expect_error(
+      [&] {
+        batch_norm(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true);
+      },
+      "batch_norm: expected more than 1 value per channel when training");
+  expect_error(
+      [&] {
+        batch_norm(zeros({2, 3}, DType::i64), Tensor(), Tensor(), Tensor(), Tensor(), true);
+      },
+      "batch_norm: expected a floating-point input");
 }
 
 }  // namespace

@@ -152,8 +152,8 @@ TEST(Reductions, StatisticsMatchNaiveOverEveryDimSet) {
         expect_values_near(std(x, dims, correction, keepdim), expected_std, 1e-12, 1e-12,
                            "std " + what);
       }
-      expect_values_near(logsumexp(x, dims, keepdim), naive_reduce(x, dims, fold_logsumexp),
-                         1e-12, 1e-12, "logsumexp " + what);
+      expect_values_near(logsumexp(x, dims, keepdim), naive_reduce(x, dims, fold_logsumexp), 1e-12,
+                         1e-12, "logsumexp " + what);
       for (double p : {2.0, 1.0, 3.0, 0.5, 0.0, kInf, -kInf}) {
         const Tensor n = norm(positive, p, dims, keepdim);
         EXPECT_EQ(n.sizes(), reduced_shape(x.sizes(), dims, keepdim)) << what;
@@ -172,8 +172,7 @@ TEST(Reductions, NonContiguousInputs) {
   for (const Dims& dims : kDimSets) {
     const std::string what = "dims " + shape_str(dims);
     expect_values_near(max(x, dims), naive_reduce(x, dims, fold_max), 0, 0, "max " + what);
-    expect_values_near(var(x, dims), naive_reduce(x, dims, fold_var(1)), 1e-5, 1e-6,
-                       "var " + what);
+    expect_values_near(var(x, dims), naive_reduce(x, dims, fold_var(1)), 1e-5, 1e-6, "var " + what);
     expect_values_near(logsumexp(x, dims), naive_reduce(x, dims, fold_logsumexp), 1e-5, 1e-6,
                        "logsumexp " + what);
     expect_values_near(norm(x, 2.0, dims), naive_reduce(x, dims, fold_norm(2.0)), 1e-5, 1e-6,
@@ -208,8 +207,8 @@ TEST(Reductions, LongRowsUseEveryThread) {
   const Tensor x = randn({300001}, DType::f64, &g);
   expect_values_near(max(x).reshape({1}), naive_reduce(x, {}, fold_max), 0, 0, "max");
   expect_values_near(var(x).reshape({1}), naive_reduce(x, {}, fold_var(1)), 1e-10, 0, "var");
-  expect_values_near(logsumexp(x, {}).reshape({1}), naive_reduce(x, {}, fold_logsumexp), 1e-10,
-                     0, "logsumexp");
+  expect_values_near(logsumexp(x, {}).reshape({1}), naive_reduce(x, {}, fold_logsumexp), 1e-10, 0,
+                     "logsumexp");
   const Tensor rows = randn({3, 70000}, DType::f32, &g);
   expect_values_near(min(rows, {1}), naive_reduce(rows, {1}, fold_min), 0, 0, "min rows");
 }
@@ -238,8 +237,8 @@ TEST(Reductions, ArgmaxMatchesNaiveOnRandomInput) {
     const std::vector<double> expected = naive_reduce(x, {dim}, [](const std::vector<double>& v) {
       return static_cast<double>(std::max_element(v.begin(), v.end()) - v.begin());
     });
-    const std::vector<double> expected_min = naive_reduce(
-        x, {dim}, [](const std::vector<double>& v) {
+    const std::vector<double> expected_min =
+        naive_reduce(x, {dim}, [](const std::vector<double>& v) {
           return static_cast<double>(std::min_element(v.begin(), v.end()) - v.begin());
         });
     expect_values_near(idx, expected, 0, 0, "argmax dim " + std::to_string(dim));
@@ -292,9 +291,8 @@ TEST(Reductions, MaxGradientSplitsTiesEvenly) {
 }
 
 TEST(Reductions, LogsumexpIsStable) {
-  const Tensor x = from_vector(std::vector<float>{1000, 1000, -1000, -INFINITY, -INFINITY,
-                                                  -INFINITY},
-                               {2, 3});
+  const Tensor x =
+      from_vector(std::vector<float>{1000, 1000, -1000, -INFINITY, -INFINITY, -INFINITY}, {2, 3});
   const std::vector<double> r = to_vector<double>(logsumexp(x, {1}));
   EXPECT_NEAR(r[0], 1000 + std::log(2.0), 1e-3);
   EXPECT_TRUE(std::isinf(r[1]) && r[1] < 0);
