@@ -157,6 +157,24 @@ TEST(Softmax, BackwardMatchesTheClosedForm) {
   EXPECT_TRUE(allclose(x2.grad(), expected_log, 1e-5, 1e-6));
 }
 
+TEST(Normalization, EmptyInputsGiveEmptyResults) {
+  EXPECT_EQ(softmax(zeros({0, 3}), 1).sizes(), (Shape{0, 3}));
+  EXPECT_EQ(log_softmax(zeros({2, 0}), 1).sizes(), (Shape{2, 0}));
+  EXPECT_EQ(softmax(zeros({2, 0, 3}), 2).sizes(), (Shape{2, 0, 3}));
+  EXPECT_EQ(layer_norm(zeros({0, 4}), {4}, ones({4}), zeros({4})).sizes(), (Shape{0, 4}));
+  EXPECT_EQ(batch_norm(zeros({0, 3}), zeros({3}), ones({3}), Tensor(), Tensor(), false).sizes(),
+            (Shape{0, 3}));
+}
+
+TEST(Softmax, RunsInF32UnderAutocast) {
+  Generator g(16);
+  const Tensor x = randn({3, 8}, DType::f32, &g);
+  AutocastGuard autocast(DType::bf16);
+  const Tensor y = softmax(x.to(DType::bf16), 1);
+  EXPECT_EQ(y.dtype(), DType::f32);
+  EXPECT_TRUE(allclose(y, softmax(x.to(DType::bf16).to(DType::f32), 1), 1e-6, 1e-7));
+}
+
 TEST(Softmax, Errors) {
   expect_error([] { softmax(zeros({2, 3}), 2); }, "softmax: dim 2 is out of range");
   expect_error([] { log_softmax(zeros({2, 3}), -3); }, "log_softmax: dim -3 is out of range");

@@ -201,6 +201,13 @@ TEST(Reductions, SizeOneDimsAndScalars) {
   EXPECT_EQ(var(one, {}, 0).item<double>(), 0.0);
 }
 
+TEST(Reductions, EmptyOutputsAndEmptyStatistics) {
+  EXPECT_EQ(max(zeros({0, 3}), {1}).sizes(), (Shape{0}));
+  EXPECT_EQ(argmax(zeros({0, 3}), 1).sizes(), (Shape{0}));
+  EXPECT_EQ(norm(zeros({0, 3})).item<double>(), 0.0);
+  EXPECT_TRUE(std::isinf(logsumexp(zeros({0}), {}).item<double>()));
+}
+
 TEST(Reductions, LongRowsUseEveryThread) {
   // One row longer than the parallel split threshold (the row is cut across threads).
   Generator g(5);
