@@ -8,6 +8,7 @@
 
 #include "kernels/common/convert.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace ember::kernels::cpu {
 namespace {
@@ -66,12 +67,6 @@ template <typename T>
     }
   }
 }
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#define EMBER_CLONE_FOR_SIMD __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define EMBER_CLONE_FOR_SIMD
-#endif
 
 // The f32 rows compiled for AVX-512 and AVX2 too (the build targets plain x86-64).
 EMBER_CLONE_FOR_SIMD void layer_norm_rows_f32(const float* x, const float* weight,

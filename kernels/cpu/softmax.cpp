@@ -69,8 +69,7 @@ template <typename Acc>
     y[i] *= scale;
 }
 
-// Dense rows [begin, end) of f32 or f64 data. Compiled for AVX-512 and AVX2 as well as the
-// baseline, picked at load time: the build targets plain x86-64, and exp dominates this loop.
+// Dense rows [begin, end) of f32 or f64 data.
 template <typename Acc>
 [[gnu::always_inline]] inline void softmax_rows_native(const Acc* in, Acc* out, int64_t begin,
                                                        int64_t end, int64_t n, bool log) {
@@ -78,12 +77,8 @@ template <typename Acc>
     softmax_row(in + r * n, out + r * n, n, log);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define EMBER_CLONE_FOR_SIMD __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define EMBER_CLONE_FOR_SIMD
-#endif
-
+// The f32 rows compiled for AVX-512 and AVX2 as well as the baseline, picked at load time: the
+// build targets plain x86-64, and the exp polynomial dominates this loop.
 EMBER_CLONE_FOR_SIMD void softmax_rows_f32(const float* in, float* out, int64_t begin, int64_t end,
                                            int64_t n, bool log) {
   softmax_rows_native(in, out, begin, end, n, log);

@@ -1,10 +1,19 @@
-// Math functions written so that loops calling them vectorise (no branches, no libm calls).
-// Internal to kernels/cpu.
+// SIMD helpers for the CPU kernels: math functions written so that loops calling them vectorise
+// (no branches, no libm calls), and per-ISA clones of hot loops. Internal to kernels/cpu.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
+
+// EMBER_CLONE_FOR_SIMD on a function compiles it for AVX-512 and AVX2 as well as the baseline
+// and picks one at load time: the build targets plain x86-64. Helpers it calls must be
+// always_inline to be compiled into each clone.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define EMBER_CLONE_FOR_SIMD __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define EMBER_CLONE_FOR_SIMD
+#endif
 
 // The selects below must become vector blends, which GCC only does when floating-point
 // comparisons are not treated as trapping. ember never reads the FP exception flags; files whose
