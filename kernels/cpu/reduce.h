@@ -36,4 +36,33 @@ using sum_output_t = typename SumOutput<T>::type;
 template <typename T>
 void sum(const T* in, sum_output_t<T>* out, int64_t outer, int64_t reduce, int64_t inner);
 
+// ---- kernels/cpu/reduce_stats.cpp: every type below but the integers computes in acc_t<T> ----
+
+// Largest / smallest value of each line (reduce >= 1); a NaN anywhere in a line is its result.
+// All numeric dtypes.
+template <typename T>
+void amax(const T* in, T* out, int64_t outer, int64_t reduce, int64_t inner);
+template <typename T>
+void amin(const T* in, T* out, int64_t outer, int64_t reduce, int64_t inner);
+
+// Index along `reduce` of the first largest / smallest value (reduce >= 1); NaN counts as both
+// the largest and the smallest, so the first NaN wins. All numeric dtypes.
+template <typename T>
+void argmax(const T* in, int64_t* out, int64_t outer, int64_t reduce, int64_t inner);
+template <typename T>
+void argmin(const T* in, int64_t* out, int64_t outer, int64_t reduce, int64_t inner);
+
+// The floating-point statistics below take f32, f64, f16 and bf16.
+// sum((x - mean)^2) / (reduce - correction), two passes (the mean first) for accuracy; a divisor
+// <= 0 gives inf or NaN, as torch.var.
+template <typename T>
+void variance(const T* in, T* out, int64_t outer, int64_t reduce, int64_t inner,
+              int64_t correction);
+// log(sum(exp(x))) = m + log(sum(exp(x - m))) with m the line's max (0 when m is infinite).
+template <typename T>
+void logsumexp(const T* in, T* out, int64_t outer, int64_t reduce, int64_t inner);
+// (sum |x|^p)^(1/p); p = inf: max |x|; p = -inf: min |x|; p = 0: the count of non-zeros.
+template <typename T>
+void norm(const T* in, T* out, int64_t outer, int64_t reduce, int64_t inner, double p);
+
 }  // namespace ember::kernels::cpu

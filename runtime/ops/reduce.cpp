@@ -1,6 +1,8 @@
 // Reductions: planning, dispatch, autograd.
 #include "runtime/ops/reduce.h"
 
+#include <optional>
+
 #include "kernels/cpu/reduce.h"
 #include "runtime/autocast.h"
 #include "runtime/autograd/grad_mode.h"
@@ -37,6 +39,76 @@ Tensor sum_kernel(const ReductionPlan& plan, const Tensor& x) {
     kernels::cpu::sum<T>(static_cast<const T*>(plan.input.data_ptr()),
                          static_cast<Out*>(out.data_ptr()), plan.outer, plan.reduce, plan.inner);
   });
+  return out;
+}
+
+// The reduced dims as a list (for the ops that backward calls).
+Dims reduced_dims(const ReductionPlan& plan) {
+  Dims dims;
+  for (size_t d = 0; d < plan.reduced.size(); ++d) {
+    if (plan.reduced[d]) dims.push_back(static_cast<int64_t>(d));
+  }
+  return dims;
+}
+
+void require_cpu(const Tensor& x, const char* op) {
+  if (x.is_cuda()) EMBER_FAIL(op, ": not implemented for CUDA tensors yet (", describe(x), ")");
+}
+
+void require_nonempty_reduction(const ReductionPlan& plan, const Tensor& x, const char* op) {
+  EMBER_CHECK(plan.reduce > 0, op, ": cannot reduce over a dim of size 0 (input ", describe(x),
+              "): the result would have no value; reduce over non-empty dims");
+}
+
+// amax / amin. Backward: the gradient goes to the elements equal to the result, split evenly.
+Tensor extreme(const Tensor& x, const Dims& dims, bool keepdim, bool is_max) {
+  const char* name = is_max ? "max" : "min";
+  require_cpu(x, name);
+  const ReductionPlan plan = plan_reduction(x, dims, keepdim, name);
+  require_nonempty_reduction(plan, x, name);
+  Tensor out = empty(plan.out_shape, TensorOptions(x.dtype(), x.device()));
+  dispatch_numeric(x.dtype(), name, [&]<typename T>() {
+    const T* in = static_cast<const T*>(plan.input.data_ptr());
+    T* result = static_cast<T*>(out.data_ptr());
+    if (is_max) {
+      kernels::cpu::amax<T>(in, result, plan.outer, plan.reduce, plan.inner);
+    } else {
+      kernels::cpu::amin<T>(in, result, plan.outer, plan.reduce, plan.inner);
+    }
+  });
+  if (any_requires_grad({&x})) {
+    const Shape keep_shape = plan.keepdim_shape;
+    const Dims reduced = reduced_dims(plan);
+    record(is_max ? OpId::max : OpId::min, {x}, out, {x, out},
+           [keep_shape, reduced](const Tensor& g,
+                                 const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             const Tensor winners = eq(s[0], s[1].reshape(keep_shape)).to(g.dtype());
+             const Tensor share = winners / sum(winners, reduced, true);
+             return {g.reshape(keep_shape) * share};
+           });
+  }
+  return out;
+}
+
+Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bool is_max) {
+  const char* name = is_max ? "argmax" : "argmin";
+  require_cpu(x, name);
+  NoGradGuard no_grad;
+  // Without a dim the index is into the flattened tensor.
+  const Tensor source = dim ? x : x.reshape({x.numel()});
+  const ReductionPlan plan = plan_reduction(source, {dim.value_or(0)}, keepdim && dim, name);
+  require_nonempty_reduction(plan, x, name);
+  Tensor out = empty(plan.out_shape, TensorOptions(DType::i64, x.device()));
+  dispatch_numeric(x.dtype(), name, [&]<typename T>() {
+    const T* in = static_cast<const T*>(plan.input.data_ptr());
+    int64_t* result = out.data<int64_t>();
+    if (is_max) {
+      kernels::cpu::argmax<T>(in, result, plan.outer, plan.reduce, plan.inner);
+    } else {
+      kernels::cpu::argmin<T>(in, result, plan.outer, plan.reduce, plan.inner);
+    }
+  });
+  if (!dim && keepdim) return out.reshape(Shape(static_cast<size_t>(x.dim()), 1));
   return out;
 }
 
@@ -77,6 +149,22 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
            });
   }
   return out;
+}
+
+Tensor max(const Tensor& x, const Dims& dims, bool keepdim) {
+  return extreme(x, dims, keepdim, true);
+}
+
+Tensor min(const Tensor& x, const Dims& dims, bool keepdim) {
+  return extreme(x, dims, keepdim, false);
+}
+
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  return arg_extreme(x, dim, keepdim, true);
+}
+
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  return arg_extreme(x, dim, keepdim, false);
 }
 
 }  // namespace ember

@@ -1,0 +1,226 @@
+// layer_norm and batch_norm: checks, the fused CPU kernels, running statistics, autograd.
+#include "runtime/ops/normalization.h"
+
+#include "kernels/cpu/normalization.h"
+#include "runtime/autocast.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/autograd/node.h"
+#include "runtime/dispatch.h"
+#include "runtime/ops.h"
+
+namespace ember {
+namespace {
+
+void require_cpu(const Tensor& t, const char* op) {
+  if (t.defined() && t.is_cuda())
+    EMBER_FAIL(op, ": not implemented for CUDA tensors yet (", describe(t), ")");
+}
+
+// The dtype statistics are kept in: f32 for 16-bit inputs (as acc_t), else the input's.
+DType statistics_dtype(DType dtype) {
+  return dtype == DType::f16 || dtype == DType::bf16 ? DType::f32 : dtype;
+}
+
+template <typename T>
+const T* data_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+
+template <typename T>
+T* mutable_data_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
+}
+
+Tensor dense_or_undefined(const Tensor& t) {
+  return t.defined() ? t.contiguous() : Tensor();
+}
+
+}  // namespace
+
+// ---- layer norm -----------------------------------------------------------------------------
+
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,
+                  const Tensor& bias_in, double eps) {
+  const Tensor x = autocast_fp32(x_in);
+  for (const Tensor* t : {&x, &weight_in, &bias_in})
+    require_cpu(*t, "layer_norm");
+  EMBER_CHECK(is_floating(x.dtype()), "layer_norm: expected a floating-point input, got ",
+              describe(x), " (convert it with to(DType::f32) first)");
+  const int64_t norm_dims = static_cast<int64_t>(normalized_shape.size());
+  EMBER_CHECK(norm_dims > 0,
+              "layer_norm: normalized_shape is empty; give the trailing dims to "
+              "normalise over, e.g. {",
+              x.dim() > 0 ? x.size(-1) : 1, "}");
+  bool trailing_match = x.dim() >= norm_dims;
+  for (int64_t d = 0; trailing_match && d < norm_dims; ++d)
+    trailing_match = x.size(x.dim() - norm_dims + d) == normalized_shape[d];
+  EMBER_CHECK(trailing_match, "layer_norm: input ", describe(x),
+              " does not end with normalized_shape ", shape_str(normalized_shape),
+              "; expected an input of shape (*, ", shape_str(normalized_shape).substr(1));
+  for (const auto& [t, what] : {std::pair{&weight_in, "weight"}, std::pair{&bias_in, "bias"}}) {
+    if (!t->defined()) continue;
+    EMBER_CHECK(t->sizes() == normalized_shape, "layer_norm: ", what, " has shape ",
+                shape_str(t->sizes()), " but normalized_shape is ", shape_str(normalized_shape),
+                "; expected a ", what, " of shape ", shape_str(normalized_shape));
+    EMBER_CHECK(is_floating(t->dtype()), "layer_norm: expected a floating-point ", what, ", got ",
+                describe(*t));
+  }
+  // weight and bias compute in the input's dtype (the conversion is recorded, so they still get
+  // gradients of their own dtype).
+  const Tensor weight = weight_in.defined() ? weight_in.to(x.dtype()) : Tensor();
+  const Tensor bias = bias_in.defined() ? bias_in.to(x.dtype()) : Tensor();
+  const int64_t cols = shape_numel(normalized_shape);
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+
+  Tensor input, weight_dense, bias_dense;
+  {
+    NoGradGuard no_grad;
+    input = x.contiguous();
+    weight_dense = dense_or_undefined(weight);
+    bias_dense = dense_or_undefined(bias);
+  }
+  Tensor out = empty(x.sizes(), TensorOptions(x.dtype(), x.device()));
+  const TensorOptions stat_options(statistics_dtype(x.dtype()), x.device());
+  Tensor mean = empty({rows}, stat_options), rstd = empty({rows}, stat_options);
+  dispatch_floating(x.dtype(), "layer_norm", [&]<typename T>() {
+    using Acc = acc_t<T>;
+    kernels::cpu::layer_norm<T>(static_cast<const T*>(input.data_ptr()),
+                                data_or_null<T>(weight_dense), data_or_null<T>(bias_dense),
+                                static_cast<T*>(out.data_ptr()), static_cast<Acc*>(mean.data_ptr()),
+                                static_cast<Acc*>(rstd.data_ptr()), rows, cols, eps);
+  });
+  if (any_requires_grad({&x, &weight, &bias})) {
+    const bool has_weight = weight.defined(), has_bias = bias.defined();
+    const Shape norm_shape = normalized_shape;
+    record(OpId::layer_norm, {x, weight, bias}, out, {input, weight_dense, mean, rstd},
+           [rows, cols, has_weight, has_bias, norm_shape](
+               const Tensor& g_in, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             const Tensor& in = s[0];
+             const Tensor g = g_in.to(in.dtype()).contiguous();
+             const TensorOptions options(in.dtype(), in.device());
+             Tensor grad_x = empty(in.sizes(), options);
+             Tensor grad_weight = has_weight ? empty(norm_shape, options) : Tensor();
+             Tensor grad_bias = has_bias ? empty(norm_shape, options) : Tensor();
+             dispatch_floating(in.dtype(), "layer_norm", [&]<typename T>() {
+               using Acc = acc_t<T>;
+               kernels::cpu::layer_norm_backward<T>(
+                   static_cast<const T*>(g.data_ptr()), static_cast<const T*>(in.data_ptr()),
+                   static_cast<const Acc*>(s[2].data_ptr()),
+                   static_cast<const Acc*>(s[3].data_ptr()), data_or_null<T>(s[1]),
+                   static_cast<T*>(grad_x.data_ptr()), mutable_data_or_null<T>(grad_weight),
+                   mutable_data_or_null<T>(grad_bias), rows, cols);
+             });
+             return {grad_x, grad_weight, grad_bias};
+           });
+  }
+  return out;
+}
+
+// ---- batch norm -----------------------------------------------------------------------------
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight_in, const Tensor& bias_in, bool training, double momentum,
+                  double eps) {
+  for (const Tensor* t : {&x, &running_mean, &running_var, &weight_in, &bias_in})
+    require_cpu(*t, "batch_norm");
+  EMBER_CHECK(is_floating(x.dtype()), "batch_norm: expected a floating-point input, got ",
+              describe(x), " (convert it with to(DType::f32) first)");
+  EMBER_CHECK(x.dim() >= 2,
+              "batch_norm: expected an input of shape (N, C, ...) with at least 2 "
+              "dims, got ",
+              describe(x));
+  const int64_t batch = x.size(0), channels = x.size(1);
+  const int64_t spatial = batch * channels == 0 ? 0 : x.numel() / (batch * channels);
+  for (const auto& [t, what] :
+       {std::pair{&running_mean, "running_mean"}, std::pair{&running_var, "running_var"},
+        std::pair{&weight_in, "weight"}, std::pair{&bias_in, "bias"}}) {
+    if (!t->defined()) continue;
+    EMBER_CHECK(t->dim() == 1 && t->size(0) == channels, "batch_norm: ", what, " has shape ",
+                shape_str(t->sizes()), " but the input ", describe(x), " has ", channels,
+                " channels (dim 1); expected a ", what, " of shape (", channels, ")");
+    EMBER_CHECK(is_floating(t->dtype()), "batch_norm: expected a floating-point ", what, ", got ",
+                describe(*t));
+  }
+  EMBER_CHECK(running_mean.defined() == running_var.defined(),
+              "batch_norm: give both running_mean and running_var, or neither");
+  EMBER_CHECK(training || running_mean.defined(),
+              "batch_norm: eval mode (training = false) normalises with the running statistics, "
+              "but running_mean and running_var are undefined");
+  const int64_t count = batch * spatial;
+  EMBER_CHECK(!training || count > 1,
+              "batch_norm: expected more than 1 value per channel when "
+              "training, got input ",
+              describe(x));
+
+  const Tensor weight = weight_in.defined() ? weight_in.to(x.dtype()) : Tensor();
+  const Tensor bias = bias_in.defined() ? bias_in.to(x.dtype()) : Tensor();
+  const DType stat_dtype = statistics_dtype(x.dtype());
+  const TensorOptions stat_options(stat_dtype, x.device());
+  Tensor input, weight_dense, mean, rstd, scale, shift;
+  {
+    NoGradGuard no_grad;
+    input = x.contiguous();
+    weight_dense = dense_or_undefined(weight);
+    if (training) {
+      mean = empty({channels}, stat_options);
+      Tensor variance = empty({channels}, stat_options);
+      dispatch_floating(x.dtype(), "batch_norm", [&]<typename T>() {
+        using Acc = acc_t<T>;
+        kernels::cpu::batch_norm_statistics<T>(
+            static_cast<const T*>(input.data_ptr()), static_cast<Acc*>(mean.data_ptr()),
+            static_cast<Acc*>(variance.data_ptr()), batch, channels, spatial);
+      });
+      rstd = rsqrt(variance + eps);
+      if (running_mean.defined()) {
+        // PyTorch's update: the running variance takes the unbiased batch variance.
+        const double unbiased = static_cast<double>(count) / static_cast<double>(count - 1);
+        Tensor running_mean_ref = running_mean, running_var_ref = running_var;
+        running_mean_ref.mul_(1.0 - momentum).add_(mean.to(running_mean.dtype()), momentum);
+        running_var_ref.mul_(1.0 - momentum)
+            .add_((variance * unbiased).to(running_var.dtype()), momentum);
+      }
+    } else {
+      mean = running_mean.to(stat_dtype).clone();  // a copy: later updates must not reach it
+      rstd = rsqrt(running_var.to(stat_dtype) + eps);
+    }
+    // y = (x - mean) rstd w + b = x scale + shift
+    scale = weight.defined() ? rstd * weight.to(stat_dtype) : rstd;
+    shift = bias.defined() ? bias.to(stat_dtype) - mean * scale : -(mean * scale);
+    scale = scale.contiguous();
+    shift = shift.contiguous();
+  }
+  Tensor out = empty(x.sizes(), TensorOptions(x.dtype(), x.device()));
+  dispatch_floating(x.dtype(), "batch_norm", [&]<typename T>() {
+    using Acc = acc_t<T>;
+    kernels::cpu::batch_norm_apply<T>(static_cast<const T*>(input.data_ptr()),
+                                      static_cast<const Acc*>(scale.data_ptr()),
+                                      static_cast<const Acc*>(shift.data_ptr()),
+                                      static_cast<T*>(out.data_ptr()), batch, channels, spatial);
+  });
+  if (any_requires_grad({&x, &weight, &bias})) {
+    const bool has_weight = weight.defined(), has_bias = bias.defined();
+    record(OpId::batch_norm, {x, weight, bias}, out, {input, weight_dense, mean, rstd},
+           [batch, channels, spatial, training, has_weight, has_bias](
+               const Tensor& g_in, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             const Tensor& in = s[0];
+             const Tensor g = g_in.to(in.dtype()).contiguous();
+             const TensorOptions options(in.dtype(), in.device());
+             Tensor grad_x = empty(in.sizes(), options);
+             Tensor grad_weight = has_weight ? empty({channels}, options) : Tensor();
+             Tensor grad_bias = has_bias ? empty({channels}, options) : Tensor();
+             dispatch_floating(in.dtype(), "batch_norm", [&]<typename T>() {
+               using Acc = acc_t<T>;
+               kernels::cpu::batch_norm_backward<T>(
+                   static_cast<const T*>(g.data_ptr()), static_cast<const T*>(in.data_ptr()),
+                   static_cast<const Acc*>(s[2].data_ptr()),
+                   static_cast<const Acc*>(s[3].data_ptr()), data_or_null<T>(s[1]),
+                   static_cast<T*>(grad_x.data_ptr()), mutable_data_or_null<T>(grad_weight),
+                   mutable_data_or_null<T>(grad_bias), batch, channels, spatial, training);
+             });
+             return {grad_x, grad_weight, grad_bias};
+           });
+  }
+  return out;
+}
+
+}  // namespace ember

@@ -1,0 +1,122 @@
+// Statistical reductions: variance, standard deviation, logsumexp, p-norms.
+#include <cmath>
+
+#include "kernels/cpu/reduce.h"
+#include "runtime/autocast.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/autograd/node.h"
+#include "runtime/dispatch.h"
+#include "runtime/ops.h"
+#include "runtime/ops/reduction_plan.h"
+
+namespace ember {
+namespace {
+
+Dims reduced_dims(const ReductionPlan& plan) {
+  Dims dims;
+  for (size_t d = 0; d < plan.reduced.size(); ++d) {
+    if (plan.reduced[d]) dims.push_back(static_cast<int64_t>(d));
+  }
+  return dims;
+}
+
+// The checks every statistic shares: a CPU floating-point tensor.
+void check_statistic_input(const Tensor& x, const char* op) {
+  if (x.is_cuda()) EMBER_FAIL(op, ": not implemented for CUDA tensors yet (", describe(x), ")");
+  EMBER_CHECK(is_floating(x.dtype()), op, ": expected a floating-point tensor, got ", describe(x),
+              " (convert it with to(DType::f32) first)");
+}
+
+// Plans `op` over dims, allocates the result and runs `kernel(T* in, T* out, plan)` on it.
+template <typename Kernel>
+Tensor run_statistic(const ReductionPlan& plan, const Tensor& x, const char* op, Kernel kernel) {
+  Tensor out = empty(plan.out_shape, TensorOptions(x.dtype(), x.device()));
+  dispatch_floating(x.dtype(), op, [&]<typename T>() {
+    kernel.template operator()<T>(static_cast<const T*>(plan.input.data_ptr()),
+                                  static_cast<T*>(out.data_ptr()));
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor var(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) {
+  check_statistic_input(x, "var");
+  EMBER_CHECK(correction >= 0, "var: correction must be >= 0, got ", correction);
+  const ReductionPlan plan = plan_reduction(x, dims, keepdim, "var");
+  Tensor out = run_statistic(plan, x, "var", [&]<typename T>(const T* in, T* result) {
+    kernels::cpu::variance<T>(in, result, plan.outer, plan.reduce, plan.inner, correction);
+  });
+  if (any_requires_grad({&x})) {
+    // d var / dx = 2 (x - mean) / (n - correction)
+    const Shape keep_shape = plan.keepdim_shape;
+    const Dims reduced = reduced_dims(plan);
+    const double divisor = static_cast<double>(std::max<int64_t>(0, plan.reduce - correction));
+    record(OpId::var, {x}, out, {x},
+           [keep_shape, reduced, divisor](const Tensor& g,
+                                          const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             const Tensor centred = s[0] - mean(s[0], reduced, true);
+             return {g.reshape(keep_shape) * centred * (2.0 / divisor)};
+           });
+  }
+  return out;
+}
+
+Tensor std(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) {
+  check_statistic_input(x, "std");
+  return sqrt(var(x, dims, correction, keepdim));
+}
+
+Tensor logsumexp(const Tensor& x_in, const Dims& dims, bool keepdim) {
+  const Tensor x = autocast_fp32(x_in);
+  check_statistic_input(x, "logsumexp");
+  const ReductionPlan plan = plan_reduction(x, dims, keepdim, "logsumexp");
+  Tensor out = run_statistic(plan, x, "logsumexp", [&]<typename T>(const T* in, T* result) {
+    kernels::cpu::logsumexp<T>(in, result, plan.outer, plan.reduce, plan.inner);
+  });
+  if (any_requires_grad({&x})) {
+    // d/dx = softmax(x) = exp(x - logsumexp(x))
+    const Shape keep_shape = plan.keepdim_shape;
+    record(OpId::logsumexp, {x}, out, {x, out},
+           [keep_shape](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             return {g.reshape(keep_shape) * exp(s[0] - s[1].reshape(keep_shape))};
+           });
+  }
+  return out;
+}
+
+Tensor norm(const Tensor& x_in, double p, const Dims& dims, bool keepdim) {
+  const Tensor x = autocast_fp32(x_in);
+  check_statistic_input(x, "norm");
+  EMBER_CHECK(!std::isnan(p), "norm: p must be a number, got NaN");
+  const ReductionPlan plan = plan_reduction(x, dims, keepdim, "norm");
+  Tensor out = run_statistic(plan, x, "norm", [&]<typename T>(const T* in, T* result) {
+    kernels::cpu::norm<T>(in, result, plan.outer, plan.reduce, plan.inner, p);
+  });
+  if (any_requires_grad({&x})) {
+    const Shape keep_shape = plan.keepdim_shape;
+    const Dims reduced = reduced_dims(plan);
+    record(OpId::norm, {x}, out, {x, out},
+           [keep_shape, reduced, p](const Tensor& g,
+                                    const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             const Tensor& in = s[0];
+             const Tensor g_keep = g.reshape(keep_shape);
+             const Tensor y = s[1].reshape(keep_shape);
+             if (p == 0) return {zeros_like(in) * g_keep};
+             if (p == 1) return {g_keep * sign(in)};
+             if (std::isinf(p)) {
+               // Like max |x|: the elements that reach it share the gradient evenly.
+               const Tensor winners = eq(abs(in), y).to(g.dtype());
+               return {g_keep * sign(in) * winners / sum(winners, reduced, true)};
+             }
+             // d/dx (sum |x|^p)^(1/p) = sign(x) |x|^(p-1) / y^(p-1); a zero norm has zero
+             // gradient (every x is 0 there, so dividing by 1 instead gives it).
+             const Tensor safe_y = where(eq(y, 0.0), ones_like(y), y);
+             if (p == 2) return {g_keep * in / safe_y};
+             return {g_keep * sign(in) * pow(abs(in), p - 1) / pow(safe_y, p - 1)};
+           });
+  }
+  return out;
+}
+
+}  // namespace ember

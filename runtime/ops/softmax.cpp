@@ -1,0 +1,75 @@
+// softmax and log_softmax along one dim: checks, the fused CPU kernel, autograd.
+#include "kernels/cpu/softmax.h"
+#include "runtime/autocast.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/autograd/node.h"
+#include "runtime/dispatch.h"
+#include "runtime/ops.h"
+
+namespace ember {
+namespace {
+
+// x viewed as (outer, size, inner) around `dim`.
+struct LineShape {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+
+LineShape lines_around(const Shape& shape, int64_t dim) {
+  LineShape lines;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    if (d < dim) lines.outer *= shape[d];
+    if (d == dim) lines.size = shape[d];
+    if (d > dim) lines.inner *= shape[d];
+  }
+  return lines;
+}
+
+Tensor softmax_op(const Tensor& x_in, int64_t dim_in, bool log) {
+  const char* name = log ? "log_softmax" : "softmax";
+  const Tensor x = autocast_fp32(x_in);
+  if (x.is_cuda()) EMBER_FAIL(name, ": not implemented for CUDA tensors yet (", describe(x), ")");
+  EMBER_CHECK(is_floating(x.dtype()), name, ": expected a floating-point tensor, got ", describe(x),
+              " (convert it with to(DType::f32) first)");
+  const int64_t dim = wrap_dim(dim_in, x.dim(), name);
+  const LineShape lines = lines_around(x.sizes(), dim);
+  Tensor input;
+  {
+    NoGradGuard no_grad;
+    input = x.contiguous();
+  }
+  Tensor out = empty(x.sizes(), TensorOptions(x.dtype(), x.device()));
+  dispatch_floating(x.dtype(), name, [&]<typename T>() {
+    kernels::cpu::softmax<T>(static_cast<const T*>(input.data_ptr()),
+                             static_cast<T*>(out.data_ptr()), lines.outer, lines.size, lines.inner,
+                             log);
+  });
+  if (any_requires_grad({&x})) {
+    // Only the output is needed: softmax: y (g - sum(g y)); log_softmax: g - exp(y) sum(g).
+    record(log ? OpId::log_softmax : OpId::softmax, {x}, out, {out},
+           [lines, log, name](const Tensor& g_in,
+                              const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             const Tensor g = g_in.to(s[0].dtype()).contiguous();
+             const Tensor& y = s[0];
+             Tensor grad = empty(y.sizes(), TensorOptions(y.dtype(), y.device()));
+             dispatch_floating(y.dtype(), name, [&]<typename T>() {
+               kernels::cpu::softmax_backward<T>(
+                   static_cast<const T*>(g.data_ptr()), static_cast<const T*>(y.data_ptr()),
+                   static_cast<T*>(grad.data_ptr()), lines.outer, lines.size, lines.inner, log);
+             });
+             return {grad};
+           });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  return softmax_op(x, dim, false);
+}
+
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return softmax_op(x, dim, true);
+}
+
+}  // namespace ember
