@@ -95,11 +95,11 @@ void Adam::update_fused(const ParamGroup& group, Tensor& master, const Tensor& g
   float* max_exp_avg_sq =
       group.amsgrad ? state_tensor(state, "max_exp_avg_sq", master).data<float>() : nullptr;
   const kernels::cpu::AdamHyper hyper = adam_hyper(group, state.step, decoupled_);
-  dispatch_fused(grad, model, "Adam.step", [&]<typename Grad, typename Model>(const Grad* g,
-                                                                             Model* m) {
-    kernels::cpu::adam_step<Grad, Model>(master.data<float>(), g, exp_avg, exp_avg_sq,
-                                         max_exp_avg_sq, m, master.numel(), hyper);
-  });
+  dispatch_fused(
+      grad, model, "Adam.step", [&]<typename Grad, typename Model>(const Grad* g, Model* m) {
+        kernels::cpu::adam_step<Grad, Model>(master.data<float>(), g, exp_avg, exp_avg_sq,
+                                             max_exp_avg_sq, m, master.numel(), hyper);
+      });
 }
 
 void Adam::update_reference(const ParamGroup& group, Tensor& master, const Tensor& grad,
@@ -115,7 +115,8 @@ void Adam::update_reference(const ParamGroup& group, Tensor& master, const Tenso
   Tensor& exp_avg_sq = state_tensor(state, "exp_avg_sq", master);
   // torch.lerp(m, g, w): m + w * (g - m) when |w| < 0.5, else g - (g - m) * (1 - w).
   const double weight = 1.0 - group.beta1;
-  const bool from_start = is_f32 ? std::abs(static_cast<float>(weight)) < 0.5f : std::abs(weight) < 0.5;
+  const bool from_start =
+      is_f32 ? std::abs(static_cast<float>(weight)) < 0.5f : std::abs(weight) < 0.5;
   if (from_start) {
     exp_avg.add_(sub(g, exp_avg), weight);
   } else {

@@ -1,9 +1,9 @@
 // Adam and AdamW (torch.optim.Adam / AdamW), with PyTorch's bias correction:
 //
-//   g = grad (-grad when maximize);  Adam: g += weight_decay * p;  AdamW: p *= 1 - lr * weight_decay
-//   m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g * g
-//   v_max = max(v_max, v) when amsgrad (and used in place of v)
-//   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+//   g = grad (-grad when maximize);  Adam: g += weight_decay * p;  AdamW: p *= 1 - lr *
+//   weight_decay m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g * g v_max = max(v_max,
+//   v) when amsgrad (and used in place of v) p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 -
+//   beta2^t) + eps)
 #pragma once
 
 #include "optim/optimizer.h"

@@ -114,8 +114,9 @@ void Optimizer::add_param_group(ParamGroup group) {
 void Optimizer::prepare_group(ParamGroup& group) {
   const std::string op = name();
   EMBER_CHECK(!group.params.empty(), op, ": a parameter group has no parameters");
-  EMBER_CHECK(group.names.empty() || group.names.size() == group.params.size(), op, ": a group has ",
-              group.params.size(), " parameters but ", group.names.size(), " names");
+  EMBER_CHECK(group.names.empty() || group.names.size() == group.params.size(), op,
+              ": a group has ", group.params.size(), " parameters but ", group.names.size(),
+              " names");
   check_hyper_parameters(group);
   for (size_t i = 0; i < group.params.size(); ++i) {
     const Tensor& param = group.params[i];
@@ -126,8 +127,8 @@ void Optimizer::prepare_group(ParamGroup& group) {
                 "); pass the leaf parameters, or .detach().requires_grad_() a copy");
     for (const ParamGroup& other : groups_)
       for (const Tensor& seen : other.params)
-        EMBER_CHECK(!seen.is_same(param), op,
-                    ": a parameter appears in more than one group (", describe(param), ")");
+        EMBER_CHECK(!seen.is_same(param), op, ": a parameter appears in more than one group (",
+                    describe(param), ")");
     for (size_t j = 0; j < i; ++j)
       EMBER_CHECK(!group.params[j].is_same(param), op, ": a parameter appears twice in a group (",
                   describe(param), ")");
@@ -135,8 +136,8 @@ void Optimizer::prepare_group(ParamGroup& group) {
 }
 
 ParamState& Optimizer::state(size_t group, size_t index) {
-  EMBER_CHECK(group < states_.size() && index < states_[group].size(), name(),
-              ": no parameter ", index, " in group ", group);
+  EMBER_CHECK(group < states_.size() && index < states_[group].size(), name(), ": no parameter ",
+              index, " in group ", group);
   return states_[group][index];
 }
 const ParamState& Optimizer::state(size_t group, size_t index) const {
@@ -215,7 +216,8 @@ StateDict Optimizer::state_dict() const {
         out.metadata[group_key(g, field)] = *flag ? "true" : "false";
       }
     }
-    if (group.initial_lr) out.metadata[group_key(g, "initial_lr")] = format_double(*group.initial_lr);
+    if (group.initial_lr)
+      out.metadata[group_key(g, "initial_lr")] = format_double(*group.initial_lr);
     for (size_t i = 0; i < group.names.size(); ++i)
       out.metadata[group_key(g, "param." + std::to_string(i) + ".name")] = group.names[i];
     for (size_t i = 0; i < group.params.size(); ++i) {
@@ -240,10 +242,10 @@ void Optimizer::load_state_dict(const StateDict& state) {
   EMBER_CHECK(type_it != state.metadata.end(), op,
               ": unknown optimizer type: the state dict has no 'optim.type' entry (is it an "
               "optimizer state dict?)");
-  EMBER_CHECK(type_it->second == name(), op, ": the state dict is for optimizer '",
-              type_it->second, "', this optimizer is '", name(), "'");
-  const int64_t num_groups = parse_count(require(state.metadata, "optim.num_groups"),
-                                         "optim.num_groups");
+  EMBER_CHECK(type_it->second == name(), op, ": the state dict is for optimizer '", type_it->second,
+              "', this optimizer is '", name(), "'");
+  const int64_t num_groups =
+      parse_count(require(state.metadata, "optim.num_groups"), "optim.num_groups");
   EMBER_CHECK(num_groups == static_cast<int64_t>(groups_.size()), op, ": the state dict has ",
               num_groups, " parameter groups, this optimizer has ", groups_.size());
 
@@ -256,8 +258,8 @@ void Optimizer::load_state_dict(const StateDict& state) {
     const std::string count_key = group_key(g, "num_params");
     const int64_t count = parse_count(require(state.metadata, count_key), count_key);
     EMBER_CHECK(count == static_cast<int64_t>(group.params.size()), op, ": group ", g,
-                " of the state dict has ", count, " parameters, this optimizer's group ", g, " has ",
-                group.params.size(), " (wrong number of parameters)");
+                " of the state dict has ", count, " parameters, this optimizer's group ", g,
+                " has ", group.params.size(), " (wrong number of parameters)");
     for (const std::string& field : hyper) {
       const std::string key = group_key(g, field);
       const std::string& text = require(state.metadata, key);
@@ -291,8 +293,8 @@ void Optimizer::load_state_dict(const StateDict& state) {
       const size_t dot2 = dot1 == std::string::npos ? dot1 : full_name.find('.', dot1 + 1);
       EMBER_CHECK(full_name.rfind(prefix, 0) == 0 && dot2 != std::string::npos, op,
                   ": unexpected tensor '", full_name, "' (expected state.<group>.<index>.<name>)");
-      g = static_cast<size_t>(parse_count(full_name.substr(prefix.size(), dot1 - prefix.size()),
-                                          full_name));
+      g = static_cast<size_t>(
+          parse_count(full_name.substr(prefix.size(), dot1 - prefix.size()), full_name));
       i = static_cast<size_t>(parse_count(full_name.substr(dot1 + 1, dot2 - dot1 - 1), full_name));
       key = full_name.substr(dot2 + 1);
     }

@@ -79,10 +79,11 @@ void SGD::update_fused(const ParamGroup& group, Tensor& master, const Tensor& gr
     buffer = it->second.data<float>();
   }
   const kernels::cpu::SgdHyper hyper = sgd_hyper(group, first_step);
-  dispatch_fused(grad, model, "SGD.step", [&]<typename Grad, typename Model>(const Grad* g,
-                                                                            Model* m) {
-    kernels::cpu::sgd_step<Grad, Model>(master.data<float>(), g, buffer, m, master.numel(), hyper);
-  });
+  dispatch_fused(grad, model, "SGD.step",
+                 [&]<typename Grad, typename Model>(const Grad* g, Model* m) {
+                   kernels::cpu::sgd_step<Grad, Model>(master.data<float>(), g, buffer, m,
+                                                       master.numel(), hyper);
+                 });
 }
 
 void SGD::update_reference(const ParamGroup& group, Tensor& master, const Tensor& grad,

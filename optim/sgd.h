@@ -1,4 +1,5 @@
-// Stochastic gradient descent with momentum, dampening, Nesterov and weight decay (torch.optim.SGD):
+// Stochastic gradient descent with momentum, dampening, Nesterov and weight decay
+// (torch.optim.SGD):
 //
 //   d = grad (-grad when maximize) + weight_decay * p
 //   buf = d on the first step, else momentum * buf + (1 - dampening) * d

@@ -61,7 +61,8 @@ void sgd_step(float* master, const Grad* grad, float* momentum_buffer, Model* mo
       if (hyper.maximize) d = -d;
       if (use_decay) d = d + s.weight_decay * p;
       if (use_momentum) {
-        float buf = hyper.first_step ? d : momentum_buffer[i] * s.momentum + s.one_minus_dampening * d;
+        float buf =
+            hyper.first_step ? d : momentum_buffer[i] * s.momentum + s.one_minus_dampening * d;
         momentum_buffer[i] = buf;
         d = hyper.nesterov ? d + s.momentum * buf : buf;
       }
@@ -106,11 +107,11 @@ void adam_step(float* master, const Grad* grad, float* exp_avg, float* exp_avg_s
   });
 }
 
-#define EMBER_INSTANTIATE_OPTIMIZERS(Grad, Model)                                                \
-  template void sgd_step<Grad, Model>(float*, const Grad*, float*, Model*, int64_t,             \
-                                      const SgdHyper&);                                          \
-  template void adam_step<Grad, Model>(float*, const Grad*, float*, float*, float*, Model*, int64_t, \
-                                       const AdamHyper&);
+#define EMBER_INSTANTIATE_OPTIMIZERS(Grad, Model)                                           \
+  template void sgd_step<Grad, Model>(float*, const Grad*, float*, Model*, int64_t,         \
+                                      const SgdHyper&);                                     \
+  template void adam_step<Grad, Model>(float*, const Grad*, float*, float*, float*, Model*, \
+                                       int64_t, const AdamHyper&);
 EMBER_INSTANTIATE_OPTIMIZERS(float, float)
 EMBER_INSTANTIATE_OPTIMIZERS(Half, Half)
 EMBER_INSTANTIATE_OPTIMIZERS(BFloat16, BFloat16)

@@ -1,7 +1,7 @@
 // Fused CPU optimizer updates: one loop per parameter tensor that does the whole step per element.
 //
-//   master (n) f32, grad (n) G in {f32, f16, bf16}, state (n) f32 -> master, state updated in place;
-//   model (n) M in {f16, bf16} (optional) receives the new master rounded to nearest even.
+//   master (n) f32, grad (n) G in {f32, f16, bf16}, state (n) f32 -> master, state updated in
+//   place; model (n) M in {f16, bf16} (optional) receives the new master rounded to nearest even.
 //
 // Each element runs exactly the f32 operations, in the same order, that the reference path in
 // optim/ (written with ember ops) runs, so both give bit-identical results. The hyper-parameters
@@ -52,11 +52,11 @@ struct AdamHyper {
 // The f32 constants of one Adam step, shared with the reference path. exp_avg moves toward the
 // gradient by torch.lerp's formula, which picks its form by the weight (|w| < 0.5 or not).
 struct AdamScalars {
-  float weight_decay;         // L2 term (Adam)
-  float decay;                // 1 - lr * wd (AdamW)
-  float lerp_weight;          // 1 - beta1
+  float weight_decay;           // L2 term (Adam)
+  float decay;                  // 1 - lr * wd (AdamW)
+  float lerp_weight;            // 1 - beta1
   float one_minus_lerp_weight;  // 1 - (1 - beta1), in f32 as torch.lerp computes it
-  bool lerp_from_start;       // |lerp_weight| < 0.5
+  bool lerp_from_start;         // |lerp_weight| < 0.5
   float beta2, one_minus_beta2;
   float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
   float eps;
