@@ -1,6 +1,7 @@
 #include "optim/grad_clip.h"
 
 #include <cmath>
+#include <limits>
 
 #include "runtime/ops.h"
 
@@ -17,6 +18,36 @@ std::vector<Tensor> defined_grads(const std::vector<Tensor>& params) {
   return grads;
 }
 
+// The norm_type-norm of all gradients seen as one vector, as an f32 0-d tensor. Sums run in f32
+// (an f16 gradient's squares would overflow in f16): sum_i ||g_i||_p^p, then the p-th root.
+Tensor total_grad_norm(const std::vector<Tensor>& grads, double norm_type) {
+  if (std::isinf(norm_type)) {
+    // max |g| over every element; NaN propagates, as torch.max does.
+    float largest = 0.0f;
+    for (const Tensor& grad : grads)
+      for (float value : to_vector<float>(grad)) {
+        const float magnitude = std::abs(value);
+        if (std::isnan(magnitude) || std::isnan(largest)) {
+          largest = std::numeric_limits<float>::quiet_NaN();
+        } else if (magnitude > largest) {
+          largest = magnitude;
+        }
+      }
+    return scalar_tensor(static_cast<double>(largest), DType::f32);
+  }
+  Tensor total = scalar_tensor(0.0, DType::f32);
+  for (const Tensor& grad : grads) {
+    const Tensor magnitude = abs(grad.to(DType::f32));
+    const Tensor powered = norm_type == 1.0   ? magnitude
+                           : norm_type == 2.0 ? square(magnitude)
+                                              : pow(magnitude, norm_type);
+    total = add(total, sum(powered));
+  }
+  if (norm_type == 1.0) return total;
+  if (norm_type == 2.0) return sqrt(total);
+  return pow(total, 1.0 / norm_type);
+}
+
 }  // namespace
 
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
@@ -26,14 +57,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
               norm_type);
   std::vector<Tensor> grads = defined_grads(params);
   if (grads.empty()) return scalar_tensor(0.0, DType::f32);
-  // Per-gradient norms in f32 (an f16 gradient's squares would overflow in f16), then the norm
-  // of those norms, which is the norm of all gradients taken together.
-  std::vector<Tensor> norms;
-  norms.reserve(grads.size());
-  for (const Tensor& grad : grads)
-    norms.push_back(norm(grad.to(DType::f32), norm_type));
-  const Tensor total_norm =
-      std::isinf(norm_type) ? max(stack(norms)) : norm(stack(norms), norm_type);
+  const Tensor total_norm = total_grad_norm(grads, norm_type);
   if (error_if_nonfinite) {
     const double value = total_norm.item_double();
     EMBER_CHECK(std::isfinite(value), "clip_grad_norm_: the total norm of order ", norm_type,
