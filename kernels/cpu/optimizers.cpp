@@ -1,0 +1,120 @@
+#include "kernels/cpu/optimizers.h"
+
+#include <cmath>
+
+#include "kernels/common/convert.h"
+#include "kernels/cpu/loops.h"
+
+namespace ember::kernels::cpu {
+
+SgdScalars sgd_scalars(const SgdHyper& hyper) {
+  return {static_cast<float>(hyper.weight_decay), static_cast<float>(hyper.momentum),
+          static_cast<float>(1.0 - hyper.dampening), static_cast<float>(-hyper.lr)};
+}
+
+AdamScalars adam_scalars(const AdamHyper& hyper) {
+  AdamScalars s{};
+  s.weight_decay = static_cast<float>(hyper.weight_decay);
+  s.decay = static_cast<float>(1.0 - hyper.lr * hyper.weight_decay);
+  s.lerp_weight = static_cast<float>(1.0 - hyper.beta1);
+  s.one_minus_lerp_weight = 1.0f - s.lerp_weight;
+  s.lerp_from_start = std::abs(s.lerp_weight) < 0.5f;
+  s.beta2 = static_cast<float>(hyper.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - hyper.beta2);
+  const double step = static_cast<double>(hyper.step);
+  const double bias_correction1 = 1.0 - std::pow(hyper.beta1, step);
+  const double bias_correction2 = 1.0 - std::pow(hyper.beta2, step);
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.eps = static_cast<float>(hyper.eps);
+  s.neg_step_size = static_cast<float>(-(hyper.lr / bias_correction1));
+  return s;
+}
+
+namespace {
+
+// Splits [0, n) across threads once there is enough work; `body(begin, end)` runs one slice.
+template <typename Body>
+void parallel_slices(int64_t n, Body body) {
+  const int threads = threads_for(n);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t chunk = (n + nt - 1) / nt;
+    const int64_t begin = std::min<int64_t>(n, chunk * t);
+    const int64_t end = std::min<int64_t>(n, begin + chunk);
+    if (begin < end) body(begin, end);
+  }
+}
+
+}  // namespace
+
+template <typename Grad, typename Model>
+void sgd_step(float* master, const Grad* grad, float* momentum_buffer, Model* model, int64_t n,
+              const SgdHyper& hyper) {
+  const SgdScalars s = sgd_scalars(hyper);
+  const bool use_momentum = hyper.momentum != 0.0;
+  const bool use_decay = hyper.weight_decay != 0.0;
+  parallel_slices(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float p = master[i];
+      float d = convert<float>(grad[i]);
+      if (hyper.maximize) d = -d;
+      if (use_decay) d = d + s.weight_decay * p;
+      if (use_momentum) {
+        float buf =
+            hyper.first_step ? d : momentum_buffer[i] * s.momentum + s.one_minus_dampening * d;
+        momentum_buffer[i] = buf;
+        d = hyper.nesterov ? d + s.momentum * buf : buf;
+      }
+      p = p + s.neg_lr * d;
+      master[i] = p;
+      if (model) model[i] = convert<Model>(p);
+    }
+  });
+}
+
+template <typename Grad, typename Model>
+void adam_step(float* master, const Grad* grad, float* exp_avg, float* exp_avg_sq,
+               float* max_exp_avg_sq, Model* model, int64_t n, const AdamHyper& hyper) {
+  const AdamScalars s = adam_scalars(hyper);
+  const bool l2 = !hyper.decoupled && hyper.weight_decay != 0.0;
+  const bool decoupled = hyper.decoupled && hyper.weight_decay != 0.0;
+  parallel_slices(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float p = master[i];
+      float g = convert<float>(grad[i]);
+      if (hyper.maximize) g = -g;
+      if (decoupled) p = p * s.decay;
+      if (l2) g = g + s.weight_decay * p;
+      const float m_old = exp_avg[i];
+      const float m = s.lerp_from_start ? m_old + s.lerp_weight * (g - m_old)
+                                        : g - (g - m_old) * s.one_minus_lerp_weight;
+      const float v = exp_avg_sq[i] * s.beta2 + s.one_minus_beta2 * g * g;
+      exp_avg[i] = m;
+      exp_avg_sq[i] = v;
+      float v_used = v;
+      if (hyper.amsgrad) {
+        const float v_max_old = max_exp_avg_sq[i];
+        // torch.maximum: NaN propagates.
+        v_used = (std::isnan(v_max_old) || v_max_old > v) ? v_max_old : v;
+        max_exp_avg_sq[i] = v_used;
+      }
+      const float denom = std::sqrt(v_used) / s.bias_correction2_sqrt + s.eps;
+      p = p + s.neg_step_size * m / denom;
+      master[i] = p;
+      if (model) model[i] = convert<Model>(p);
+    }
+  });
+}
+
+#define EMBER_INSTANTIATE_OPTIMIZERS(Grad, Model)                                           \
+  template void sgd_step<Grad, Model>(float*, const Grad*, float*, Model*, int64_t,         \
+                                      const SgdHyper&);                                     \
+  template void adam_step<Grad, Model>(float*, const Grad*, float*, float*, float*, Model*, \
+                                       int64_t, const AdamHyper&);
+EMBER_INSTANTIATE_OPTIMIZERS(float, float)
+EMBER_INSTANTIATE_OPTIMIZERS(Half, Half)
+EMBER_INSTANTIATE_OPTIMIZERS(BFloat16, BFloat16)
+#undef EMBER_INSTANTIATE_OPTIMIZERS
+
+}  // namespace ember::kernels::cpu

@@ -1,0 +1,334 @@
+#include "optim/schedulers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <numbers>
+
+namespace ember::optim {
+
+namespace {
+
+std::string format_double(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.17g", value);
+  return buffer;
+}
+
+double read_number(const Metadata& state, const std::string& key, const char* op) {
+  const auto it = state.find(key);
+  EMBER_CHECK(it != state.end(), op, ".load_state_dict: no '", key, "' entry");
+  try {
+    size_t used = 0;
+    const double value = std::stod(it->second, &used);
+    if (used == it->second.size()) return value;
+  } catch (const std::exception&) {
+  }
+  EMBER_FAIL(op, ".load_state_dict: '", key, "' should be a number, got '", it->second, "'");
+}
+
+std::vector<double> group_lrs(const Optimizer& optimizer) {
+  std::vector<double> lrs;
+  for (const ParamGroup& group : optimizer.param_groups())
+    lrs.push_back(group.lr);
+  return lrs;
+}
+
+constexpr double kPi = std::numbers::pi;
+
+}  // namespace
+
+// ---- LRScheduler --------------------------------------------------------------------------------
+
+LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {}
+
+void LRScheduler::initialize() {
+  base_lrs_.clear();
+  for (ParamGroup& group : optimizer_.param_groups()) {
+    if (!group.initial_lr) group.initial_lr = group.lr;
+    base_lrs_.push_back(*group.initial_lr);
+  }
+  step();
+}
+
+void LRScheduler::step() {
+  step_count_ += 1;
+  last_epoch_ += 1;
+  const std::vector<double> lrs = compute_lr();
+  std::vector<ParamGroup>& groups = optimizer_.param_groups();
+  EMBER_CHECK(lrs.size() == groups.size(), "LRScheduler.step: the optimizer has ", groups.size(),
+              " parameter groups but the scheduler was made for ", lrs.size());
+  for (size_t g = 0; g < groups.size(); ++g)
+    groups[g].lr = lrs[g];
+  last_lr_ = lrs;
+}
+
+Metadata LRScheduler::state_dict() const {
+  Metadata out{{"scheduler.last_epoch", std::to_string(last_epoch_)},
+               {"scheduler.step_count", std::to_string(step_count_)},
+               {"scheduler.num_groups", std::to_string(base_lrs_.size())}};
+  for (size_t g = 0; g < base_lrs_.size(); ++g) {
+    out["scheduler.base_lr." + std::to_string(g)] = format_double(base_lrs_[g]);
+    out["scheduler.last_lr." + std::to_string(g)] = format_double(last_lr_[g]);
+  }
+  return out;
+}
+
+void LRScheduler::load_state_dict(const Metadata& state) {
+  const double groups = read_number(state, "scheduler.num_groups", "LRScheduler");
+  EMBER_CHECK(groups == static_cast<double>(base_lrs_.size()),
+              "LRScheduler.load_state_dict: the state dict has ", groups,
+              " parameter groups, this scheduler has ", base_lrs_.size());
+  std::vector<double> base(base_lrs_.size()), last(base_lrs_.size());
+  for (size_t g = 0; g < base.size(); ++g) {
+    base[g] = read_number(state, "scheduler.base_lr." + std::to_string(g), "LRScheduler");
+    last[g] = read_number(state, "scheduler.last_lr." + std::to_string(g), "LRScheduler");
+  }
+  last_epoch_ = static_cast<int64_t>(read_number(state, "scheduler.last_epoch", "LRScheduler"));
+  step_count_ = static_cast<int64_t>(read_number(state, "scheduler.step_count", "LRScheduler"));
+  base_lrs_ = std::move(base);
+  last_lr_ = std::move(last);
+}
+
+// ---- StepLR, MultiStepLR, ExponentialLR ---------------------------------------------------------
+
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
+  EMBER_CHECK(step_size > 0, "StepLR: step_size must be positive, got ", step_size);
+  initialize();
+}
+
+std::vector<double> StepLR::compute_lr() {
+  std::vector<double> lrs = group_lrs(optimizer_);
+  if (last_epoch_ == 0 || last_epoch_ % step_size_ != 0) return lrs;
+  for (double& lr : lrs)
+    lr *= gamma_;
+  return lrs;
+}
+
+MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma)
+    : LRScheduler(optimizer), milestones_(std::move(milestones)), gamma_(gamma) {
+  std::sort(milestones_.begin(), milestones_.end());
+  initialize();
+}
+
+std::vector<double> MultiStepLR::compute_lr() {
+  std::vector<double> lrs = group_lrs(optimizer_);
+  const auto count = std::count(milestones_.begin(), milestones_.end(), last_epoch_);
+  if (count == 0) return lrs;
+  const double factor = std::pow(gamma_, static_cast<double>(count));
+  for (double& lr : lrs)
+    lr *= factor;
+  return lrs;
+}
+
+ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma)
+    : LRScheduler(optimizer), gamma_(gamma) {
+  initialize();
+}
+
+std::vector<double> ExponentialLR::compute_lr() {
+  std::vector<double> lrs = group_lrs(optimizer_);
+  if (last_epoch_ == 0) return lrs;
+  for (double& lr : lrs)
+    lr *= gamma_;
+  return lrs;
+}
+
+// ---- CosineAnnealingLR --------------------------------------------------------------------------
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min)
+    : LRScheduler(optimizer), t_max_(t_max), eta_min_(eta_min) {
+  EMBER_CHECK(t_max > 0, "CosineAnnealingLR: T_max must be positive, got ", t_max);
+  initialize();
+}
+
+std::vector<double> CosineAnnealingLR::compute_lr() {
+  std::vector<double> lrs = group_lrs(optimizer_);
+  const double t_max = static_cast<double>(t_max_);
+  const double epoch = static_cast<double>(last_epoch_);
+  if (last_epoch_ == 0) return lrs;
+  for (size_t g = 0; g < lrs.size(); ++g) {
+    const double base = base_lrs_[g];
+    if (step_count_ == 1 && last_epoch_ > 0) {
+      lrs[g] = eta_min_ + (base - eta_min_) * (1 + std::cos(epoch * kPi / t_max)) / 2;
+    } else if ((last_epoch_ - 1 - t_max_) % (2 * t_max_) == 0) {
+      lrs[g] = lrs[g] + (base - eta_min_) * (1 - std::cos(kPi / t_max)) / 2;
+    } else {
+      lrs[g] = (1 + std::cos(kPi * epoch / t_max)) / (1 + std::cos(kPi * (epoch - 1) / t_max)) *
+                   (lrs[g] - eta_min_) +
+               eta_min_;
+    }
+  }
+  return lrs;
+}
+
+// ---- LinearLR -----------------------------------------------------------------------------------
+
+LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor,
+                   int64_t total_iters)
+    : LRScheduler(optimizer),
+      start_factor_(start_factor),
+      end_factor_(end_factor),
+      total_iters_(total_iters) {
+  EMBER_CHECK(start_factor > 0.0 && start_factor <= 1.0,
+              "LinearLR: start_factor must be in (0, 1], got ", start_factor);
+  EMBER_CHECK(end_factor >= 0.0 && end_factor <= 1.0,
+              "LinearLR: end_factor must be in [0, 1], got ", end_factor);
+  EMBER_CHECK(total_iters > 0, "LinearLR: total_iters must be positive, got ", total_iters);
+  initialize();
+}
+
+std::vector<double> LinearLR::compute_lr() {
+  std::vector<double> lrs = group_lrs(optimizer_);
+  if (last_epoch_ == 0) {
+    for (double& lr : lrs)
+      lr *= start_factor_;
+    return lrs;
+  }
+  if (last_epoch_ > total_iters_) return lrs;
+  const double change = end_factor_ - start_factor_;
+  const double factor = 1.0 + change / (static_cast<double>(total_iters_) * start_factor_ +
+                                        static_cast<double>(last_epoch_ - 1) * change);
+  for (double& lr : lrs)
+    lr *= factor;
+  return lrs;
+}
+
+// ---- OneCycleLR ---------------------------------------------------------------------------------
+
+OneCycleLR::OneCycleLR(Optimizer& optimizer, double max_lr, int64_t total_steps,
+                       const OneCycleOptions& options)
+    : OneCycleLR(optimizer, std::vector<double>(optimizer.param_groups().size(), max_lr),
+                 total_steps, options) {}
+
+OneCycleLR::OneCycleLR(Optimizer& optimizer, std::vector<double> max_lrs, int64_t total_steps,
+                       const OneCycleOptions& options)
+    : LRScheduler(optimizer),
+      total_steps_(total_steps),
+      options_(options),
+      max_lrs_(std::move(max_lrs)),
+      use_beta1_(optimizer.name() != "SGD") {
+  std::vector<ParamGroup>& groups = optimizer_.param_groups();
+  EMBER_CHECK(total_steps > 0, "OneCycleLR: total_steps must be positive, got ", total_steps);
+  EMBER_CHECK(options.pct_start >= 0.0 && options.pct_start <= 1.0,
+              "OneCycleLR: pct_start must be in [0, 1], got ", options.pct_start);
+  EMBER_CHECK(max_lrs_.size() == groups.size(), "OneCycleLR: got ", max_lrs_.size(),
+              " max_lr values for ", groups.size(), " parameter groups");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    initial_lrs_.push_back(max_lrs_[g] / options.div_factor);
+    min_lrs_.push_back(initial_lrs_[g] / options.final_div_factor);
+    groups[g].initial_lr = initial_lrs_[g];
+    if (options.cycle_momentum) {
+      if (use_beta1_) {
+        groups[g].beta1 = options.max_momentum;
+      } else {
+        groups[g].momentum = options.max_momentum;
+      }
+    }
+  }
+  initialize();
+}
+
+std::vector<double> OneCycleLR::compute_lr() {
+  EMBER_CHECK(last_epoch_ <= total_steps_, "OneCycleLR: tried to step ", last_epoch_,
+              " times; the specified number of total steps is ", total_steps_);
+  const auto anneal_cos = [](double start, double end, double pct) {
+    return end + (start - end) / 2.0 * (std::cos(kPi * pct) + 1);
+  };
+  const double step = static_cast<double>(last_epoch_);
+  const double phase1_end = options_.pct_start * static_cast<double>(total_steps_) - 1;
+  const double phase2_end = static_cast<double>(total_steps_) - 1;
+  std::vector<ParamGroup>& groups = optimizer_.param_groups();
+  std::vector<double> lrs(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    double pct = 0.0, momentum = 0.0;
+    if (step <= phase1_end) {
+      pct = step / phase1_end;
+      lrs[g] = anneal_cos(initial_lrs_[g], max_lrs_[g], pct);
+      momentum = anneal_cos(options_.max_momentum, options_.base_momentum, pct);
+    } else {
+      pct = (step - phase1_end) / (phase2_end - phase1_end);
+      lrs[g] = anneal_cos(max_lrs_[g], min_lrs_[g], pct);
+      momentum = anneal_cos(options_.base_momentum, options_.max_momentum, pct);
+    }
+    if (options_.cycle_momentum) {
+      if (use_beta1_) {
+        groups[g].beta1 = momentum;
+      } else {
+        groups[g].momentum = momentum;
+      }
+    }
+  }
+  return lrs;
+}
+
+// ---- ReduceLROnPlateau --------------------------------------------------------------------------
+
+ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, const ReduceLROnPlateauOptions& options)
+    : optimizer_(optimizer), options_(options) {
+  EMBER_CHECK(options.factor < 1.0, "ReduceLROnPlateau: factor should be < 1.0, got ",
+              options.factor);
+  EMBER_CHECK(options.patience >= 0 && options.cooldown >= 0,
+              "ReduceLROnPlateau: patience and cooldown must be >= 0");
+  const double inf = std::numeric_limits<double>::infinity();
+  best_ = options.mode == ReduceLROnPlateauOptions::Mode::min ? inf : -inf;
+  last_lr_ = group_lrs(optimizer);
+}
+
+bool ReduceLROnPlateau::is_better(double value) const {
+  using Mode = ReduceLROnPlateauOptions::Mode;
+  using ThresholdMode = ReduceLROnPlateauOptions::ThresholdMode;
+  const double t = options_.threshold;
+  if (options_.mode == Mode::min && options_.threshold_mode == ThresholdMode::rel)
+    return value < best_ * (1.0 - t);
+  if (options_.mode == Mode::min) return value < best_ - t;
+  if (options_.threshold_mode == ThresholdMode::rel) return value > best_ * (t + 1.0);
+  return value > best_ + t;
+}
+
+void ReduceLROnPlateau::step(double metric) {
+  last_epoch_ += 1;
+  if (is_better(metric)) {
+    best_ = metric;
+    num_bad_epochs_ = 0;
+  } else {
+    num_bad_epochs_ += 1;
+  }
+  if (cooldown_counter_ > 0) {
+    cooldown_counter_ -= 1;
+    num_bad_epochs_ = 0;  // bad epochs in cooldown are ignored
+  }
+  if (num_bad_epochs_ > options_.patience) {
+    for (ParamGroup& group : optimizer_.param_groups()) {
+      const double new_lr = std::max(group.lr * options_.factor, options_.min_lr);
+      if (group.lr - new_lr > options_.eps) group.lr = new_lr;
+    }
+    cooldown_counter_ = options_.cooldown;
+    num_bad_epochs_ = 0;
+  }
+  last_lr_ = group_lrs(optimizer_);
+}
+
+Metadata ReduceLROnPlateau::state_dict() const {
+  return {{"plateau.best", format_double(best_)},
+          {"plateau.num_bad_epochs", std::to_string(num_bad_epochs_)},
+          {"plateau.cooldown_counter", std::to_string(cooldown_counter_)},
+          {"plateau.last_epoch", std::to_string(last_epoch_)}};
+}
+
+void ReduceLROnPlateau::load_state_dict(const Metadata& state) {
+  const char* op = "ReduceLROnPlateau";
+  const double best = read_number(state, "plateau.best", op);
+  const double bad = read_number(state, "plateau.num_bad_epochs", op);
+  const double cooldown = read_number(state, "plateau.cooldown_counter", op);
+  const double epoch = read_number(state, "plateau.last_epoch", op);
+  best_ = best;
+  num_bad_epochs_ = static_cast<int64_t>(bad);
+  cooldown_counter_ = static_cast<int64_t>(cooldown);
+  last_epoch_ = static_cast<int64_t>(epoch);
+  last_lr_ = group_lrs(optimizer_);
+}
+
+}  // namespace ember::optim

@@ -1,0 +1,210 @@
+// Every scheduler's lr sequence against its closed-form formula, computed independently here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <numbers>
+
+#include "optim/optim.h"
+#include "runtime/ops.h"
+
+namespace ember::optim {
+namespace {
+
+constexpr double kPi = std::numbers::pi;
+constexpr int kSteps = 30;
+
+std::vector<Tensor> params() {
+  Tensor p = ones({3});
+  p.requires_grad_();
+  return {p};
+}
+
+// lr after each of kSteps scheduler steps (index 0: right after construction) equals formula(e).
+void expect_schedule(Optimizer& optimizer, LRScheduler& scheduler,
+                     const std::function<double(int)>& formula, int steps = kSteps) {
+  for (int epoch = 0; epoch <= steps; ++epoch) {
+    if (epoch > 0) scheduler.step();
+    const double want = formula(epoch);
+    EXPECT_NEAR(optimizer.param_groups()[0].lr, want, 1e-12 * (1 + std::abs(want)))
+        << "epoch " << epoch;
+    EXPECT_EQ(scheduler.get_last_lr()[0], optimizer.param_groups()[0].lr);
+    EXPECT_EQ(scheduler.last_epoch(), epoch);
+  }
+}
+
+TEST(StepLR, DecaysEveryStepSize) {
+  SGD sgd(params(), {.lr = 0.5});
+  StepLR scheduler(sgd, 7, 0.3);
+  expect_schedule(sgd, scheduler, [](int e) { return 0.5 * std::pow(0.3, e / 7); });
+  EXPECT_EQ(*sgd.param_groups()[0].initial_lr, 0.5);
+}
+
+TEST(MultiStepLR, DecaysAtMilestones) {
+  SGD sgd(params(), {.lr = 0.2});
+  MultiStepLR scheduler(sgd, {12, 5, 20, 20}, 0.5);
+  expect_schedule(sgd, scheduler, [](int e) {
+    int passed = 0;
+    for (int m : {5, 12, 20, 20})
+      passed += e >= m;
+    return 0.2 * std::pow(0.5, passed);
+  });
+}
+
+TEST(ExponentialLR, DecaysEveryEpoch) {
+  Adam adam(params(), {.lr = 0.01});
+  ExponentialLR scheduler(adam, 0.9);
+  expect_schedule(adam, scheduler, [](int e) { return 0.01 * std::pow(0.9, e); });
+}
+
+TEST(CosineAnnealingLR, FollowsTheCosineAcrossSeveralHalfPeriods) {
+  SGD sgd(params(), {.lr = 0.1});
+  CosineAnnealingLR scheduler(sgd, 10, 0.001);
+  expect_schedule(sgd, scheduler,
+                  [](int e) { return 0.001 + (0.1 - 0.001) * (1 + std::cos(kPi * e / 10.0)) / 2; });
+}
+
+TEST(LinearLR, WarmsUpLinearlyThenStays) {
+  SGD sgd(params(), {.lr = 0.3});
+  LinearLR scheduler(sgd, 0.25, 1.0, 8);
+  expect_schedule(sgd, scheduler,
+                  [](int e) { return 0.3 * (0.25 + (1.0 - 0.25) * std::min(e, 8) / 8.0); });
+}
+
+TEST(LinearWarmup, IsLinearLRToOne) {
+  Adam adam(params(), {.lr = 1e-3});
+  LinearWarmup scheduler(adam, 10, 0.1);
+  expect_schedule(adam, scheduler,
+                  [](int e) { return 1e-3 * (0.1 + 0.9 * std::min(e, 10) / 10.0); });
+}
+
+TEST(LinearLR, DecayToAnEndFactor) {
+  SGD sgd(params(), {.lr = 1.0});
+  LinearLR scheduler(sgd, 1.0, 0.1, 20);
+  expect_schedule(sgd, scheduler, [](int e) { return 1.0 + (0.1 - 1.0) * std::min(e, 20) / 20.0; });
+}
+
+double one_cycle(int step, double max_lr, int total, double pct_start, double start, double peak,
+                 double end) {
+  const auto anneal = [](double from, double to, double pct) {
+    return to + (from - to) / 2.0 * (std::cos(kPi * pct) + 1);
+  };
+  const double warm_end = pct_start * total - 1;
+  (void)max_lr;
+  if (step <= warm_end) return anneal(start, peak, step / warm_end);
+  return anneal(peak, end, (step - warm_end) / (total - 1 - warm_end));
+}
+
+TEST(OneCycleLR, CosineUpThenDownWithPyTorchDefaults) {
+  SGD sgd(params(), {.lr = 0.01, .momentum = 0.9});
+  const int total = 40;
+  OneCycleLR scheduler(sgd, 0.8, total);
+  const double initial = 0.8 / 25, final_lr = 0.8 / 25 / 1e4;
+  for (int step = 0; step < total; ++step) {
+    if (step > 0) scheduler.step();
+    EXPECT_NEAR(sgd.param_groups()[0].lr, one_cycle(step, 0.8, total, 0.3, initial, 0.8, final_lr),
+                1e-12)
+        << "step " << step;
+    // Momentum cycles the other way, between 0.95 and 0.85.
+    EXPECT_NEAR(sgd.param_groups()[0].momentum, one_cycle(step, 0, total, 0.3, 0.95, 0.85, 0.95),
+                1e-12);
+  }
+  EXPECT_NEAR(scheduler.get_last_lr()[0], final_lr, 1e-15);  // the last step reaches min_lr
+  EXPECT_NEAR(*sgd.param_groups()[0].initial_lr, initial, 1e-15);
+  scheduler.step();  // step total_steps is still allowed, as in PyTorch
+  EXPECT_THROW(scheduler.step(), Error);
+}
+
+TEST(OneCycleLR, CyclesAdamsBeta1) {
+  Adam adam(params());
+  OneCycleLR scheduler(adam, 0.01, 25);
+  EXPECT_NEAR(adam.param_groups()[0].beta1, 0.95, 1e-15);
+  for (int i = 0; i < 7; ++i)
+    scheduler.step();
+  // Just past the peak (0.3 * 25 - 1 = 6.5): beta1 is back on its way up from 0.85.
+  EXPECT_NEAR(adam.param_groups()[0].beta1, one_cycle(7, 0, 25, 0.3, 0.95, 0.85, 0.95), 1e-12);
+  EXPECT_GT(adam.param_groups()[0].beta1, 0.85);
+  EXPECT_NEAR(adam.param_groups()[0].lr, one_cycle(7, 0.01, 25, 0.3, 4e-4, 0.01, 4e-8), 1e-15);
+}
+
+TEST(Schedulers, StateDictRoundTripContinuesTheSchedule) {
+  SGD a(params(), {.lr = 0.1}), b(params(), {.lr = 0.1});
+  CosineAnnealingLR sa(a, 12, 0.0), sb_first(b, 12, 0.0);
+  for (int i = 0; i < 7; ++i) {
+    sa.step();
+    sb_first.step();
+  }
+  const Metadata scheduler_state = sb_first.state_dict();
+  const StateDict optimizer_state = b.state_dict();
+  SGD c(params(), {.lr = 0.1});
+  c.load_state_dict(optimizer_state);
+  CosineAnnealingLR sc(c, 12, 0.0);
+  sc.load_state_dict(scheduler_state);
+  for (int i = 0; i < 10; ++i) {
+    sa.step();
+    sc.step();
+    EXPECT_EQ(a.param_groups()[0].lr, c.param_groups()[0].lr);
+  }
+  EXPECT_EQ(sc.last_epoch(), 17);
+}
+
+TEST(Schedulers, ChainedSchedulersCompose) {
+  // Recursive forms chain, as in PyTorch: warm-up and exponential decay multiply.
+  SGD sgd(params(), {.lr = 1.0});
+  LinearLR warmup(sgd, 0.5, 1.0, 4);
+  ExponentialLR decay(sgd, 0.9);
+  for (int e = 1; e <= 10; ++e) {
+    warmup.step();
+    decay.step();
+    EXPECT_NEAR(sgd.param_groups()[0].lr, (0.5 + 0.5 * std::min(e, 4) / 4.0) * std::pow(0.9, e),
+                1e-12);
+  }
+}
+
+TEST(ReduceLROnPlateau, ReducesAfterPatienceWithCooldown) {
+  SGD sgd(params(), {.lr = 1.0});
+  ReduceLROnPlateau plateau(sgd, {.factor = 0.5, .patience = 2, .cooldown = 1});
+  const std::vector<double> metrics = {1.0,  0.9,  0.95, 0.95, 0.95, 0.95, 0.95,
+                                       0.95, 0.95, 0.5,  0.5,  0.5,  0.5};
+  const std::vector<double> lrs = {1.0, 1.0,  1.0,  1.0,  0.5,  0.5,  0.5,
+                                   0.5, 0.25, 0.25, 0.25, 0.25, 0.125};
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    plateau.step(metrics[i]);
+    EXPECT_EQ(plateau.get_last_lr()[0], lrs[i]) << "step " << i + 1;
+  }
+}
+
+TEST(ReduceLROnPlateau, RelativeThresholdMaxModeAndMinLr) {
+  SGD sgd(params(), {.lr = 1.0});
+  ReduceLROnPlateau plateau(sgd, {.mode = ReduceLROnPlateauOptions::Mode::max,
+                                  .factor = 0.1,
+                                  .patience = 0,
+                                  .threshold = 0.01,
+                                  .min_lr = 0.05});
+  plateau.step(1.0);   // better than -inf
+  plateau.step(1.02);  // > 1.0 * 1.01: better
+  EXPECT_EQ(sgd.param_groups()[0].lr, 1.0);
+  plateau.step(1.025);  // not > 1.02 * 1.01 = 1.0302: bad, patience 0 -> reduce
+  EXPECT_DOUBLE_EQ(sgd.param_groups()[0].lr, 0.1);
+  plateau.step(0.0);
+  EXPECT_DOUBLE_EQ(sgd.param_groups()[0].lr, 0.05);  // clamped to min_lr
+  plateau.step(0.0);
+  EXPECT_DOUBLE_EQ(sgd.param_groups()[0].lr, 0.05);
+  EXPECT_EQ(plateau.best(), 1.02);
+
+  ReduceLROnPlateau restored(sgd, {.mode = ReduceLROnPlateauOptions::Mode::max});
+  restored.load_state_dict(plateau.state_dict());
+  EXPECT_EQ(restored.best(), 1.02);
+}
+
+TEST(Schedulers, BadArgumentsAreRefused) {
+  SGD sgd(params(), {.lr = 0.1});
+  EXPECT_THROW(StepLR(sgd, 0), Error);
+  EXPECT_THROW(LinearLR(sgd, 0.0), Error);
+  EXPECT_THROW(CosineAnnealingLR(sgd, 0), Error);
+  EXPECT_THROW(OneCycleLR(sgd, 0.1, 0), Error);
+  EXPECT_THROW(ReduceLROnPlateau(sgd, {.factor = 1.0}), Error);
+}
+
+}  // namespace
+}  // namespace ember::optim
