@@ -85,8 +85,9 @@ TEST(Softmax, MatchesNaiveAlongEveryDim) {
 TEST(Softmax, WideRowsAndSingleElementLines) {
   Generator g(12);
   const Tensor x = randn({37, 1031}, DType::f32, &g) * 4.0;
-  expect_values_near(softmax(x, 1), naive_softmax(x, 1, false), 2e-6, 1e-9, "wide softmax");
-  expect_values_near(log_softmax(x, 1), naive_softmax(x, 1, true), 2e-6, 2e-6, "wide log");
+  // f32 sums of 1031 terms: a few 1e-6 relative even when summed in order (debug builds).
+  expect_values_near(softmax(x, 1), naive_softmax(x, 1, false), 2e-5, 1e-9, "wide softmax");
+  expect_values_near(log_softmax(x, 1), naive_softmax(x, 1, true), 2e-5, 2e-5, "wide log");
   const Tensor column = randn({5, 1}, DType::f32, &g);
   EXPECT_TRUE(allclose(softmax(column, 1), ones({5, 1}), 0, 0));
   EXPECT_TRUE(allclose(log_softmax(column, 1), zeros({5, 1}), 0, 0));
