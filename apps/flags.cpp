@@ -28,7 +28,7 @@ Flags::Flags(int argc, char** argv, const std::vector<std::string>& valued,
     }
     if (known(switches, name)) {
       EMBER_CHECK(!inline_value, command_, ": --", name, " takes no value");
-      values_[name] = "1";
+      values_.insert_or_assign(name, std::string(1, '1'));
     } else if (known(valued, name)) {
       if (!inline_value) {
         EMBER_CHECK(i + 1 < argc, command_, ": --", name, " needs a value");
@@ -82,8 +82,10 @@ std::string Flags::choice(const std::string& name, const std::string& fallback,
   const std::string value = text(name, fallback);
   if (std::find(choices.begin(), choices.end(), value) != choices.end()) return value;
   std::string list;
-  for (const std::string& c : choices)
-    list += (list.empty() ? "" : ", ") + c;
+  for (const std::string& c : choices) {
+    if (!list.empty()) list.append(", ");
+    list.append(c);
+  }
   EMBER_FAIL(command_, ": --", name, " must be one of {", list, "}, got '", value, "'");
 }
 

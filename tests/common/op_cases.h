@@ -25,6 +25,7 @@ struct OpCase {
   std::vector<bool> differentiable;  // per input: checked by gradcheck
   bool differentiable_op = true;     // false: no gradient check (e.g. comparisons)
   bool compare_on_cuda = true;
+  bool needs_cuda = false;  // the op itself needs a GPU (to_device): skipped where none is visible
   std::vector<DType> cuda_dtypes = {DType::f32, DType::f16, DType::bf16};
   double gradcheck_eps = 1e-6;
   double gradcheck_atol = 1e-5;

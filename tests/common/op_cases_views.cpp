@@ -23,6 +23,16 @@ OpCase one_input(const std::string& name, OpId op, Shape shape,
   return c;
 }
 
+// x goes to the other device, is scaled there, and comes back: the gradient crosses twice.
+OpCase to_device_round_trip() {
+  OpCase c = one_input("to_device/round_trip", OpId::to_device, {3, 5}, [](const Tensor& x) {
+    const Device other = x.is_cpu() ? Device::cuda(0) : Device::cpu();
+    return (x.to(other) * 2.0).to(x.device());
+  });
+  c.needs_cuda = true;
+  return c;
+}
+
 }  // namespace
 
 EMBER_OP_CASES(views_and_reductions) {
@@ -55,6 +65,7 @@ EMBER_OP_CASES(views_and_reductions) {
                 }),
       one_input("sum/last", OpId::sum, {3, 5}, [](const Tensor& x) { return sum(x, {-1}); }),
       one_input("mean/dim", OpId::mean, {3, 4, 2}, [](const Tensor& x) { return mean(x, {1}); }),
+      to_device_round_trip(),
   };
 }
 

@@ -27,6 +27,7 @@ class OpCaseTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(OpCaseTest, GradientMatchesFiniteDifferences) {
   const OpCase& c = find_op_case(GetParam());
   if (!c.differentiable_op) GTEST_SKIP() << "not differentiable";
+  if (c.needs_cuda && cuda_device_count() == 0) GTEST_SKIP() << "needs a CUDA device";
   Generator generator(1234);
   std::vector<Tensor> inputs = c.make_inputs(DType::f64, Device::cpu(), generator);
   ASSERT_EQ(inputs.size(), c.differentiable.size()) << "case " << c.name;
@@ -43,6 +44,7 @@ TEST_P(OpCaseTest, GradientMatchesFiniteDifferences) {
 
 TEST_P(OpCaseTest, StridedInputsGiveTheSameResult) {
   const OpCase& c = find_op_case(GetParam());
+  if (c.needs_cuda && cuda_device_count() == 0) GTEST_SKIP() << "needs a CUDA device";
   for (DType dtype : {DType::f64, DType::f32}) {
     Generator generator(99);
     const std::vector<Tensor> inputs = c.make_inputs(dtype, Device::cpu(), generator);
