@@ -9,8 +9,8 @@
 namespace ember::apps {
 
 int run_ckpt(int argc, char** argv) {
-  const bool help = argc > 1 && (std::strcmp(argv[1], "--help") == 0 ||
-                                 std::strcmp(argv[1], "-h") == 0);
+  const bool help =
+      argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0);
   if (help || argc != 3 || std::strcmp(argv[1], "inspect") != 0) {
     (help ? std::cout : std::cerr)
         << "usage: ember ckpt inspect FILE\n"

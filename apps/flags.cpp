@@ -54,8 +54,8 @@ int64_t Flags::integer(const std::string& name, int64_t fallback, int64_t min, i
   auto [ptr, error] = std::from_chars(s.data(), s.data() + s.size(), value);
   EMBER_CHECK(error == std::errc() && ptr == s.data() + s.size(), command_, ": --", name,
               " expects an integer, got '", s, "'");
-  EMBER_CHECK(value >= min && value <= max, command_, ": --", name, " must be in [", min, ", ",
-              max, "], got ", value);
+  EMBER_CHECK(value >= min && value <= max, command_, ": --", name, " must be in [", min, ", ", max,
+              "], got ", value);
   return value;
 }
 
@@ -70,10 +70,10 @@ double Flags::number(const std::string& name, double fallback, double min, doubl
   } catch (const std::exception&) {
     used = 0;
   }
-  EMBER_CHECK(used == s.size() && !s.empty(), command_, ": --", name, " expects a number, got '",
-              s, "'");
-  EMBER_CHECK(value >= min && value <= max, command_, ": --", name, " must be in [", min, ", ",
-              max, "], got ", value);
+  EMBER_CHECK(used == s.size() && !s.empty(), command_, ": --", name, " expects a number, got '", s,
+              "'");
+  EMBER_CHECK(value >= min && value <= max, command_, ": --", name, " must be in [", min, ", ", max,
+              "], got ", value);
   return value;
 }
 

@@ -30,10 +30,12 @@ constexpr const char* kUsage =
     "  --device D          auto | cpu | cuda (default auto: cuda when a GPU is visible)\n"
     "  --logdir DIR        metrics.csv, last.ckpt, best.ckpt (default ./logdir)\n"
     "  --seed N            weights, shuffling and augmentation (default 42)\n"
-    "  --resume            continue from DIR/last.ckpt\n"
+    "  --resume            continue from DIR/last.ckpt (same flags as the run that wrote it)\n"
+    "  --stop-after N      end this run after N epochs (continue later with --resume)\n"
     "  --limit-train N     use the first N training images (default all 60000)\n"
     "  --limit-valid N     use the first N test images (default all 10000)\n"
-    "  --data DIR          Fashion-MNIST's IDX .gz files (default /usr/share/datasets/fashion-mnist)\n"
+    "  --data DIR          Fashion-MNIST's IDX .gz files (default "
+    "/usr/share/datasets/fashion-mnist)\n"
     "  --quiet             no progress line, only the per-epoch summaries\n";
 
 std::string format_duration(double seconds) {
@@ -51,8 +53,8 @@ int run_train(int argc, char** argv) {
     return 0;
   }
   const Flags flags(argc, argv,
-                    {"epochs", "batch-size", "lr", "model-size", "amp", "device", "logdir",
-                     "seed", "limit-train", "limit-valid", "data"},
+                    {"epochs", "batch-size", "lr", "model-size", "amp", "device", "logdir", "seed",
+                     "limit-train", "limit-valid", "data", "stop-after"},
                     {"resume", "quiet"});
   EMBER_CHECK(flags.positional().empty(), "train: unexpected argument '", flags.positional()[0],
               "' (see `ember train --help`)");
@@ -66,6 +68,7 @@ int run_train(int argc, char** argv) {
   config.logdir = flags.text("logdir", "logdir");
   config.seed = static_cast<uint64_t>(flags.integer("seed", 42, 0, INT64_MAX));
   config.resume = flags.has("resume");
+  config.stop_after = flags.integer("stop-after", 0, 1, 1000);
   config.limit_train = flags.integer("limit-train", 0, 1, INT64_MAX);
   config.limit_valid = flags.integer("limit-valid", 0, 1, INT64_MAX);
   config.data_dir = flags.text("data", data::kFashionMnistDefaultDir);

@@ -53,7 +53,9 @@ struct PassStats {
   int64_t correct = 0;
   int64_t seen = 0;
   double loss() const { return seen ? loss_sum / static_cast<double>(seen) : 0; }
-  double accuracy() const { return seen ? static_cast<double>(correct) / static_cast<double>(seen) : 0; }
+  double accuracy() const {
+    return seen ? static_cast<double>(correct) / static_cast<double>(seen) : 0;
+  }
   void add(const Tensor& logits, const Tensor& targets, const Tensor& loss) {
     NoGradGuard no_grad;
     const int64_t n = targets.size(0);
@@ -86,13 +88,12 @@ class ProgressLine {
     if (filled < kWidth) bar += '>';
     bar.resize(kWidth, ' ');
     char text[256];
-    std::snprintf(text, sizeof(text), "%s [%s] %lld/%lld  loss %.4f  %.0f img/s  ETA %s",
-                  label_.c_str(), bar.c_str(), static_cast<long long>(done),
-                  static_cast<long long>(total_), stats.loss(),
-                  static_cast<double>(stats.seen) / std::max(elapsed, 1e-9),
-                  clock_text(elapsed / static_cast<double>(done) *
-                             static_cast<double>(total_ - done))
-                      .c_str());
+    std::snprintf(
+        text, sizeof(text), "%s [%s] %lld/%lld  loss %.4f  %.0f img/s  ETA %s", label_.c_str(),
+        bar.c_str(), static_cast<long long>(done), static_cast<long long>(total_), stats.loss(),
+        static_cast<double>(stats.seen) / std::max(elapsed, 1e-9),
+        clock_text(elapsed / static_cast<double>(done) * static_cast<double>(total_ - done))
+            .c_str());
     if (mode_ == Progress::live) {
       out_ << "\r" << text << "\x1b[K" << std::flush;
       if (last) out_ << "\r\x1b[K" << std::flush;
@@ -144,12 +145,16 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
   const Clock::time_point start = Clock::now();
   const Device device = resolve_device(config.device);
   manual_seed(config.seed);
+  const std::string last_path = config.logdir + "/last.ckpt";
+  EMBER_CHECK(!config.resume || std::filesystem::exists(last_path),
+              "train: --resume: no checkpoint at '", last_path,
+              "' (train without --resume first, or pass --logdir)");
 
   // ---- data ----
-  auto train_set = std::make_shared<data::FashionMnist>(config.data_dir, data::Split::train,
-                                                        config.limit_train);
-  auto valid_set = std::make_shared<data::FashionMnist>(config.data_dir, data::Split::test,
-                                                        config.limit_valid);
+  auto train_set =
+      std::make_shared<data::FashionMnist>(config.data_dir, data::Split::train, config.limit_train);
+  auto valid_set =
+      std::make_shared<data::FashionMnist>(config.data_dir, data::Split::test, config.limit_valid);
   EMBER_CHECK(train_set->size() >= 2 * 1, "train: need at least 2 training images");
   const int64_t batch_size = std::min(config.batch_size, train_set->size());
   data::DataLoader train_loader(
@@ -158,8 +163,7 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
                   .seed = config.seed,
                   .drop_last = true,  // batch norm needs more than one image per batch
                   .transforms = {data::pad(2), data::random_crop(32, 2),
-                                 data::random_horizontal_flip(),
-                                 data::normalize({0.5}, {0.5})}});
+                                 data::random_horizontal_flip(), data::normalize({0.5}, {0.5})}});
   data::DataLoader valid_loader(
       valid_set, {.batch_size = 512, .transforms = {data::pad(2), data::normalize({0.5}, {0.5})}});
 
@@ -177,7 +181,6 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
 
   // ---- resume ----
   std::filesystem::create_directories(config.logdir);
-  const std::string last_path = config.logdir + "/last.ckpt";
   const std::string best_path = config.logdir + "/best.ckpt";
   const std::string metrics_path = config.logdir + "/metrics.csv";
   int64_t first_epoch = 0, best_epoch = 0;
@@ -189,8 +192,6 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
                            {"epochs", std::to_string(config.epochs)},
                            {"limit_train", std::to_string(config.limit_train)}};
   if (config.resume) {
-    EMBER_CHECK(std::filesystem::exists(last_path), "train: --resume: no checkpoint at '",
-                last_path, "' (train without --resume first, or pass --logdir)");
     const Checkpoint checkpoint = load_checkpoint(last_path);
     for (const auto& [key, value] : run_identity) {
       EMBER_CHECK(checkpoint.metadata.count(key) && checkpoint.meta(key) == value,
@@ -210,9 +211,9 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
     }
     optimizer.load_state_dict(optimizer_state);
     scheduler.load_state_dict(checkpoint.metadata);
-    scaler.load_state_dict(checkpoint.metadata);
-    default_generator().set_state({std::stoull(checkpoint.meta("rng.seed")),
-                                   std::stoull(checkpoint.meta("rng.offset"))});
+    if (scaler.is_enabled()) scaler.load_state_dict(checkpoint.metadata);
+    default_generator().set_state(
+        {std::stoull(checkpoint.meta("rng.seed")), std::stoull(checkpoint.meta("rng.offset"))});
     first_epoch = parse_int(checkpoint, "epoch");
     best_epoch = parse_int(checkpoint, "best_epoch");
     best_accuracy = std::stod(checkpoint.meta("best_valid_accuracy"));
@@ -233,20 +234,24 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
 
   out << "ember train: resnet9(size " << config.model_size << ", " << model->num_parameters()
       << " parameters) on " << device << ", Fashion-MNIST " << train_set->size() << " train / "
-      << valid_set->size() << " valid images, batch " << batch_size << ", Adam lr "
-      << config.lr << ", amp " << config.amp << ", " << config.epochs << " epochs\n";
+      << valid_set->size() << " valid images, batch " << batch_size << ", Adam lr " << config.lr
+      << ", amp " << config.amp << ", " << config.epochs << " epochs\n";
 
   TrainResult result;
-  for (int64_t epoch = first_epoch; epoch < config.epochs; ++epoch) {
+  const int64_t last_epoch = config.stop_after > 0
+                                 ? std::min(config.epochs, first_epoch + config.stop_after)
+                                 : config.epochs;
+  for (int64_t epoch = first_epoch; epoch < last_epoch; ++epoch) {
     const Clock::time_point epoch_start = Clock::now();
     const double lr = optimizer.param_groups()[0].lr;
     // ---- train ----
     model->train();
     train_loader.set_epoch(epoch);
     PassStats train_stats;
-    ProgressLine progress(out, config.progress,
-                          "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(config.epochs),
-                          train_loader.num_batches());
+    ProgressLine progress(
+        out, config.progress,
+        "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(config.epochs),
+        train_loader.num_batches());
     int64_t step = 0;
     for (const data::Batch& batch : train_loader) {
       const Tensor inputs = batch.inputs.to(device), targets = batch.targets.to(device);
@@ -303,6 +308,10 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
     save_state(last_path, *model, optimizer, scheduler, scaler, progress_state);
     if (best) save_state(best_path, *model, optimizer, scheduler, scaler, progress_state);
     result.last_valid_accuracy = valid_stats.accuracy();
+  }
+  if (last_epoch < config.epochs) {
+    out << "stopping after epoch " << last_epoch << " of " << config.epochs
+        << " (--stop-after); continue with the same flags and --resume\n";
   }
   result.best_valid_accuracy = best_accuracy;
   result.best_epoch = best_epoch;

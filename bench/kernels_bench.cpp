@@ -1,8 +1,8 @@
 // Google Benchmark suite of ember's CPU kernels and ops, reporting bytes/s and FLOP/s.
 //
 //   cmake -S . -B build -G Ninja -DEMBER_BENCH=ON && cmake --build build --target ember_bench
-//   OMP_NUM_THREADS=2 build/bin/ember_bench --benchmark_repetitions=5 \
-//       --benchmark_report_aggregates_only=true
+//   OMP_NUM_THREADS=2 build/bin/ember_bench --benchmark_repetitions=5
+//                     --benchmark_report_aggregates_only=true
 //
 // The elementwise and reduction benchmarks call kernels/ directly (no Tensor, no allocation),
 // which is what a kernel microbenchmark wants; the rest go through the ops as a user calls them.

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The `ember` program as a user runs it: help, flag errors, training, byte-exact resume,
+# checkpoint inspection and refusal of a damaged checkpoint.
+#   tests/cli/cli_test.sh path/to/ember
+# Exits 77 (CTest: skipped) when Fashion-MNIST is not installed.
+set -uo pipefail
+ember=$1
+data=${EMBER_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+
+check() {  # check NAME COMMAND...: the command must succeed
+  local name=$1
+  shift
+  if "$@" >"$work/out" 2>&1; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAILED: $name"
+    sed 's/^/    /' "$work/out" | tail -20
+  fi
+}
+
+fails_saying() {  # fails_saying TEXT COMMAND...: the command must fail and print TEXT
+  local text=$1
+  shift
+  ! "$@" >"$work/err" 2>&1 && grep -qF -- "$text" "$work/err"
+}
+
+check "ember --help" "$ember" --help
+check "ember train --help" bash -c "'$ember' train --help | grep -q -- --resume"
+check "unknown command" fails_saying "unknown command 'trian'" "$ember" trian
+check "unknown flag" fails_saying "unknown flag --epoch" "$ember" train --epoch 2
+check "bad integer" fails_saying "--epochs expects an integer, got 'two'" "$ember" train --epochs two
+check "bad choice" fails_saying "--amp must be one of {none, fp16, bf16}" "$ember" train --amp fp8
+check "missing data" fails_saying "does not exist" "$ember" train --data "$work/nowhere"
+check "resume without checkpoint" fails_saying "no checkpoint at" \
+  "$ember" train --data "$work/nowhere" --resume --logdir "$work/empty"
+
+if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
+  echo "$passed passed, $failed failed (training skipped: no Fashion-MNIST at $data)"
+  [ "$failed" -eq 0 ] && exit 77 || exit 1
+fi
+
+small=(--data "$data" --limit-train 192 --limit-valid 64 --batch-size 32 --model-size 4 --quiet)
+check "train 2 epochs" "$ember" train "${small[@]}" --epochs 2 --logdir "$work/straight"
+check "train 1 of 2 epochs" "$ember" train "${small[@]}" --epochs 2 --stop-after 1 --logdir "$work/resumed"
+check "resume" "$ember" train "${small[@]}" --epochs 2 --resume --logdir "$work/resumed"
+check "resumed run is byte-identical" cmp "$work/straight/last.ckpt" "$work/resumed/last.ckpt"
+check "metrics have a header and two epochs" \
+  bash -c "[ \$(wc -l < '$work/resumed/metrics.csv') -eq 3 ] && head -1 '$work/resumed/metrics.csv' | grep -q valid_accuracy"
+check "resume with other flags is refused" fails_saying "resume with the same flags" \
+  "$ember" train "${small[@]}" --epochs 2 --model-size 8 --resume --logdir "$work/resumed"
+check "ckpt inspect" bash -c "'$ember' ckpt inspect '$work/straight/best.ckpt' | grep -q 'model.0.0.weight  F32 (4,1,3,3)'"
+cp "$work/straight/last.ckpt" "$work/damaged.ckpt"
+printf '\x7f' | dd of="$work/damaged.ckpt" bs=1 seek=5000 conv=notrunc status=none
+check "damaged checkpoint refused" fails_saying "refused" "$ember" ckpt inspect "$work/damaged.ckpt"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
