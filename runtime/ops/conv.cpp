@@ -91,11 +91,12 @@ void check_conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
 
 Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
               const Conv2dOptions& options) {
-  check_conv2d(input_in, weight_in, bias_in, options);
-  // The kernels read dense NCHW data.
+  // Autocast first (an f16 activation meets an f32 weight inside a region); the kernels read
+  // dense NCHW data.
   const Tensor input = autocast_lower(input_in).contiguous();
   const Tensor weight = autocast_lower(weight_in).contiguous();
   const Tensor bias = bias_in.defined() ? autocast_lower(bias_in).contiguous() : Tensor();
+  check_conv2d(input, weight, bias, options);
   const kernels::Conv2dParams params = conv_params(input, weight, options);
   Tensor out = empty({params.batch, params.out_channels, params.out_height(), params.out_width()},
                      input.dtype());

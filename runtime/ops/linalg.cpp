@@ -112,7 +112,8 @@ Shape concat(Shape front, const Shape& back) {
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
-  check_operands(a_in, b_in, "matmul");
+  // Autocast first: an f16 activation meets an f32 weight inside a region, as in PyTorch.
+  check_operands(autocast_lower(a_in), autocast_lower(b_in), "matmul");
   EMBER_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1,
               "matmul: both operands need at least one dim, got shapes ", shape_str(a_in.sizes()),
               " and ", shape_str(b_in.sizes()));
@@ -176,7 +177,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
-  check_operands(a_in, b_in, "bmm");
+  check_operands(autocast_lower(a_in), autocast_lower(b_in), "bmm");
   EMBER_CHECK(a_in.dim() == 3 && b_in.dim() == 3, "bmm: expected two 3-D tensors, got shapes ",
               shape_str(a_in.sizes()), " and ", shape_str(b_in.sizes()));
   const Tensor a = autocast_lower(a_in), b = autocast_lower(b_in);
@@ -203,7 +204,7 @@ Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
-  check_operands(x_in, weight_in, "linear");
+  check_operands(autocast_lower(x_in), autocast_lower(weight_in), "linear");
   EMBER_CHECK(weight_in.dim() == 2, "linear: expected a 2-D weight (out, in), got ",
               describe(weight_in));
   EMBER_CHECK(x_in.dim() >= 1, "linear: expected an input with at least one dim, got ",
@@ -214,7 +215,7 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   const Tensor x = autocast_lower(x_in), weight = autocast_lower(weight_in);
   Tensor bias;
   if (bias_in.defined()) {
-    check_operands(x_in, bias_in, "linear");
+    check_operands(autocast_lower(x_in), autocast_lower(bias_in), "linear");
     EMBER_CHECK(bias_in.dim() == 1 && bias_in.size(0) == weight_in.size(0),
                 "linear: expected a bias of shape (", weight_in.size(0), "), got ",
                 describe(bias_in));
