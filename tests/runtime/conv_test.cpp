@@ -220,7 +220,8 @@ TEST(Conv2d, OneThreadAndTwoThreadsAgree) {
   EXPECT_TRUE(allclose(one, many, 1e-5, 1e-6));
 }
 
-// Through the direct kernels (stride 1, one group): forward and grad_input (f32 inside).
+// Through the direct kernels (stride 1, one group): forward, grad_input and grad_weight, all
+// computed in f32 inside.
 TEST(Conv2d, HalfAndBFloat16DirectMatchFloat) {
   Generator g(26);
   const Tensor x = uniform({2, 5, 11, 19}, -1.0, 1.0, DType::f32, &g);
@@ -228,17 +229,23 @@ TEST(Conv2d, HalfAndBFloat16DirectMatchFloat) {
   const Tensor b = uniform({9}, -1.0, 1.0, DType::f32, &g);
   const Conv2dOptions options{.padding = 1};
   for (DType dtype : {DType::f16, DType::bf16}) {
-    Tensor xl = x.to(dtype).requires_grad_(), xf = xl.to(DType::f32).detach().requires_grad_();
-    const Tensor wl = w.to(dtype), bl = b.to(dtype);
+    // The same (rounded) values in f32 as the reference: only the roundings inside differ.
+    Tensor xl = x.to(dtype), wl = w.to(dtype);
+    Tensor xf = xl.to(DType::f32), wf = wl.to(DType::f32);
+    for (Tensor* t : {&xl, &wl, &xf, &wf})
+      t->requires_grad_();
+    const Tensor bl = b.to(dtype);
     const Tensor low = conv2d(xl, wl, bl, options);
     EXPECT_EQ(low.dtype(), dtype);
-    const Tensor reference = conv2d(xf, wl.to(DType::f32), bl.to(DType::f32), options);
+    const Tensor reference = conv2d(xf, wf, bl.to(DType::f32), options);
     const double tolerance = dtype == DType::bf16 ? 1e-2 : 2e-3;
     EXPECT_TRUE(allclose(low.to(DType::f32), reference, tolerance, tolerance * 4)) << dtype;
     sum(low).backward();
     sum(reference).backward();
     EXPECT_EQ(xl.grad().dtype(), dtype);
     EXPECT_TRUE(allclose(xl.grad().to(DType::f32), xf.grad(), tolerance, tolerance * 4)) << dtype;
+    // grad_weight sums 2 x 11 x 19 products per element: relative to its larger magnitude.
+    EXPECT_TRUE(allclose(wl.grad().to(DType::f32), wf.grad(), tolerance, tolerance * 40)) << dtype;
   }
 }
 
