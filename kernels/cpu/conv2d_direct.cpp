@@ -340,7 +340,9 @@ void run_plan(const Plan& plan, int64_t batch, const T* input, const float* pack
 #pragma omp parallel num_threads(threads)
     {
       const Workspace& space = spaces[static_cast<size_t>(omp_get_thread_num())];
-#pragma omp for schedule(static)
+      // Images are independent: handed out as threads free up (a core shared with other work
+      // does not hold the others back), with the same result whichever thread takes one.
+#pragma omp for schedule(dynamic)
       for (int64_t n = 0; n < batch; ++n) {
         load_image(space, n);
         compute(space, 0, items);
@@ -448,14 +450,21 @@ void conv2d_direct_grad_weight(const Conv2dParams& p, const T* input, const T* g
   const bool image_per_thread = threads > 1 && p.batch >= threads;
   const int workspaces = image_per_thread ? threads : 1;
   struct Workspace {
-    AlignedFloats x, dy, acc;  // zero borders and padding stay zero: only interiors are rewritten
+    AlignedFloats x, dy;  // zero borders and padding stay zero: only interiors are rewritten
   };
   std::vector<Workspace> spaces;
   spaces.reserve(static_cast<size_t>(workspaces));
   for (int i = 0; i < workspaces; ++i)  // the last tap reads up to Hp Wp + S - 2 positions
     spaces.push_back({AlignedFloats((Hp * Wp + S + 1) * Cp, true),
-                      AlignedFloats(blocks * kWeightChannels * count, true),
-                      AlignedFloats(acc_size, true)});
+                      AlignedFloats(blocks * kWeightChannels * count, true)});
+  // The images are summed in fixed chunks, each into its own partial sum, and the chunks are
+  // handed out as threads free up: the balance follows the cores' load while the result does
+  // not depend on which thread summed which chunk.
+  const int64_t chunks = image_per_thread ? std::min<int64_t>(p.batch, 4 * threads) : 1;
+  std::vector<AlignedFloats> sums;
+  sums.reserve(static_cast<size_t>(chunks));
+  for (int64_t i = 0; i < chunks; ++i)
+    sums.emplace_back(acc_size, true);
 
   auto load_image = [&](const Workspace& space, int64_t n) {
     const T* x = input + n * C * H * W;
@@ -475,8 +484,8 @@ void conv2d_direct_grad_weight(const Conv2dParams& p, const T* input, const T* g
           to[q] = static_cast<float>(from[q]);
       }
   };
-  auto compute = [&](const Workspace& space, int64_t item_begin, int64_t item_end) {
-    const WeightArgs args{space.dy.get(), space.x.get(), space.acc.get(), count, count, Cp, Wp, R,
+  auto compute = [&](const Workspace& space, float* sum, int64_t item_begin, int64_t item_end) {
+    const WeightArgs args{space.dy.get(), space.x.get(), sum,     count, count, Cp, Wp, R,
                           span,           item_begin,    item_end};
     fn(args);
   };
@@ -484,10 +493,12 @@ void conv2d_direct_grad_weight(const Conv2dParams& p, const T* input, const T* g
 #pragma omp parallel num_threads(threads)
     {
       const Workspace& space = spaces[static_cast<size_t>(omp_get_thread_num())];
-#pragma omp for schedule(static)
-      for (int64_t n = 0; n < p.batch; ++n) {
-        load_image(space, n);
-        compute(space, 0, items);
+#pragma omp for schedule(dynamic)
+      for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+        for (int64_t n = p.batch * chunk / chunks; n < p.batch * (chunk + 1) / chunks; ++n) {
+          load_image(space, n);
+          compute(space, sums[static_cast<size_t>(chunk)].get(), 0, items);
+        }
       }
     }
   } else {
@@ -498,18 +509,18 @@ void conv2d_direct_grad_weight(const Conv2dParams& p, const T* input, const T* g
 #pragma omp parallel if (threads > 1)
       {
         const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-        compute(space, items * t / nt, items * (t + 1) / nt);
+        compute(space, sums[0].get(), items * t / nt, items * (t + 1) / nt);
       }
     }
   }
-  // Per-thread partial sums added in thread order: the result does not depend on timing.
+  // The chunks' partial sums added in chunk order.
   for (int64_t k = 0; k < K; ++k)
     for (int64_t c = 0; c < C; ++c)
       for (int64_t r = 0; r < R; ++r)
         for (int64_t s = 0; s < S; ++s) {
           float total = 0.0f;
-          for (const Workspace& space : spaces)
-            total += space.acc.get()[(k * R + r) * span + s * Cp + c];
+          for (const AlignedFloats& sum : sums)
+            total += sum.get()[(k * R + r) * span + s * Cp + c];
           grad_weight[((k * C + c) * R + r) * S + s] = T(total);
         }
 }
