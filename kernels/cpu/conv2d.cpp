@@ -10,6 +10,7 @@
 
 #include "kernels/common/convert.h"
 #include "kernels/common/scalar_types.h"
+#include "kernels/cpu/conv2d_direct.h"
 #include "kernels/cpu/gemm.h"
 
 namespace ember::kernels::cpu {
@@ -220,6 +221,12 @@ void conv2d_forward(const Conv2dParams& p, const T* input, const T* weight, cons
   constexpr bool direct = std::is_same_v<T, Acc>;
   const Geometry g(p);
   if (p.batch == 0 || g.image_out == 0) return;
+  if constexpr (!std::is_same_v<T, double>) {  // f64 is the reference precision: kept on BLAS
+    if (conv2d_direct_applies(p)) {
+      conv2d_direct_forward(p, input, weight, bias, output);
+      return;
+    }
+  }
   std::vector<Acc> weight_storage;
   const Acc* w = weights_in_compute_type(weight, g.K * g.group_cols, weight_storage);
 
@@ -303,6 +310,17 @@ void conv2d_backward(const Conv2dParams& p, const T* input, const T* weight, con
     if (grad_input != nullptr) std::fill(grad_input, grad_input + p.batch * g.image, T(0));
     if (grad_weight != nullptr) std::fill(grad_weight, grad_weight + weight_size, T(0));
     return;
+  }
+  if constexpr (!std::is_same_v<T, double>) {
+    if (grad_input != nullptr && conv2d_direct_applies_to_grad_input(p)) {
+      conv2d_direct_grad_input(p, grad_output, weight, grad_input);
+      grad_input = nullptr;  // the GEMM path below computes grad_weight alone
+    }
+    if (grad_weight != nullptr && conv2d_direct_applies(p)) {
+      conv2d_direct_grad_weight(p, input, grad_output, grad_weight);
+      grad_weight = nullptr;
+    }
+    if (grad_input == nullptr && grad_weight == nullptr) return;
   }
   std::vector<Acc> weight_storage;
   const Acc* w = weights_in_compute_type(weight, weight_size, weight_storage);

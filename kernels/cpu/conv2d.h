@@ -1,6 +1,11 @@
-// 2-D convolution on the CPU: im2col + GEMM (OpenBLAS), forward and backward.
+// 2-D convolution on the CPU, forward and backward.
 //
 //   input (N, C, H, W), weight (K, C / G, R, S), bias (K) -> output (N, K, P, Q)
+//
+// Stride 1, dilation 1, one group, kernels larger than 1x1, in f32, f16 and bf16: direct
+// kernels (conv2d_direct.h) for the output, grad_input and grad_weight; a GEMM at these shapes
+// (K = 32 rows) runs far below the FMA units' peak. Everything else (strides, dilation, groups,
+// 1x1, narrow images, f64) takes im2col + GEMM (OpenBLAS), described below.
 //
 // All tensors dense (NCHW). Each image is unfolded into columns cols (C R S, P Q) and multiplied
 // by the weight viewed as (K, C R S), one product per group; the GEMM writes the output (or the

@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "kernels/common/conv_params.h"
+#include "kernels/cpu/conv2d_direct.h"
 #include "runtime/ops.h"
 
 namespace ember {
@@ -88,44 +91,120 @@ std::vector<ConvCase> conv_cases() {
   };
 }
 
+// Forward and backward of one case against for_each_tap, in f32 with a bias when asked.
+void check_against_definition(const ConvCase& c, Generator& g, const std::string& label) {
+  Tensor x = uniform(c.input, -1.0, 1.0, DType::f32, &g);
+  Tensor w = uniform(c.weight, -1.0, 1.0, DType::f32, &g);
+  Tensor b = c.bias ? uniform({c.weight[0]}, -1.0, 1.0, DType::f32, &g) : Tensor();
+  x.requires_grad_();
+  w.requires_grad_();
+  if (c.bias) b.requires_grad_();
+  const Tensor y = conv2d(x, w, b, c.options);
+  const std::vector<double> xs = values_of(x), ws = values_of(w);
+  std::vector<double> expected(static_cast<size_t>(y.numel()), 0.0);
+  for_each_tap(c, [&](int64_t o, int64_t i, int64_t k) {
+    expected[static_cast<size_t>(o)] += xs[static_cast<size_t>(i)] * ws[static_cast<size_t>(k)];
+  });
+  if (c.bias) {
+    const std::vector<double> bs = values_of(b);
+    const int64_t plane = y.size(2) * y.size(3);
+    for (size_t o = 0; o < expected.size(); ++o)
+      expected[o] += bs[static_cast<size_t>((static_cast<int64_t>(o) / plane) % y.size(1))];
+  }
+  const std::string name = label + case_name(c);
+  expect_close(values_of(y), expected, 1e-5, "forward " + name);
+
+  // Backward of sum(y * dy) for a random dy: grad_x and grad_w by the same taps.
+  const Tensor dy = uniform(y.sizes(), -1.0, 1.0, DType::f32, &g);
+  sum(y * dy).backward();
+  const std::vector<double> dys = values_of(dy);
+  std::vector<double> dx(xs.size(), 0.0), dw(ws.size(), 0.0);
+  for_each_tap(c, [&](int64_t o, int64_t i, int64_t k) {
+    dx[static_cast<size_t>(i)] += dys[static_cast<size_t>(o)] * ws[static_cast<size_t>(k)];
+    dw[static_cast<size_t>(k)] += dys[static_cast<size_t>(o)] * xs[static_cast<size_t>(i)];
+  });
+  expect_close(values_of(x.grad()), dx, 1e-4, "grad_input " + name);
+  expect_close(values_of(w.grad()), dw, 1e-4, "grad_weight " + name);
+  if (c.bias) {
+    expect_close(values_of(b.grad()), values_of(sum(dy, {0, 2, 3})), 1e-4, "grad_bias " + name);
+  }
+}
+
 TEST(Conv2d, ForwardAndBackwardMatchTheDefinition) {
   Generator g(21);
-  for (const ConvCase& c : conv_cases()) {
-    Tensor x = uniform(c.input, -1.0, 1.0, DType::f32, &g);
-    Tensor w = uniform(c.weight, -1.0, 1.0, DType::f32, &g);
-    Tensor b = c.bias ? uniform({c.weight[0]}, -1.0, 1.0, DType::f32, &g) : Tensor();
-    x.requires_grad_();
-    w.requires_grad_();
-    if (c.bias) b.requires_grad_();
-    const Tensor y = conv2d(x, w, b, c.options);
-    const std::vector<double> xs = values_of(x), ws = values_of(w);
-    std::vector<double> expected(static_cast<size_t>(y.numel()), 0.0);
-    for_each_tap(c, [&](int64_t o, int64_t i, int64_t k) {
-      expected[static_cast<size_t>(o)] += xs[static_cast<size_t>(i)] * ws[static_cast<size_t>(k)];
-    });
-    if (c.bias) {
-      const std::vector<double> bs = values_of(b);
-      const int64_t plane = y.size(2) * y.size(3);
-      for (size_t o = 0; o < expected.size(); ++o)
-        expected[o] += bs[static_cast<size_t>((static_cast<int64_t>(o) / plane) % y.size(1))];
-    }
-    expect_close(values_of(y), expected, 1e-5, "forward " + case_name(c));
+  for (const ConvCase& c : conv_cases())
+    check_against_definition(c, g, "");
+}
 
-    // Backward of sum(y * dy) for a random dy: grad_x and grad_w by the same taps.
-    const Tensor dy = uniform(y.sizes(), -1.0, 1.0, DType::f32, &g);
-    sum(y * dy).backward();
-    const std::vector<double> dys = values_of(dy);
-    std::vector<double> dx(xs.size(), 0.0), dw(ws.size(), 0.0);
-    for_each_tap(c, [&](int64_t o, int64_t i, int64_t k) {
-      dx[static_cast<size_t>(i)] += dys[static_cast<size_t>(o)] * ws[static_cast<size_t>(k)];
-      dw[static_cast<size_t>(k)] += dys[static_cast<size_t>(o)] * xs[static_cast<size_t>(i)];
-    });
-    expect_close(values_of(x.grad()), dx, 1e-4, "grad_input " + case_name(c));
-    expect_close(values_of(w.grad()), dw, 1e-4, "grad_weight " + case_name(c));
-    if (c.bias) {
-      expect_close(values_of(b.grad()), values_of(sum(dy, {0, 2, 3})), 1e-4,
-                   "grad_bias " + case_name(c));
+kernels::Conv2dParams params_of(const ConvCase& c) {
+  kernels::Conv2dParams p;
+  p.batch = c.input[0];
+  p.in_channels = c.input[1];
+  p.in_height = c.input[2];
+  p.in_width = c.input[3];
+  p.out_channels = c.weight[0];
+  p.kernel_height = c.weight[2];
+  p.kernel_width = c.weight[3];
+  p.pad_h = c.options.padding.h;
+  p.pad_w = c.options.padding.w;
+  return p;
+}
+
+// Stride 1, one group: the direct kernels (kernels/cpu/conv2d_direct.h). Widths that are not
+// multiples of the 16-float vectors, channel counts that are not multiples of the 8-channel
+// blocks, padding 0 to 2, 3x3, 5x5, 1xN and Nx1 kernels, one image (the items of an image shared
+// between threads) and several.
+std::vector<ConvCase> direct_cases() {
+  return {
+      {{2, 5, 17, 19}, {11, 5, 3, 3}, {.padding = 1}, true},
+      {{1, 3, 20, 33}, {9, 3, 5, 5}, {.padding = 2}, false},
+      {{3, 4, 12, 21}, {8, 4, 3, 3}, {.padding = 0}, true},
+      {{2, 6, 10, 18}, {7, 6, 1, 5}, {.padding = Size2(0, 2)}, false},
+      {{3, 2, 9, 30}, {3, 2, 3, 1}, {.padding = Size2(1, 0)}, true},
+      {{2, 4, 12, 14}, {5, 4, 3, 3}, {.padding = 2}, false},
+      {{1, 16, 24, 40}, {24, 16, 3, 3}, {.padding = 1}, true},
+      {{4, 9, 16, 16}, {17, 9, 3, 3}, {.padding = 1}, false},
+      // Padding beyond kernel size - 1: the forward is direct, grad_input takes the GEMM path.
+      {{2, 3, 10, 12}, {4, 3, 2, 2}, {.padding = 2}, true},
+  };
+}
+
+TEST(Conv2d, DirectKernelsMatchTheDefinitionOnEveryInstructionSet) {
+  for (const ConvCase& c : direct_cases())
+    ASSERT_TRUE(kernels::cpu::conv2d_direct_applies(params_of(c))) << case_name(c);
+  using kernels::cpu::DirectConvIsa;
+  const std::pair<DirectConvIsa, const char*> isas[] = {{DirectConvIsa::avx512, "avx512 "},
+                                                        {DirectConvIsa::avx2, "avx2 "},
+                                                        {DirectConvIsa::baseline, "baseline "}};
+  for (const auto& [isa, label] : isas) {
+    if (!kernels::cpu::set_conv2d_direct_isa(isa)) {
+      std::printf("[   INFO   ] this CPU cannot run the %sdirect kernels: skipped\n", label);
+      continue;
     }
+    Generator g(24);
+    for (const ConvCase& c : direct_cases())
+      check_against_definition(c, g, label);
+  }
+  kernels::cpu::set_conv2d_direct_isa(DirectConvIsa::best);
+}
+
+TEST(Conv2d, DirectKernelsWithOneThreadAndTwoThreadsAgree) {
+  Generator g(25);
+  for (int64_t batch : {1, 3}) {
+    const Tensor x = uniform({batch, 5, 13, 17}, -1.0, 1.0, DType::f32, &g);
+    const Tensor w = uniform({10, 5, 3, 3}, -1.0, 1.0, DType::f32, &g);
+    Tensor x_one = x.detach(), x_many = x.detach();
+    x_one.requires_grad_();
+    x_many.requires_grad_();
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const Tensor one = conv2d(x_one, w, Tensor(), {.padding = 1});
+    sum(one * one).backward();
+    omp_set_num_threads(threads);
+    const Tensor many = conv2d(x_many, w, Tensor(), {.padding = 1});
+    sum(many * many).backward();
+    EXPECT_TRUE(allclose(one, many, 1e-5, 1e-6)) << batch;
+    EXPECT_TRUE(allclose(x_one.grad(), x_many.grad(), 1e-5, 1e-6)) << batch;
   }
 }
 
@@ -139,6 +218,35 @@ TEST(Conv2d, OneThreadAndTwoThreadsAgree) {
   omp_set_num_threads(threads);
   const Tensor many = conv2d(x, w, Tensor(), {.padding = 1});
   EXPECT_TRUE(allclose(one, many, 1e-5, 1e-6));
+}
+
+// Through the direct kernels (stride 1, one group): forward, grad_input and grad_weight, all
+// computed in f32 inside.
+TEST(Conv2d, HalfAndBFloat16DirectMatchFloat) {
+  Generator g(26);
+  const Tensor x = uniform({2, 5, 11, 19}, -1.0, 1.0, DType::f32, &g);
+  const Tensor w = uniform({9, 5, 3, 3}, -1.0, 1.0, DType::f32, &g);
+  const Tensor b = uniform({9}, -1.0, 1.0, DType::f32, &g);
+  const Conv2dOptions options{.padding = 1};
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    // The same (rounded) values in f32 as the reference: only the roundings inside differ.
+    Tensor xl = x.to(dtype), wl = w.to(dtype);
+    Tensor xf = xl.to(DType::f32), wf = wl.to(DType::f32);
+    for (Tensor* t : {&xl, &wl, &xf, &wf})
+      t->requires_grad_();
+    const Tensor bl = b.to(dtype);
+    const Tensor low = conv2d(xl, wl, bl, options);
+    EXPECT_EQ(low.dtype(), dtype);
+    const Tensor reference = conv2d(xf, wf, bl.to(DType::f32), options);
+    const double tolerance = dtype == DType::bf16 ? 1e-2 : 2e-3;
+    EXPECT_TRUE(allclose(low.to(DType::f32), reference, tolerance, tolerance * 4)) << dtype;
+    sum(low).backward();
+    sum(reference).backward();
+    EXPECT_EQ(xl.grad().dtype(), dtype);
+    EXPECT_TRUE(allclose(xl.grad().to(DType::f32), xf.grad(), tolerance, tolerance * 4)) << dtype;
+    // grad_weight sums 2 x 11 x 19 products per element: relative to its larger magnitude.
+    EXPECT_TRUE(allclose(wl.grad().to(DType::f32), wf.grad(), tolerance, tolerance * 40)) << dtype;
+  }
 }
 
 TEST(Conv2d, HalfAndBFloat16MatchFloat) {
