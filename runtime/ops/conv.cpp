@@ -109,7 +109,8 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   if (any_requires_grad({&input, &weight, &bias})) {
     const bool grad_input = input.requires_grad(), grad_weight = weight.requires_grad();
     const bool grad_bias = bias.defined() && bias.requires_grad();
-    // Only the input and the weight are saved: backward unfolds the columns again.
+    // Only the input and the weight are saved: backward recomputes what it needs from them
+    // (direct kernels, or columns unfolded again on the im2col path).
     record(OpId::conv2d, {input, weight, bias}, out, {input, weight},
            [params, grad_input, grad_weight, grad_bias](
                const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
