@@ -4,7 +4,9 @@
 // markdown table (median step time, images or tokens per second, the ratio LibTorch / ember: above
 // 1 means ember is faster, and how far the losses are apart), then the step split into phases.
 //
-//   ember_vs_libtorch_models [threads]      (default 2; also sets OpenMP and OpenBLAS)
+//   ember_vs_libtorch_models [threads] [--ops]   (threads: default 2; also sets OpenMP and
+//                                                  OpenBLAS. --ops: time the models' ops one by
+//                                                  one instead, forward and backward)
 //
 // Loss agreement is checked twice: a forward in eval mode on the initial weights, and a forward in
 // eval mode after one training step with dropout off (so that batch-norm's batch statistics,
@@ -21,6 +23,8 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "nn/nn.h"
@@ -34,6 +38,19 @@ using Clock = std::chrono::steady_clock;
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
+}
+
+// Median of `repetitions` timed runs after `warmup` untimed ones, in seconds.
+double median_seconds_of(const std::function<void()>& run, int warmup, int repetitions) {
+  for (int i = 0; i < warmup; ++i)
+    run();
+  std::vector<double> times;
+  for (int i = 0; i < repetitions; ++i) {
+    const auto start = Clock::now();
+    run();
+    times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return median(times);
 }
 
 // The LibTorch twin of an ember tensor: same shape, same values (f32 or i64).
@@ -231,27 +248,38 @@ struct StepTimes {
   double total, forward, backward, step;  // medians, seconds
 };
 
-StepTimes time_steps(const Phases& phases, int warmup, int repetitions) {
-  for (int i = 0; i < warmup; ++i) {
-    phases.forward();
-    phases.backward();
-    phases.step();
-  }
-  std::vector<double> total, forward, backward, step;
-  for (int i = 0; i < repetitions; ++i) {
-    const auto start = Clock::now();
-    phases.forward();
-    const auto after_forward = Clock::now();
-    phases.backward();
-    const auto after_backward = Clock::now();
-    phases.step();
-    const auto end = Clock::now();
-    total.push_back(std::chrono::duration<double>(end - start).count());
-    forward.push_back(std::chrono::duration<double>(after_forward - start).count());
-    backward.push_back(std::chrono::duration<double>(after_backward - after_forward).count());
-    step.push_back(std::chrono::duration<double>(end - after_backward).count());
-  }
-  return {median(total), median(forward), median(backward), median(step)};
+// Warm-up, then `repetitions` steps of each library, alternating, so that both see the same
+// machine load (the benchmark shares its cores); medians of each phase.
+std::pair<StepTimes, StepTimes> time_steps(const Phases& mine, const Phases& theirs, int warmup,
+                                           int repetitions) {
+  for (const Phases* phases : {&mine, &theirs})
+    for (int i = 0; i < warmup; ++i) {
+      phases->forward();
+      phases->backward();
+      phases->step();
+    }
+  std::vector<double> times[2][4];  // library, {total, forward, backward, step}
+  for (int i = 0; i < repetitions; ++i)
+    for (int library = 0; library < 2; ++library) {
+      const Phases& phases = library == 0 ? mine : theirs;
+      const auto start = Clock::now();
+      phases.forward();
+      const auto after_forward = Clock::now();
+      phases.backward();
+      const auto after_backward = Clock::now();
+      phases.step();
+      const auto end = Clock::now();
+      const Clock::time_point marks[] = {start, after_forward, after_backward, end};
+      times[library][0].push_back(std::chrono::duration<double>(end - start).count());
+      for (int phase = 1; phase < 4; ++phase)
+        times[library][phase].push_back(
+            std::chrono::duration<double>(marks[phase] - marks[phase - 1]).count());
+    }
+  auto medians = [&](int library) {
+    return StepTimes{median(times[library][0]), median(times[library][1]),
+                     median(times[library][2]), median(times[library][3])};
+  };
+  return {medians(0), medians(1)};
 }
 
 struct ModelResult {
@@ -322,8 +350,8 @@ ModelResult compare(const std::string& model_name, const std::string& workload,
   set_dropout(ember_model, dropout_p);
   set_dropout(*torch_model, dropout_p);
 
-  result.ember = time_steps(ember_phases, warmup, repetitions);
-  result.torch = time_steps(torch_phases, warmup, repetitions);
+  std::tie(result.ember, result.torch) =
+      time_steps(ember_phases, torch_phases, warmup, repetitions);
   return result;
 }
 
@@ -420,12 +448,278 @@ void print_tables(const std::vector<ModelResult>& results, int threads) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// --ops: the ops of the two models' steps one at a time, forward and backward, at the shapes the
+// models use, to show where ember's step time goes next to LibTorch's.
+
+struct OpCase {
+  std::string name, shape;
+  int per_step;  // how many times one training step runs it
+  std::vector<ember::Tensor> inputs;
+  std::vector<bool> needs_grad;
+  std::function<ember::Tensor(const std::vector<ember::Tensor>&)> mine;
+  std::function<torch::Tensor(const std::vector<torch::Tensor>&)> theirs;
+};
+
+struct OpTimes {
+  double forward, backward;  // medians, seconds; backward = median(forward + backward) - forward
+};
+
+template <typename Run, typename Backward, typename ResetGrads>
+OpTimes time_op(const Run& run, const Backward& backward, const ResetGrads& reset_grads) {
+  const double forward = median_seconds_of(
+      [&] {
+        reset_grads();
+        run();
+      },
+      2, 9);
+  const double both = median_seconds_of(
+      [&] {
+        reset_grads();
+        backward(run());
+      },
+      2, 9);
+  return {forward, std::max(0.0, both - forward)};
+}
+
+void profile_ops(ember::Generator& generator) {
+  using ember::Tensor;
+  using TensorList = std::vector<Tensor>;
+  using TorchList = std::vector<torch::Tensor>;
+  auto randn = [&](const ember::Shape& shape) {
+    return ember::randn(shape, ember::DType::f32, &generator);
+  };
+  const int64_t B = 16, T = 128, C = 128, H = 4, V = 256, hs = C / H;
+  const Tensor tokens = ember::randint(0, V, {B, T}, ember::DType::i64, &generator);
+  const Tensor targets = ember::randint(0, V, {B * T}, ember::DType::i64, &generator);
+  const Tensor future = ember::gt(ember::arange(T).unsqueeze(0), ember::arange(T).unsqueeze(1));
+  auto ember_heads = [&](const Tensor& t) { return t.reshape({B, T, H, hs}).transpose(1, 2); };
+  auto torch_heads = [&](const torch::Tensor& t) {
+    return t.reshape({B, T, H, hs}).transpose(1, 2);
+  };
+  auto linear_case = [&](int64_t in, int64_t out, bool bias, int per_step, const char* name) {
+    TensorList inputs = {randn({B, T, in}), randn({out, in})};
+    if (bias) inputs.push_back(randn({out}));
+    return OpCase{
+        name,
+        "16x128x" + std::to_string(in) + " -> " + std::to_string(out),
+        per_step,
+        inputs,
+        std::vector<bool>(inputs.size(), true),
+        [bias](const TensorList& x) { return ember::linear(x[0], x[1], bias ? x[2] : Tensor()); },
+        [bias](const TorchList& x) {
+          return torch::linear(x[0], x[1], bias ? x[2] : torch::Tensor());
+        }};
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<OpCase> cases;
+  cases.push_back({"gpt: embedding (tokens)",
+                   "16x128 from 256x128",
+                   1,
+                   {tokens, randn({V, C})},
+                   {false, true},
+                   [](const TensorList& x) { return ember::embedding(x[0], x[1]); },
+                   [](const TorchList& x) { return torch::embedding(x[1], x[0]); }});
+  cases.push_back({"gpt: layer_norm",
+                   "16x128x128",
+                   9,
+                   {randn({B, T, C}), randn({C}), randn({C})},
+                   {true, true, true},
+                   [C](const TensorList& x) { return ember::layer_norm(x[0], {C}, x[1], x[2]); },
+                   [C](const TorchList& x) { return torch::layer_norm(x[0], {C}, x[1], x[2]); }});
+  cases.push_back(linear_case(C, 3 * C, true, 4, "gpt: linear qkv"));
+  cases.push_back(
+      {"gpt: q @ k^T (views of qkv) * scale",
+       "16x4x128x32 @ 16x4x32x128",
+       4,
+       {randn({B, T, 3 * C})},
+       {true},
+       [&](const TensorList& x) {
+         const TensorList parts = ember::chunk(x[0], 3, 2);
+         return ember::matmul(ember_heads(parts[0]), ember_heads(parts[1]).transpose(-2, -1)) *
+                (1.0 / std::sqrt(static_cast<double>(hs)));
+       },
+       [&](const TorchList& x) {
+         const TorchList parts = x[0].chunk(3, 2);
+         return torch::matmul(torch_heads(parts[0]), torch_heads(parts[1]).transpose(-2, -1)) *
+                (1.0 / std::sqrt(static_cast<double>(hs)));
+       }});
+  cases.push_back({"gpt: masked_fill (causal)",
+                   "16x4x128x128",
+                   4,
+                   {randn({B, H, T, T}), future},
+                   {true, false},
+                   [inf](const TensorList& x) { return ember::masked_fill(x[0], x[1], -inf); },
+                   [inf](const TorchList& x) { return x[0].masked_fill(x[1], -inf); }});
+  cases.push_back({"gpt: softmax",
+                   "16x4x128x128",
+                   4,
+                   {randn({B, H, T, T})},
+                   {true},
+                   [](const TensorList& x) { return ember::softmax(x[0], -1); },
+                   [](const TorchList& x) { return torch::softmax(x[0], -1); }});
+  cases.push_back({"gpt: weights @ v (view of qkv), merge heads",
+                   "16x4x128x128 @ 16x4x128x32",
+                   4,
+                   {randn({B, H, T, T}), randn({B, T, 3 * C})},
+                   {true, true},
+                   [&](const TensorList& x) {
+                     const Tensor v = ember_heads(ember::chunk(x[1], 3, 2)[2]);
+                     return ember::matmul(x[0], v).transpose(1, 2).reshape({B, T, C});
+                   },
+                   [&](const TorchList& x) {
+                     const torch::Tensor v = torch_heads(x[1].chunk(3, 2)[2]);
+                     return torch::matmul(x[0], v).transpose(1, 2).reshape({B, T, C});
+                   }});
+  cases.push_back(linear_case(C, C, true, 4, "gpt: linear projection"));
+  cases.push_back({"gpt: residual add",
+                   "16x128x128",
+                   8,
+                   {randn({B, T, C}), randn({B, T, C})},
+                   {true, true},
+                   [](const TensorList& x) { return x[0] + x[1]; },
+                   [](const TorchList& x) { return x[0] + x[1]; }});
+  cases.push_back(linear_case(C, 4 * C, true, 4, "gpt: linear mlp.0"));
+  cases.push_back(
+      {"gpt: gelu (tanh)",
+       "16x128x512",
+       4,
+       {randn({B, T, 4 * C})},
+       {true},
+       [](const TensorList& x) { return ember::gelu(x[0], ember::GeluApproximation::tanh); },
+       [](const TorchList& x) { return torch::gelu(x[0], "tanh"); }});
+  cases.push_back(linear_case(4 * C, C, true, 4, "gpt: linear mlp.2"));
+  cases.push_back(linear_case(C, V, false, 1, "gpt: linear head (no bias)"));
+  cases.push_back(
+      {"gpt: cross_entropy",
+       "2048x256",
+       1,
+       {randn({B * T, V}), targets},
+       {true, false},
+       [](const TensorList& x) { return ember::cross_entropy(x[0], x[1]); },
+       [](const TorchList& x) { return torch::nn::functional::cross_entropy(x[0], x[1]); }});
+  // resnet9's layers at their shapes: each conv block's conv2d, batch_norm (training) and relu,
+  // then the max pools and the residual adds.
+  struct ConvShape {
+    int64_t c, k, size;
+    int per_step;
+  };
+  const int64_t n = 128;
+  auto image_shape = [n](int64_t c, int64_t size) {
+    return std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(size) + "^2";
+  };
+  for (const ConvShape& shape :
+       {ConvShape{1, 16, 32, 1}, ConvShape{16, 32, 32, 1}, ConvShape{32, 32, 16, 2},
+        ConvShape{32, 64, 16, 1}, ConvShape{64, 128, 8, 1}, ConvShape{128, 128, 4, 2}}) {
+    const int64_t k = shape.k, size = shape.size;
+    cases.push_back(
+        {"resnet9: conv2d 3x3 pad 1",
+         image_shape(shape.c, size) + " -> " + std::to_string(k),
+         shape.per_step,
+         {randn({n, shape.c, size, size}), randn({k, shape.c, 3, 3}), randn({k})},
+         {shape.c > 1, true, true},
+         [](const TensorList& x) { return ember::conv2d(x[0], x[1], x[2], {.padding = 1}); },
+         [](const TorchList& x) { return torch::conv2d(x[0], x[1], x[2], 1, 1); }});
+    cases.push_back(
+        {"resnet9: batch_norm (training)",
+         image_shape(k, size),
+         shape.per_step,
+         {randn({n, k, size, size}), randn({k}), randn({k}), ember::zeros({k}), ember::ones({k})},
+         {true, true, true, false, false},
+         [](const TensorList& x) { return ember::batch_norm(x[0], x[3], x[4], x[1], x[2], true); },
+         [](const TorchList& x) {
+           return torch::batch_norm(x[0], x[1], x[2], x[3], x[4], true, 0.1, 1e-5, false);
+         }});
+    cases.push_back({"resnet9: relu",
+                     image_shape(k, size),
+                     shape.per_step,
+                     {randn({n, k, size, size})},
+                     {true},
+                     [](const TensorList& x) { return ember::relu(x[0]); },
+                     [](const TorchList& x) { return torch::relu(x[0]); }});
+  }
+  struct PoolShape {
+    int64_t c, size, kernel;
+  };
+  for (const PoolShape& shape :
+       {PoolShape{32, 32, 2}, PoolShape{64, 16, 2}, PoolShape{128, 8, 2}, PoolShape{128, 4, 4}}) {
+    const int64_t kernel = shape.kernel;
+    cases.push_back(
+        {"resnet9: max_pool2d " + std::to_string(kernel),
+         image_shape(shape.c, shape.size),
+         1,
+         {randn({n, shape.c, shape.size, shape.size})},
+         {true},
+         [kernel](const TensorList& x) { return ember::max_pool2d(x[0], {.kernel_size = kernel}); },
+         [kernel](const TorchList& x) { return torch::max_pool2d(x[0], kernel); }});
+  }
+  for (const PoolShape& shape : {PoolShape{32, 16, 0}, PoolShape{128, 4, 0}})
+    cases.push_back(
+        {"resnet9: residual add",
+         image_shape(shape.c, shape.size),
+         1,
+         {randn({n, shape.c, shape.size, shape.size}), randn({n, shape.c, shape.size, shape.size})},
+         {true, true},
+         [](const TensorList& x) { return x[0] + x[1]; },
+         [](const TorchList& x) { return x[0] + x[1]; }});
+
+  std::printf(
+      "\nOps of one step, forward and backward (medians of 9; backward = median(forward "
+      "+ backward) - forward; 'x n' = times per step, ms columns are per call)\n\n");
+  std::printf(
+      "| op | shape | x n | ember fwd ms | LibTorch fwd ms | ember bwd ms | LibTorch bwd "
+      "ms | ember ms x n | LibTorch ms x n | ratio |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (OpCase& op : cases) {
+    TorchList torch_inputs;
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      torch_inputs.push_back(to_torch(op.inputs[i]));
+      if (op.inputs[i].dtype() == ember::DType::boolean)
+        torch_inputs.back() = torch_inputs.back().to(torch::kBool);
+      if (op.needs_grad[i]) {
+        op.inputs[i].requires_grad_(true);
+        torch_inputs.back().requires_grad_(true);
+      }
+    }
+    // One fixed upstream gradient, the same values for both.
+    ember::Tensor output_grad;
+    {
+      ember::NoGradGuard no_grad;
+      output_grad = ember::randn(op.mine(op.inputs).sizes(), ember::DType::f32, &generator);
+    }
+    const torch::Tensor torch_output_grad = to_torch(output_grad);
+    const OpTimes mine = time_op([&] { return op.mine(op.inputs); },
+                                 [&](const ember::Tensor& out) {
+                                   out.sizes().empty() ? out.backward() : out.backward(output_grad);
+                                 },
+                                 [&] {
+                                   for (const ember::Tensor& input : op.inputs)
+                                     if (input.requires_grad()) input.set_grad(ember::Tensor());
+                                 });
+    const OpTimes theirs =
+        time_op([&] { return op.theirs(torch_inputs); },
+                [&](const torch::Tensor& out) {
+                  out.dim() == 0 ? out.backward() : out.backward(torch_output_grad);
+                },
+                [&] {
+                  for (torch::Tensor& input : torch_inputs)
+                    if (input.requires_grad()) input.mutable_grad().reset();
+                });
+    const double mine_total = (mine.forward + mine.backward) * op.per_step;
+    const double theirs_total = (theirs.forward + theirs.backward) * op.per_step;
+    std::printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f | %.2fx |\n",
+                op.name.c_str(), op.shape.c_str(), op.per_step, mine.forward * 1e3,
+                theirs.forward * 1e3, mine.backward * 1e3, theirs.backward * 1e3, mine_total * 1e3,
+                theirs_total * 1e3, theirs_total / mine_total);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   if (threads < 1) {
-    std::fprintf(stderr, "usage: %s [threads >= 1]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [threads >= 1] [--ops]\n", argv[0]);
     return 2;
   }
   // One thread count for both: OpenMP (ember's kernels; ember sets OpenBLAS to match before
@@ -434,6 +728,10 @@ int main(int argc, char** argv) {
   torch::set_num_threads(threads);
 
   ember::Generator generator(2024);
+  if (argc > 2 && std::string(argv[2]) == "--ops") {
+    profile_ops(generator);
+    return 0;
+  }
   std::vector<ModelResult> results;
   results.push_back(bench_resnet9(generator));
   results.push_back(bench_gpt_mini(generator));
