@@ -12,6 +12,11 @@
 // eval mode after one training step with dropout off (so that batch-norm's batch statistics,
 // backward and the optimizer are compared too). The timed steps then run in train mode with
 // dropout on in both.
+//
+// On a machine whose cores are shared with other work, run it with OMP_WAIT_POLICY=PASSIVE: both
+// libraries use the same libgomp, whose threads otherwise spin at every barrier and take the
+// time slices the other team member needs, so every small parallel region costs a scheduler tick
+// (a 10x slower LibTorch optimizer step was seen that way). The policy is printed with the tables.
 #include <omp.h>
 #include <torch/torch.h>
 
@@ -413,10 +418,11 @@ ModelResult bench_gpt_mini(ember::Generator& generator) {
 }
 
 void print_tables(const std::vector<ModelResult>& results, int threads) {
+  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
   std::printf(
-      "\nember vs LibTorch %s, training steps, f32, %d thread(s), median of 10 steps "
-      "after 3 warm-up steps\n\n",
-      TORCH_VERSION, threads);
+      "\nember vs LibTorch %s, training steps, f32, %d thread(s), OMP_WAIT_POLICY=%s, median of "
+      "10 steps after 3 warm-up steps (alternating libraries)\n\n",
+      TORCH_VERSION, threads, wait_policy != nullptr ? wait_policy : "<unset>");
   std::printf(
       "| model | workload | ember ms/step | LibTorch ms/step | ember | LibTorch | ratio | "
       "eval loss rel diff (initial) | eval loss rel diff (after 1 step) |\n");
