@@ -37,4 +37,15 @@ enum class BinaryOp {
 
 enum class CompareOp { eq, ne, lt, le, gt, ge };
 
+// The fused backward of an activation: grad_in = grad_out * f'(...), from the tensor the forward
+// saved (its input x or its output y).
+enum class ActivationGrad {
+  relu,       // from y: grad_out where y > 0, else 0
+  gelu_erf,   // from x
+  gelu_tanh,  // from x
+  silu,       // from x
+  sigmoid,    // from y: y (1 - y)
+  tanh,       // from y: 1 - y^2
+};
+
 }  // namespace ember::kernels

@@ -1,11 +1,14 @@
 #include "kernels/cpu/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/convert.h"
 #include "kernels/common/scalar_types.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace ember::kernels::cpu {
 namespace {
@@ -63,11 +66,80 @@ Acc sigmoid_of(Acc x) {
   return Acc(1) / (Acc(1) + std::exp(-x));
 }
 
+// Activations with a vectorisable f32 form below.
+bool has_f32_activation(UnaryOp op) {
+  return op == UnaryOp::tanh || op == UnaryOp::sigmoid || op == UnaryOp::silu ||
+         op == UnaryOp::gelu_tanh;
+}
+
+// The f32 activations, on vectorisable exp/tanh (kernels/cpu/vector_math.h) in place of scalar
+// libm calls: only this region is compiled without trapping math, so that their selects become
+// vector blends; elsewhere convert<> and the loops keep the file's usual options.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#endif
+EMBER_NO_TRAPPING_MATH
+
+template <typename Fn>
+[[gnu::always_inline]] inline void dense_f32(float* out, const float* in, int64_t n, Fn fn) {
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = fn(in[i]);
+}
+
+// Dense f32 runs of a has_f32_activation op, compiled for AVX-512 and AVX2 as well as the
+// baseline. out may alias in.
+EMBER_CLONE_FOR_SIMD void activation_f32(UnaryOp op, float* out, const float* in, int64_t n) {
+  switch (op) {
+    case UnaryOp::tanh:
+      return dense_f32(out, in, n, [](float x) { return tanh_vectorisable(x); });
+    case UnaryOp::sigmoid:
+      return dense_f32(out, in, n, [](float x) { return sigmoid_vectorisable(x); });
+    case UnaryOp::silu:
+      return dense_f32(out, in, n, [](float x) { return x * sigmoid_vectorisable(x); });
+    case UnaryOp::gelu_tanh:
+      return dense_f32(out, in, n, [](float x) { return gelu_tanh_vectorisable(x); });
+    default:
+      return;
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
+
+// f32, f16 and bf16 activations: dense f32 runs directly, anything else through f32 chunks.
+constexpr int64_t kActivationChunk = 512;
+
+template <typename T>
+void activation_via_f32(UnaryOp op, const StridedLayout& layout, T* out, const T* in) {
+  for_each_run<2>(layout,
+                  {reinterpret_cast<char*>(out), reinterpret_cast<char*>(const_cast<T*>(in))},
+                  {sizeof(T), sizeof(T)}, [op](int64_t n, char* const* p, const int64_t* s) {
+                    T* o = reinterpret_cast<T*>(p[0]);
+                    const T* x = reinterpret_cast<const T*>(p[1]);
+                    if constexpr (std::is_same_v<T, float>) {
+                      if (s[0] == 1 && s[1] == 1) return activation_f32(op, o, x, n);
+                    }
+                    float chunk[kActivationChunk];
+                    for (int64_t begin = 0; begin < n; begin += kActivationChunk) {
+                      const int64_t m = std::min(kActivationChunk, n - begin);
+                      for (int64_t i = 0; i < m; ++i)
+                        chunk[i] = convert<float>(x[(begin + i) * s[1]]);
+                      activation_f32(op, chunk, chunk, m);
+                      for (int64_t i = 0; i < m; ++i)
+                        o[(begin + i) * s[0]] = convert<T>(chunk[i]);
+                    }
+                  });
+}
+
 template <typename T, typename Acc>
 void unary_typed(UnaryOp op, const StridedLayout& layout, T* out, const T* in, Acc p) {
   auto run = [&](auto f) {
     map1(layout, out, in, [f](T x) { return convert<T>(f(convert<Acc>(x))); });
   };
+  if constexpr (std::is_same_v<Acc, float>) {
+    if (has_f32_activation(op)) return activation_via_f32(op, layout, out, in);
+  }
   switch (op) {
     case UnaryOp::neg:
       return run([](Acc x) { return static_cast<Acc>(-x); });

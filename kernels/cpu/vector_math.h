@@ -61,6 +61,53 @@ namespace ember::kernels::cpu {
   return std::exp(x);
 }
 
+// tanh(x) in f32, within ~2e-7 relative: Cephes' odd polynomial for |x| < 0.625 (where the
+// exp form below would cancel), 1 - 2 / (exp(2|x|) + 1) with x's sign above. Saturates to +-1
+// (exp overflows to inf), keeps +-0 and NaN.
+[[gnu::always_inline]] inline float tanh_vectorisable(float x) {
+  const float ax = x < 0.0f ? -x : x;
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = p * z * x + x;
+  const float large_abs = 1.0f - 2.0f / (exp_vectorisable(2.0f * ax) + 1.0f);
+  const float large = x < 0.0f ? -large_abs : large_abs;
+  return ax < 0.625f ? small : large;
+}
+
+[[gnu::always_inline]] inline double tanh_vectorisable(double x) {
+  return std::tanh(x);
+}
+
+// 1 / (1 + exp(-x)): 0 at -inf (exp overflows to inf), 1 at +inf, NaN stays NaN.
+[[gnu::always_inline]] inline float sigmoid_vectorisable(float x) {
+  return 1.0f / (1.0f + exp_vectorisable(-x));
+}
+
+[[gnu::always_inline]] inline double sigmoid_vectorisable(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+
+// GELU's tanh approximation 0.5 x (1 + tanh(z)), z = sqrt(2/pi) (x + 0.044715 x^3). In f32 it is
+// written x * sigmoid(2z), the same function, which keeps its relative accuracy for negative x
+// where 1 + tanh(z) would cancel. f64 keeps the textbook form on libm.
+inline constexpr double kGeluTanhScale = 0.79788456080286535588;  // sqrt(2 / pi)
+inline constexpr double kGeluTanhCubic = 0.044715;
+
+[[gnu::always_inline]] inline float gelu_tanh_vectorisable(float x) {
+  const float z =
+      static_cast<float>(kGeluTanhScale) * (x + static_cast<float>(kGeluTanhCubic) * x * x * x);
+  return x * sigmoid_vectorisable(2.0f * z);
+}
+
+[[gnu::always_inline]] inline double gelu_tanh_vectorisable(double x) {
+  const double inner = kGeluTanhScale * (x + kGeluTanhCubic * x * x * x);
+  return 0.5 * x * (1.0 + std::tanh(inner));
+}
+
 }  // namespace ember::kernels::cpu
 
 #if defined(__GNUC__) && !defined(__clang__)

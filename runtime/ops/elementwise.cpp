@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/common/convert.h"
+#include "kernels/cpu/activation_backward.h"
 #include "kernels/cpu/elementwise.h"
 #include "runtime/autocast.h"
 #include "runtime/autograd/engine.h"
@@ -21,6 +22,7 @@
 
 namespace ember {
 
+using kernels::ActivationGrad;
 using kernels::BinaryOp;
 using kernels::CompareOp;
 using kernels::UnaryOp;
@@ -254,6 +256,25 @@ Tensor floating_input(const Tensor& x) {
   return is_floating(x.dtype()) ? x : x.to(DType::f32);
 }
 
+// g * f'(saved) in one fused CPU kernel pass, or an undefined tensor where the caller must build
+// it from ember ops (CUDA, a dtype or shape mismatch, or grad mode on). The engine runs every
+// backward formula under NoGradGuard (runtime/autograd/engine.cpp: no higher-order gradients), so
+// the fused path is the one taken there; a formula evaluated with grad mode on would need a
+// differentiable result, which the kernel does not record.
+Tensor fused_activation_grad(ActivationGrad op, const Tensor& g, const Tensor& saved) {
+  if (grad_enabled() || !g.is_cpu() || !saved.is_cpu() || g.dtype() != saved.dtype() ||
+      !is_floating(g.dtype()) || g.sizes() != saved.sizes())
+    return Tensor();
+  Tensor grad_in = empty(saved.sizes(), TensorOptions(saved.dtype(), saved.device()));
+  const kernels::StridedLayout layout = make_layout(grad_in, {&g, &saved}, "activation backward");
+  dispatch_floating(g.dtype(), "activation backward", [&]<typename T>() {
+    kernels::cpu::activation_backward<T>(op, layout, static_cast<T*>(grad_in.data_ptr()),
+                                         static_cast<const T*>(g.data_ptr()),
+                                         static_cast<const T*>(saved.data_ptr()));
+  });
+  return grad_in;
+}
+
 Tensor unary_op(
     UnaryOp op, OpId id, const Tensor& x_in, double scalar, bool keep_integers, bool save_input,
     bool save_output,
@@ -378,21 +399,33 @@ Tensor cos(const Tensor& x) {
 }
 
 Tensor tanh(const Tensor& x) {
-  return unary_op(
-      UnaryOp::tanh, OpId::tanh, x, 0, false, false, true,
-      [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (1.0 - y * y); });
+  return unary_op(UnaryOp::tanh, OpId::tanh, x, 0, false, false, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& y) {
+                    if (Tensor fused = fused_activation_grad(ActivationGrad::tanh, g, y);
+                        fused.defined())
+                      return fused;
+                    return g * (1.0 - y * y);
+                  });
 }
 
 Tensor sigmoid(const Tensor& x) {
-  return unary_op(
-      UnaryOp::sigmoid, OpId::sigmoid, x, 0, false, false, true,
-      [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y * (1.0 - y); });
+  return unary_op(UnaryOp::sigmoid, OpId::sigmoid, x, 0, false, false, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& y) {
+                    if (Tensor fused = fused_activation_grad(ActivationGrad::sigmoid, g, y);
+                        fused.defined())
+                      return fused;
+                    return g * y * (1.0 - y);
+                  });
 }
 
 Tensor relu(const Tensor& x) {
-  return unary_op(
-      UnaryOp::relu, OpId::relu, x, 0, true, false, true,
-      [](const Tensor& g, const Tensor&, const Tensor& y) { return g * gt(y, 0).to(g.dtype()); });
+  return unary_op(UnaryOp::relu, OpId::relu, x, 0, true, false, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& y) {
+                    if (Tensor fused = fused_activation_grad(ActivationGrad::relu, g, y);
+                        fused.defined())
+                      return fused;
+                    return g * gt(y, 0).to(g.dtype());
+                  });
 }
 
 Tensor gelu(const Tensor& x, GeluApproximation approximation) {
@@ -400,6 +433,9 @@ Tensor gelu(const Tensor& x, GeluApproximation approximation) {
     // d/dx x Phi(x) = Phi(x) + x phi(x)
     return unary_op(UnaryOp::gelu_erf, OpId::gelu, x, 0, false, true, false,
                     [](const Tensor& g, const Tensor& in, const Tensor&) {
+                      if (Tensor fused = fused_activation_grad(ActivationGrad::gelu_erf, g, in);
+                          fused.defined())
+                        return fused;
                       const Tensor cdf = (erf(in * 0.70710678118654752440) + 1.0) * 0.5;
                       const Tensor pdf = exp(in * in * (-0.5)) * 0.39894228040143267794;
                       return g * (cdf + in * pdf);
@@ -407,6 +443,9 @@ Tensor gelu(const Tensor& x, GeluApproximation approximation) {
   }
   return unary_op(UnaryOp::gelu_tanh, OpId::gelu, x, 0, false, true, false,
                   [](const Tensor& g, const Tensor& in, const Tensor&) {
+                    if (Tensor fused = fused_activation_grad(ActivationGrad::gelu_tanh, g, in);
+                        fused.defined())
+                      return fused;
                     constexpr double k = 0.79788456080286535588, c = 0.044715;
                     const Tensor x2 = in * in;
                     const Tensor t = tanh((in + in * x2 * c) * k);
@@ -426,6 +465,9 @@ Tensor erf(const Tensor& x) {
 Tensor silu(const Tensor& x) {
   return unary_op(UnaryOp::silu, OpId::silu, x, 0, false, true, false,
                   [](const Tensor& g, const Tensor& in, const Tensor&) {
+                    if (Tensor fused = fused_activation_grad(ActivationGrad::silu, g, in);
+                        fused.defined())
+                      return fused;
                     const Tensor s = sigmoid(in);
                     return g * s * (in * (1.0 - s) + 1.0);
                   });
