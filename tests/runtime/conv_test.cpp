@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/common/conv_params.h"
+#include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/conv2d_direct.h"
 #include "runtime/ops.h"
 
@@ -289,6 +290,11 @@ std::vector<ConvCase> grouped_cases() {
 TEST(Conv2d, SmallImagesInGroupsMatchTheDefinition) {
   Generator g(27);
   for (const ConvCase& c : grouped_cases()) {
+    kernels::Conv2dParams p = params_of(c);
+    p.stride_h = c.options.stride.h;
+    p.stride_w = c.options.stride.w;
+    p.groups = c.options.groups;
+    EXPECT_GT(kernels::cpu::conv2d_images_per_gemm(p), 1) << case_name(c);
     check_against_definition(c, g, "grouped ");
   }
 }
