@@ -223,7 +223,8 @@ constexpr int64_t kGroupBytes = 1024 * 1024;  // the unfolded columns should sta
 // Images per group: 1 (the per-image path) when an image is wide enough on its own.
 template <typename Acc>
 int64_t images_per_group(const Conv2dParams& p, const Geometry& g) {
-  if (g.plane * 2 > kGroupPixels || p.batch < 2) return 1;
+  // (The tap table holds input offsets as int32.)
+  if (g.plane * 2 > kGroupPixels || p.batch < 2 || g.H * g.W > INT32_MAX) return 1;
   const int64_t image_bytes = g.group_cols * g.G * g.plane * static_cast<int64_t>(sizeof(Acc));
   const int64_t by_bytes = kGroupBytes / std::max<int64_t>(1, image_bytes);
   const int64_t by_pixels = ceil_div(kGroupPixels, std::max<int64_t>(1, g.plane));
