@@ -92,14 +92,14 @@ int64_t rows_per_band(const Geometry& g, bool whole_image) {
 }
 
 // image (C, H, W), channels [c_begin, c_end) -> their rows of cols (C R S, band pixels).
+// `ld`: the row length of cols (the band's pixels, or more when images sit side by side).
 template <typename T, typename Acc>
-void im2col(const Conv2dParams& p, const Geometry& g, const T* image, Acc* cols, RowBand band,
-            int64_t c_begin, int64_t c_end) {
-  const int64_t width = band.pixels(g.Q);
+void im2col(const Conv2dParams& p, const Geometry& g, const T* image, Acc* cols, int64_t ld,
+            RowBand band, int64_t c_begin, int64_t c_end) {
   for (int64_t c = c_begin; c < c_end; ++c) {
     for (int64_t r = 0; r < g.R; ++r) {
       for (int64_t s = 0; s < g.S; ++s) {
-        Acc* row = cols + ((c * g.R + r) * g.S + s) * width;
+        Acc* row = cols + ((c * g.R + r) * g.S + s) * ld;
         const ColumnRange range = valid_columns(p, g, s);
         for (int64_t out_h = band.row_begin; out_h < band.row_end; ++out_h) {
           Acc* dst = row + (out_h - band.row_begin) * g.Q;
@@ -129,13 +129,12 @@ void im2col(const Conv2dParams& p, const Geometry& g, const T* image, Acc* cols,
 // The adjoint of im2col: adds the band's cols (C R S, band pixels), channels [c_begin, c_end),
 // into image (C, H, W). Channels own disjoint planes: safe to split by channel.
 template <typename Acc>
-void col2im(const Conv2dParams& p, const Geometry& g, const Acc* cols, Acc* image, RowBand band,
-            int64_t c_begin, int64_t c_end) {
-  const int64_t width = band.pixels(g.Q);
+void col2im(const Conv2dParams& p, const Geometry& g, const Acc* cols, int64_t ld, Acc* image,
+            RowBand band, int64_t c_begin, int64_t c_end) {
   for (int64_t c = c_begin; c < c_end; ++c) {
     for (int64_t r = 0; r < g.R; ++r) {
       for (int64_t s = 0; s < g.S; ++s) {
-        const Acc* row = cols + ((c * g.R + r) * g.S + s) * width;
+        const Acc* row = cols + ((c * g.R + r) * g.S + s) * ld;
         const ColumnRange range = valid_columns(p, g, s);
         for (int64_t out_h = band.row_begin; out_h < band.row_end; ++out_h) {
           const int64_t in_h = out_h * p.stride_h - p.pad_h + r * p.dilation_h;
@@ -212,6 +211,225 @@ const Acc* weights_in_compute_type(const T* weight, int64_t count, std::vector<A
   }
 }
 
+// ---- small images: several images per GEMM ------------------------------------------------
+// An image of P Q = 16 or 64 pixels makes a GEMM with 16 or 64 columns, which OpenBLAS runs far
+// below peak (it packs the whole weight matrix for each call). Below kGroupPixels pixels the
+// images are taken B at a time: their columns sit side by side in cols (C R S, B P Q), one GEMM
+// per group of images gives out (K, B P Q), scattered back into NCHW. Each thread takes whole
+// image groups with single-threaded GEMMs, as with whole images.
+constexpr int64_t kGroupPixels = 512;         // columns per GEMM aimed at
+constexpr int64_t kGroupBytes = 1024 * 1024;  // the unfolded columns should stay near L2
+
+// Images per group: 1 (the per-image path) when an image is wide enough on its own.
+template <typename Acc>
+int64_t images_per_group(const Conv2dParams& p, const Geometry& g) {
+  // (The tap table holds input offsets as int32.)
+  if (g.plane * 2 > kGroupPixels || p.batch < 2 || g.H * g.W > INT32_MAX) return 1;
+  const int64_t image_bytes = g.group_cols * g.G * g.plane * static_cast<int64_t>(sizeof(Acc));
+  const int64_t by_bytes = kGroupBytes / std::max<int64_t>(1, image_bytes);
+  const int64_t by_pixels = ceil_div(kGroupPixels, std::max<int64_t>(1, g.plane));
+  // At least one group per thread, so that no thread idles.
+  const int64_t per_thread = ceil_div(p.batch, omp_get_max_threads());
+  return std::clamp<int64_t>(std::min({by_bytes, by_pixels, per_thread}), 1, p.batch);
+}
+
+// Runs body(first_image, images, thread) over the groups of `per_group` images, whole groups
+// to each thread in a fixed (static) order.
+template <typename Body>
+void over_image_groups(int64_t batch, int64_t per_group, Body body) {
+  const int64_t groups = ceil_div(batch, per_group);
+  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), groups));
+  if (threads > 1) use_blas_threads(1);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int t = omp_get_thread_num();
+#pragma omp for schedule(static)
+    for (int64_t group = 0; group < groups; ++group) {
+      const int64_t first = group * per_group;
+      body(first, std::min(per_group, batch - first), t);
+    }
+  }
+}
+
+int threads_for_groups(int64_t batch, int64_t per_group) {
+  return static_cast<int>(std::min<int64_t>(omp_get_max_threads(), ceil_div(batch, per_group)));
+}
+
+// For small images: the input each entry of one channel's columns (R S, P Q) reads, as an
+// offset into the channel's (H, W) plane, or -1 for padding. Built once per call, it replaces
+// the per-row range arithmetic of im2col, which dominates at a few pixels per row.
+std::vector<int32_t> tap_sources(const Conv2dParams& p, const Geometry& g) {
+  std::vector<int32_t> sources(static_cast<size_t>(g.R * g.S * g.plane));
+  int32_t* to = sources.data();
+  for (int64_t r = 0; r < g.R; ++r)
+    for (int64_t s = 0; s < g.S; ++s)
+      for (int64_t out_h = 0; out_h < g.P; ++out_h)
+        for (int64_t out_w = 0; out_w < g.Q; ++out_w) {
+          const int64_t in_h = out_h * p.stride_h - p.pad_h + r * p.dilation_h;
+          const int64_t in_w = out_w * p.stride_w - p.pad_w + s * p.dilation_w;
+          const bool inside = in_h >= 0 && in_h < g.H && in_w >= 0 && in_w < g.W;
+          *to++ = inside ? static_cast<int32_t>(in_h * g.W + in_w) : -1;
+        }
+  return sources;
+}
+
+// The images [first, first + count) unfolded side by side: cols (C R S, count P Q).
+template <typename T, typename Acc>
+void im2col_images(const Geometry& g, const int32_t* sources, const T* input, int64_t first,
+                   int64_t count, Acc* cols) {
+  const int64_t ld = count * g.plane, rows = g.R * g.S, channel = g.H * g.W;
+  for (int64_t b = 0; b < count; ++b) {
+    const T* image = input + (first + b) * g.image;
+    for (int64_t c = 0; c < g.C; ++c) {
+      const T* plane = image + c * channel;
+      for (int64_t t = 0; t < rows; ++t) {
+        const int32_t* from = sources + t * g.plane;
+        Acc* to = cols + (c * rows + t) * ld + b * g.plane;
+        for (int64_t i = 0; i < g.plane; ++i)
+          to[i] = from[i] >= 0 ? static_cast<Acc>(plane[from[i]]) : Acc(0);
+      }
+    }
+  }
+}
+
+// The adjoint for image b of the group: adds its columns into dx (C, H, W).
+template <typename Acc>
+void col2im_image(const Geometry& g, const int32_t* sources, const Acc* cols, int64_t ld, Acc* dx) {
+  const int64_t rows = g.R * g.S, channel = g.H * g.W;
+  for (int64_t c = 0; c < g.C; ++c) {
+    Acc* plane = dx + c * channel;
+    for (int64_t t = 0; t < rows; ++t) {
+      const int32_t* to = sources + t * g.plane;
+      const Acc* from = cols + (c * rows + t) * ld;
+      for (int64_t i = 0; i < g.plane; ++i)
+        if (to[i] >= 0) plane[to[i]] += from[i];
+    }
+  }
+}
+
+template <typename T, typename Acc>
+void forward_image_groups(const Conv2dParams& p, const Geometry& g, int64_t per_group,
+                          const T* input, const Acc* w, const T* bias, T* output) {
+  const int threads = threads_for_groups(p.batch, per_group);
+  const int64_t max_width = per_group * g.plane;
+  const std::vector<int32_t> sources = tap_sources(p, g);
+  struct Workspace {
+    std::vector<Acc> cols, out;
+  };
+  std::vector<Workspace> spaces(static_cast<size_t>(threads));
+  for (Workspace& space : spaces) {
+    space.cols.resize(static_cast<size_t>(g.group_cols * g.G * max_width));
+    space.out.resize(static_cast<size_t>(g.K * max_width));
+  }
+  over_image_groups(p.batch, per_group, [&](int64_t first, int64_t count, int t) {
+    Workspace& space = spaces[static_cast<size_t>(t)];
+    const int64_t width = count * g.plane;
+    im2col_images(g, sources.data(), input, first, count, space.cols.data());
+    for (int64_t group = 0; group < g.G; ++group) {
+      // (K/G, C/G R S) @ (C/G R S, B P Q) -> out (K/G, B P Q)
+      const GemmShape shape{false,        false,        g.group_filters, width,
+                            g.group_cols, g.group_cols, width,           width};
+      gemm<Acc>(shape, 1.0f, w + group * g.group_filters * g.group_cols,
+                space.cols.data() + group * g.group_cols * width, 0.0f,
+                space.out.data() + group * g.group_filters * width);
+    }
+    // out (K, B, P Q) -> output (B, K, P Q), plus the bias.
+    for (int64_t b = 0; b < count; ++b) {
+      T* dst = output + (first + b) * g.image_out;
+      for (int64_t k = 0; k < g.K; ++k) {
+        const Acc add = bias != nullptr ? static_cast<Acc>(bias[k]) : Acc(0);
+        const Acc* from = space.out.data() + k * width + b * g.plane;
+        T* to = dst + k * g.plane;
+        for (int64_t i = 0; i < g.plane; ++i)
+          to[i] = T(from[i] + add);
+      }
+    }
+  });
+}
+
+template <typename T, typename Acc>
+void backward_image_groups(const Conv2dParams& p, const Geometry& g, int64_t per_group,
+                           const T* input, const Acc* w, const T* grad_output, T* grad_input,
+                           T* grad_weight) {
+  const int threads = threads_for_groups(p.batch, per_group);
+  const int64_t max_width = per_group * g.plane, cols_size = g.group_cols * g.G * max_width;
+  const int64_t weight_size = g.K * g.group_cols;
+  const std::vector<int32_t> sources = tap_sources(p, g);
+  struct Workspace {
+    std::vector<Acc> cols, grad_cols, grad_image, dy, grad_weight;
+  };
+  std::vector<Workspace> spaces(static_cast<size_t>(threads));
+  for (Workspace& space : spaces) {
+    space.dy.resize(static_cast<size_t>(g.K * max_width));
+    if (grad_weight != nullptr) {
+      space.cols.resize(static_cast<size_t>(cols_size));
+      space.grad_weight.assign(static_cast<size_t>(weight_size), Acc(0));
+    }
+    if (grad_input != nullptr) {
+      space.grad_cols.resize(static_cast<size_t>(cols_size));
+      if constexpr (!std::is_same_v<T, Acc>) space.grad_image.resize(static_cast<size_t>(g.image));
+    }
+  }
+  over_image_groups(p.batch, per_group, [&](int64_t first, int64_t count, int t) {
+    Workspace& space = spaces[static_cast<size_t>(t)];
+    const int64_t width = count * g.plane;
+    // grad_output (B, K, P Q) -> dy (K, B P Q)
+    for (int64_t b = 0; b < count; ++b) {
+      const T* src = grad_output + (first + b) * g.image_out;
+      for (int64_t k = 0; k < g.K; ++k) {
+        Acc* to = space.dy.data() + k * width + b * g.plane;
+        for (int64_t i = 0; i < g.plane; ++i)
+          to[i] = static_cast<Acc>(src[k * g.plane + i]);
+      }
+    }
+    if (grad_weight != nullptr) {
+      im2col_images(g, sources.data(), input, first, count, space.cols.data());
+      for (int64_t group = 0; group < g.G; ++group) {
+        // grad_weight_g (K/G, C/G R S) += dy_g (K/G, B P Q) @ cols_g^T (B P Q, C/G R S)
+        const GemmShape shape{false, true,  g.group_filters, g.group_cols,
+                              width, width, width,           g.group_cols};
+        gemm<Acc>(shape, 1.0f, space.dy.data() + group * g.group_filters * width,
+                  space.cols.data() + group * g.group_cols * width, 1.0f,
+                  space.grad_weight.data() + group * g.group_filters * g.group_cols);
+      }
+    }
+    if (grad_input != nullptr) {
+      for (int64_t group = 0; group < g.G; ++group) {
+        // grad_cols_g (C/G R S, B P Q) = W_g^T (C/G R S, K/G) @ dy_g (K/G, B P Q)
+        const GemmShape shape{true,         false, g.group_cols, width, g.group_filters,
+                              g.group_cols, width, width};
+        gemm<Acc>(shape, 1.0f, w + group * g.group_filters * g.group_cols,
+                  space.dy.data() + group * g.group_filters * width, 0.0f,
+                  space.grad_cols.data() + group * g.group_cols * width);
+      }
+      for (int64_t b = 0; b < count; ++b) {
+        T* dst = grad_input + (first + b) * g.image;
+        Acc* dx;
+        if constexpr (std::is_same_v<T, Acc>) {
+          dx = dst;
+        } else {
+          dx = space.grad_image.data();
+        }
+        std::fill(dx, dx + g.image, Acc(0));
+        col2im_image(g, sources.data(), space.grad_cols.data() + b * g.plane, width, dx);
+        if constexpr (!std::is_same_v<T, Acc>) {
+          for (int64_t i = 0; i < g.image; ++i)
+            dst[i] = T(dx[i]);
+        }
+      }
+    }
+  });
+  if (grad_weight != nullptr) {
+    // Per-thread partial sums added in thread order: the result does not depend on timing.
+    for (int64_t i = 0; i < weight_size; ++i) {
+      Acc total = 0;
+      for (const Workspace& space : spaces)
+        total += space.grad_weight[static_cast<size_t>(i)];
+      grad_weight[i] = T(total);
+    }
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -229,6 +447,10 @@ void conv2d_forward(const Conv2dParams& p, const T* input, const T* weight, cons
   }
   std::vector<Acc> weight_storage;
   const Acc* w = weights_in_compute_type(weight, g.K * g.group_cols, weight_storage);
+  if (const int64_t per_group = images_per_group<Acc>(p, g); per_group > 1) {
+    forward_image_groups(p, g, per_group, input, w, bias, output);
+    return;
+  }
 
   const int workspaces = workspaces_for(p.batch);
   const bool image_per_thread = workspaces > 1;
@@ -258,7 +480,7 @@ void conv2d_forward(const Conv2dParams& p, const T* input, const T* weight, cons
       const Acc* cols;
       if (unfold) {
         over_channels(g.C, parallel_inside, [&](int64_t begin, int64_t end) {
-          im2col(p, g, image, space.cols.data(), band, begin, end);
+          im2col(p, g, image, space.cols.data(), width, band, begin, end);
         });
         cols = space.cols.data();
       } else {
@@ -316,7 +538,7 @@ void conv2d_backward(const Conv2dParams& p, const T* input, const T* weight, con
       conv2d_direct_grad_input(p, grad_output, weight, grad_input);
       grad_input = nullptr;  // the GEMM path below computes grad_weight alone
     }
-    if (grad_weight != nullptr && conv2d_direct_applies(p)) {
+    if (grad_weight != nullptr && conv2d_direct_applies_to_grad_weight(p)) {
       conv2d_direct_grad_weight(p, input, grad_output, grad_weight);
       grad_weight = nullptr;
     }
@@ -324,6 +546,10 @@ void conv2d_backward(const Conv2dParams& p, const T* input, const T* weight, con
   }
   std::vector<Acc> weight_storage;
   const Acc* w = weights_in_compute_type(weight, weight_size, weight_storage);
+  if (const int64_t per_group = images_per_group<Acc>(p, g); per_group > 1) {
+    backward_image_groups(p, g, per_group, input, w, grad_output, grad_input, grad_weight);
+    return;
+  }
 
   const int workspaces = workspaces_for(p.batch);
   const bool image_per_thread = workspaces > 1;
@@ -369,7 +595,7 @@ void conv2d_backward(const Conv2dParams& p, const T* input, const T* weight, con
       const Acc* dy_band = dy + band.row_begin * g.Q;  // (K, band) with ld = P Q
       if (grad_weight != nullptr) {
         over_channels(g.C, parallel_inside, [&](int64_t begin, int64_t end) {
-          im2col(p, g, input + n * g.image, space.cols.data(), band, begin, end);
+          im2col(p, g, input + n * g.image, space.cols.data(), width, band, begin, end);
         });
         for (int64_t group = 0; group < g.G; ++group) {
           // grad_weight_g (K/G, C/G R S) += dy_g (K/G, band) @ cols_g^T (band, C/G R S)
@@ -390,7 +616,7 @@ void conv2d_backward(const Conv2dParams& p, const T* input, const T* weight, con
                     space.grad_cols.data() + group * g.group_cols * width);
         }
         over_channels(g.C, parallel_inside, [&](int64_t begin, int64_t end) {
-          col2im(p, g, space.grad_cols.data(), dx, band, begin, end);
+          col2im(p, g, space.grad_cols.data(), width, dx, band, begin, end);
         });
       }
     }
@@ -412,6 +638,10 @@ void conv2d_backward(const Conv2dParams& p, const T* input, const T* weight, con
       grad_weight[i] = T(total);
     }
   }
+}
+
+int64_t conv2d_images_per_gemm(const Conv2dParams& params) {
+  return images_per_group<float>(params, Geometry(params));
 }
 
 #define EMBER_INSTANTIATE_CONV2D(T)                                                       \

@@ -3,8 +3,9 @@
 //   input (N, C, H, W), weight (K, C / G, R, S), bias (K) -> output (N, K, P, Q)
 //
 // Stride 1, dilation 1, one group, kernels larger than 1x1, in f32, f16 and bf16: direct
-// kernels (conv2d_direct.h) for the output, grad_input and grad_weight; a GEMM at these shapes
-// (K = 32 rows) runs far below the FMA units' peak. Everything else (strides, dilation, groups,
+// kernels (conv2d_direct.h) for the output, grad_input and grad_weight (the last only with 8
+// input channels or more); a GEMM at these shapes (K = 32 rows) runs far below the FMA units'
+// peak. Everything else (strides, dilation, groups,
 // 1x1, narrow images, f64) takes im2col + GEMM (OpenBLAS), described below.
 //
 // All tensors dense (NCHW). Each image is unfolded into columns cols (C R S, P Q) and multiplied
@@ -15,6 +16,10 @@
 // output rows at a time (about 256 KiB), so they are still in L2 when the GEMM reads them.
 // With fewer images, images run one after the other with a parallel unfold and a threaded GEMM.
 // f16 and bf16 are unfolded straight into f32 columns and computed in f32.
+//
+// Small images (a few hundred output pixels or fewer) are taken several at a time: their columns
+// side by side make one wider GEMM, (K, C R S) @ (C R S, B P Q), whose result is scattered back
+// into NCHW (and likewise for both gradients); threads take whole groups of images.
 #pragma once
 
 #include "kernels/common/conv_params.h"
@@ -32,5 +37,9 @@ void conv2d_forward(const Conv2dParams& params, const T* input, const T* weight,
 template <typename T>
 void conv2d_backward(const Conv2dParams& params, const T* input, const T* weight,
                      const T* grad_output, T* grad_input, T* grad_weight, T* grad_bias);
+
+// How many images the im2col + GEMM path unfolds side by side into one GEMM (f32 columns): more
+// than 1 for small images (see conv2d.cpp), 1 otherwise. Depends on the OpenMP thread count.
+int64_t conv2d_images_per_gemm(const Conv2dParams& params);
 
 }  // namespace ember::kernels::cpu

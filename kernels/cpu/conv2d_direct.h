@@ -26,6 +26,8 @@ namespace ember::kernels::cpu {
 bool conv2d_direct_applies(const Conv2dParams& params);
 // The gradient wrt the input as a direct convolution also needs padding <= kernel size - 1.
 bool conv2d_direct_applies_to_grad_input(const Conv2dParams& params);
+// The gradient wrt the weight: also at least half of the rounded-up channels real (C >= 8).
+bool conv2d_direct_applies_to_grad_weight(const Conv2dParams& params);
 
 // output (N, K, P, Q) = conv(input, weight) + bias; `bias` may be null. T: float, Half, BFloat16.
 template <typename T>
@@ -38,7 +40,8 @@ void conv2d_direct_grad_input(const Conv2dParams& params, const T* grad_output, 
                               T* grad_input);
 
 // grad_weight (K, C, R, S) from input (N, C, H, W) and grad_output (N, K, P, Q); overwritten.
-// Applies wherever conv2d_direct_applies does.
+// Runs wherever conv2d_direct_applies does, but computes C rounded up to 16 channels: with few
+// input channels (an RGB or grey first layer) the GEMM path is faster, see below.
 template <typename T>
 void conv2d_direct_grad_weight(const Conv2dParams& params, const T* input, const T* grad_output,
                                T* grad_weight);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/common/conv_params.h"
+#include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/conv2d_direct.h"
 #include "runtime/ops.h"
 
@@ -164,6 +165,9 @@ std::vector<ConvCase> direct_cases() {
       {{2, 4, 12, 14}, {5, 4, 3, 3}, {.padding = 2}, false},
       {{1, 16, 24, 40}, {24, 16, 3, 3}, {.padding = 1}, true},
       {{4, 9, 16, 16}, {17, 9, 3, 3}, {.padding = 1}, false},
+      // Fewer than 8 input channels: grad_weight takes the GEMM path.
+      {{2, 1, 12, 20}, {5, 1, 3, 3}, {.padding = 1}, true},
+      {{3, 3, 10, 16}, {9, 3, 3, 3}, {.padding = 1}, false},
       // Padding beyond kernel size - 1: the forward is direct, grad_input takes the GEMM path.
       {{2, 3, 10, 12}, {4, 3, 2, 2}, {.padding = 2}, true},
   };
@@ -264,6 +268,82 @@ TEST(Conv2d, HalfAndBFloat16MatchFloat) {
         conv2d(xl.to(DType::f32), wl.to(DType::f32), bl.to(DType::f32), options);
     const double tolerance = dtype == DType::bf16 ? 1e-2 : 2e-3;
     EXPECT_TRUE(allclose(low.to(DType::f32), reference, tolerance, tolerance * 4)) << dtype;
+  }
+}
+
+// Small images (2x2 to 8x8 outputs) go through one GEMM per group of images
+// (conv2d_images_per_gemm > 1): batches that are not a multiple of the group, 1x1 and 3x3
+// kernels, padding 0 and 1, strides and groups.
+std::vector<ConvCase> grouped_cases() {
+  return {
+      {{7, 5, 4, 4}, {6, 5, 3, 3}, {.padding = 1}, true},
+      {{5, 3, 2, 2}, {4, 3, 3, 3}, {.padding = 1}, false},
+      {{9, 4, 8, 8}, {3, 4, 3, 3}, {.padding = 0}, true},
+      {{6, 6, 5, 7}, {5, 6, 1, 1}, {}, true},
+      {{3, 8, 8, 8}, {8, 8, 1, 1}, {}, false},
+      {{11, 4, 6, 6}, {6, 2, 3, 3}, {.padding = 1, .groups = 2}, true},
+      {{5, 3, 8, 7}, {4, 3, 3, 3}, {.stride = 2, .padding = 1}, false},
+      {{4, 2, 3, 3}, {3, 2, 3, 3}, {.padding = 0}, true},  // 1x1 outputs
+  };
+}
+
+TEST(Conv2d, SmallImagesInGroupsMatchTheDefinition) {
+  Generator g(27);
+  for (const ConvCase& c : grouped_cases()) {
+    kernels::Conv2dParams p = params_of(c);
+    p.stride_h = c.options.stride.h;
+    p.stride_w = c.options.stride.w;
+    p.groups = c.options.groups;
+    EXPECT_GT(kernels::cpu::conv2d_images_per_gemm(p), 1) << case_name(c);
+    check_against_definition(c, g, "grouped ");
+  }
+}
+
+TEST(Conv2d, SmallImagesInGroupsWithOneThreadAndTwoThreadsAgree) {
+  Generator g(28);
+  for (int64_t batch : {2, 7}) {
+    const Tensor x = uniform({batch, 6, 4, 4}, -1.0, 1.0, DType::f32, &g);
+    const Tensor w = uniform({5, 6, 3, 3}, -1.0, 1.0, DType::f32, &g);
+    Tensor x_one = x.detach(), x_many = x.detach(), w_one = w.detach(), w_many = w.detach();
+    for (Tensor* t : {&x_one, &x_many, &w_one, &w_many})
+      t->requires_grad_();
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const Tensor one = conv2d(x_one, w_one, Tensor(), {.padding = 1});
+    sum(one * one).backward();
+    omp_set_num_threads(threads);
+    const Tensor many = conv2d(x_many, w_many, Tensor(), {.padding = 1});
+    sum(many * many).backward();
+    EXPECT_TRUE(allclose(one, many, 1e-5, 1e-6)) << batch;
+    EXPECT_TRUE(allclose(x_one.grad(), x_many.grad(), 1e-5, 1e-6)) << batch;
+    EXPECT_TRUE(allclose(w_one.grad(), w_many.grad(), 1e-5, 1e-5)) << batch;
+  }
+}
+
+TEST(Conv2d, HalfAndBFloat16InGroupsMatchFloat) {
+  Generator g(29);
+  const Tensor x = uniform({5, 6, 4, 4}, -1.0, 1.0, DType::f32, &g);
+  const Tensor w = uniform({7, 6, 3, 3}, -1.0, 1.0, DType::f32, &g);
+  const Tensor b = uniform({7}, -1.0, 1.0, DType::f32, &g);
+  const Conv2dOptions options{.padding = 1};
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    Tensor xl = x.to(dtype), wl = w.to(dtype);
+    Tensor xf = xl.to(DType::f32), wf = wl.to(DType::f32);
+    for (Tensor* t : {&xl, &wl, &xf, &wf})
+      t->requires_grad_();
+    const Tensor bl = b.to(dtype);
+    const Tensor low = conv2d(xl, wl, bl, options);
+    EXPECT_EQ(low.dtype(), dtype);
+    const Tensor reference = conv2d(xf, wf, bl.to(DType::f32), options);
+    const double tolerance = dtype == DType::bf16 ? 1e-2 : 2e-3;
+    EXPECT_TRUE(allclose(low.to(DType::f32), reference, tolerance, tolerance * 4)) << dtype;
+    sum(low).backward();
+    sum(reference).backward();
+    EXPECT_EQ(xl.grad().dtype(), dtype);
+    EXPECT_EQ(wl.grad().dtype(), dtype);
+    EXPECT_TRUE(allclose(xl.grad().to(DType::f32), xf.grad(), tolerance, tolerance * 4)) << dtype;
+    // grad_weight sums 5 x 4 x 4 products per element: relative to its larger magnitude.
+    EXPECT_TRUE(allclose(wl.grad().to(DType::f32), wf.grad(), tolerance, tolerance * 40)) << dtype;
   }
 }
 
