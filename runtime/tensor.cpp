@@ -482,7 +482,8 @@ Tensor& Tensor::div_(const Tensor& other) {
 }
 void Tensor::set_data(const Tensor& data) const {
   EMBER_CHECK(data.defined(), "set_data: the new data is an undefined tensor");
-  EMBER_CHECK(is_leaf(), "set_data: only leaf tensors can be given new data, got ", describe(*this));
+  EMBER_CHECK(is_leaf(), "set_data: only leaf tensors can be given new data, got ",
+              describe(*this));
   EMBER_CHECK(!requires_grad() || is_floating(data.dtype()),
               "set_data: a tensor that requires grad needs floating-point data, got ",
               describe(data));
