@@ -5,24 +5,10 @@
 #include <string>
 
 #include "runtime/ops.h"
+#include "tests/common/expect_error.h"
 
 namespace ember {
 namespace {
-
-// Expects `statement` to throw an ember::Error whose message contains every one of `parts`.
-#define EXPECT_ERROR_WITH(statement, ...)                                \
-  do {                                                                   \
-    try {                                                                \
-      (void)(statement);                                                 \
-      ADD_FAILURE() << "expected an error from " #statement;             \
-    } catch (const Error& error) {                                       \
-      const std::string message = error.what();                          \
-      for (const char* part : {__VA_ARGS__}) {                           \
-        EXPECT_NE(message.find(part), std::string::npos)                 \
-            << "message \"" << message << "\" lacks \"" << part << "\""; \
-      }                                                                  \
-    }                                                                    \
-  } while (false)
 
 Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f64) {
   Generator g(seed);

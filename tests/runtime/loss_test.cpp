@@ -6,23 +6,10 @@
 #include <string>
 
 #include "runtime/ops.h"
+#include "tests/common/expect_error.h"
 
 namespace ember {
 namespace {
-
-#define EXPECT_ERROR_WITH(statement, ...)                                \
-  do {                                                                   \
-    try {                                                                \
-      (void)(statement);                                                 \
-      ADD_FAILURE() << "expected an error from " #statement;             \
-    } catch (const Error& error) {                                       \
-      const std::string message = error.what();                          \
-      for (const char* part : {__VA_ARGS__}) {                           \
-        EXPECT_NE(message.find(part), std::string::npos)                 \
-            << "message \"" << message << "\" lacks \"" << part << "\""; \
-      }                                                                  \
-    }                                                                    \
-  } while (false)
 
 Tensor random_tensor(const Shape& shape, uint64_t seed, double low = -2.0, double high = 2.0) {
   Generator g(seed);
