@@ -76,9 +76,11 @@ int run_train(int argc, char** argv) {
                     : flags.has("quiet")                           ? Progress::none
                                                                    : Progress::lines;
   const TrainResult result = train_resnet9(config, std::cout);
-  std::cout << "best valid accuracy " << result.best_valid_accuracy * 100 << "% (epoch "
-            << result.best_epoch << "), " << format_duration(result.seconds) << " in all; "
-            << config.logdir << "/metrics.csv, last.ckpt, best.ckpt\n";
+  char summary[160];
+  std::snprintf(summary, sizeof(summary), "best valid accuracy %.2f%% (epoch %lld), %s in all; ",
+                result.best_valid_accuracy * 100, static_cast<long long>(result.best_epoch),
+                format_duration(result.seconds).c_str());
+  std::cout << summary << config.logdir << "/metrics.csv, last.ckpt, best.ckpt\n";
   return 0;
 }
 
