@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/scalar_types.h"
 
@@ -65,6 +66,29 @@ EMBER_HOST_DEVICE float uint_to_open_unit_float(uint32_t x) {
 EMBER_HOST_DEVICE double uints_to_unit_double(uint32_t hi, uint32_t lo) {
   const uint64_t bits = (static_cast<uint64_t>(hi) << 21) ^ (lo >> 11);
   return static_cast<double>(bits & ((uint64_t{1} << 53) - 1)) * 1.1102230246251565e-16;
+}
+
+// Draw element i as U(i) in [0, 1): 24 random bits (one word) for types of 32 bits or fewer, 53
+// (two words) for double. The CPU and CUDA fills both call this one definition, which is what
+// makes their numbers equal bit for bit.
+template <typename T>
+EMBER_HOST_DEVICE double philox_unit(uint64_t seed, uint64_t offset, int64_t i) {
+  if constexpr (std::is_same_v<T, double>) {
+    return uints_to_unit_double(philox_word(seed, offset, 2 * i),
+                                philox_word(seed, offset, 2 * i + 1));
+  } else {
+    return uint_to_unit_float(philox_word(seed, offset, i));
+  }
+}
+
+// The same in (0, 1]: safe to take the log of (Box-Muller).
+template <typename T>
+EMBER_HOST_DEVICE double philox_open_unit(uint64_t seed, uint64_t offset, int64_t i) {
+  if constexpr (std::is_same_v<T, double>) {
+    return 1.0 - philox_unit<T>(seed, offset, i);
+  } else {
+    return uint_to_open_unit_float(philox_word(seed, offset, i));
+  }
 }
 
 // Blocks a draw of n numbers of `words_per_number` words consumes: the offset to advance by.

@@ -7,36 +7,14 @@
 #include "kernels/cpu/loops.h"
 
 namespace ember::kernels::cpu {
-namespace {
-
-// U(i) in [0, 1): f32 precision for 32-bit-or-smaller types, f64 precision for double.
-template <typename T>
-double unit(uint64_t seed, uint64_t offset, int64_t i) {
-  if constexpr (std::is_same_v<T, double>) {
-    return uints_to_unit_double(philox_word(seed, offset, 2 * i),
-                                philox_word(seed, offset, 2 * i + 1));
-  } else {
-    return uint_to_unit_float(philox_word(seed, offset, i));
-  }
-}
-
-template <typename T>
-double open_unit(uint64_t seed, uint64_t offset, int64_t i) {
-  if constexpr (std::is_same_v<T, double>) {
-    return 1.0 - unit<T>(seed, offset, i);  // (0, 1]
-  } else {
-    return uint_to_open_unit_float(philox_word(seed, offset, i));
-  }
-}
-
-}  // namespace
+namespace {}  // namespace
 
 template <typename T>
 void uniform(T* out, int64_t n, double low, double high, uint64_t seed, uint64_t offset) {
   const int threads = threads_for(n);
 #pragma omp parallel for num_threads(threads) if (threads > 1)
   for (int64_t i = 0; i < n; ++i)
-    out[i] = convert<T>(low + (high - low) * unit<T>(seed, offset, i));
+    out[i] = convert<T>(low + (high - low) * philox_unit<T>(seed, offset, i));
 }
 
 template <typename T>
@@ -46,8 +24,8 @@ void normal(T* out, int64_t n, double mean, double std, uint64_t seed, uint64_t 
   const int threads = threads_for(n);
 #pragma omp parallel for num_threads(threads) if (threads > 1)
   for (int64_t p = 0; p < pairs; ++p) {
-    const double u1 = open_unit<T>(seed, offset, 2 * p);
-    const double u2 = unit<T>(seed, offset, 2 * p + 1);
+    const double u1 = philox_open_unit<T>(seed, offset, 2 * p);
+    const double u2 = philox_unit<T>(seed, offset, 2 * p + 1);
     const double radius = std::sqrt(-2.0 * std::log(u1));
     const double angle = 6.283185307179586 * u2;
     out[2 * p] = convert<T>(mean + std * radius * std::cos(angle));

@@ -13,26 +13,6 @@ namespace {
 // nvcc would otherwise fuse them into one FMA, rounding once instead of twice, and the numbers
 // would no longer match the CPU's bit for bit.
 
-// U(i) in [0, 1): f32 precision for 32-bit-or-smaller types, f64 precision for double.
-template <typename T>
-__device__ __forceinline__ double unit(uint64_t seed, uint64_t offset, int64_t i) {
-  if constexpr (std::is_same_v<T, double>) {
-    return uints_to_unit_double(philox_word(seed, offset, 2 * i),
-                                philox_word(seed, offset, 2 * i + 1));
-  } else {
-    return uint_to_unit_float(philox_word(seed, offset, i));
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ double open_unit(uint64_t seed, uint64_t offset, int64_t i) {
-  if constexpr (std::is_same_v<T, double>) {
-    return 1.0 - unit<T>(seed, offset, i);  // (0, 1]
-  } else {
-    return uint_to_open_unit_float(philox_word(seed, offset, i));
-  }
-}
-
 __device__ __forceinline__ int64_t grid_start() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
@@ -45,7 +25,7 @@ __global__ void uniform_kernel(T* out, int64_t n, double low, double high, uint6
                                uint64_t offset) {
   const double range = high - low;
   for (int64_t i = grid_start(); i < n; i += grid_step())
-    out[i] = convert<T>(__dadd_rn(low, __dmul_rn(range, unit<T>(seed, offset, i))));
+    out[i] = convert<T>(__dadd_rn(low, __dmul_rn(range, philox_unit<T>(seed, offset, i))));
 }
 
 // out (n): thread p writes elements 2p (cos) and 2p+1 (sin) from uniforms 2p and 2p+1.
@@ -54,8 +34,8 @@ __global__ void normal_kernel(T* out, int64_t n, double mean, double std, uint64
                               uint64_t offset) {
   const int64_t pairs = (n + 1) / 2;
   for (int64_t p = grid_start(); p < pairs; p += grid_step()) {
-    const double u1 = open_unit<T>(seed, offset, 2 * p);
-    const double u2 = unit<T>(seed, offset, 2 * p + 1);
+    const double u1 = philox_open_unit<T>(seed, offset, 2 * p);
+    const double u2 = philox_unit<T>(seed, offset, 2 * p + 1);
     const double radius = ::sqrt(__dmul_rn(-2.0, ::log(u1)));
     const double angle = __dmul_rn(6.283185307179586, u2);
     const double scale = __dmul_rn(std, radius);
