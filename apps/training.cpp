@@ -155,7 +155,10 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
       std::make_shared<data::FashionMnist>(config.data_dir, data::Split::train, config.limit_train);
   auto valid_set =
       std::make_shared<data::FashionMnist>(config.data_dir, data::Split::test, config.limit_valid);
-  EMBER_CHECK(train_set->size() >= 2 * 1, "train: need at least 2 training images");
+  EMBER_CHECK(train_set->size() >= 2,
+              "train: need at least 2 training images (batch norm needs "
+              "two per batch), got ",
+              train_set->size());
   const int64_t batch_size = std::min(config.batch_size, train_set->size());
   data::DataLoader train_loader(
       train_set, {.batch_size = batch_size,
