@@ -143,3 +143,9 @@ template <typename T>
 using acc_t = typename AccumulateTypeOf<T>::type;
 
 }  // namespace ember
+
+// The element types of ember's dtypes, for explicit instantiations: M(T) for each of them.
+// One list, so a kernel file cannot forget a dtype that runtime/dispatch.h may ask for.
+#define EMBER_FOR_EACH_NUMERIC_TYPE(M) \
+  M(float) M(double) M(Half) M(BFloat16) M(int32_t) M(int64_t) M(uint8_t)
+#define EMBER_FOR_EACH_ELEMENT_TYPE(M) EMBER_FOR_EACH_NUMERIC_TYPE(M) M(bool)

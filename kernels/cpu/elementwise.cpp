@@ -297,13 +297,7 @@ void where(const StridedLayout& layout, T* out, const bool* cond, const T* a, co
   template void binary<T>(BinaryOp, const StridedLayout&, T*, const T*, const T*, double); \
   template void compare<T>(CompareOp, const StridedLayout&, bool*, const T*, const T*);
 
-EMBER_INSTANTIATE_NUMERIC(float)
-EMBER_INSTANTIATE_NUMERIC(double)
-EMBER_INSTANTIATE_NUMERIC(Half)
-EMBER_INSTANTIATE_NUMERIC(BFloat16)
-EMBER_INSTANTIATE_NUMERIC(int32_t)
-EMBER_INSTANTIATE_NUMERIC(int64_t)
-EMBER_INSTANTIATE_NUMERIC(uint8_t)
+EMBER_FOR_EACH_NUMERIC_TYPE(EMBER_INSTANTIATE_NUMERIC)
 #undef EMBER_INSTANTIATE_NUMERIC
 
 #define EMBER_INSTANTIATE_ANY(T)                                                     \
@@ -318,14 +312,7 @@ EMBER_INSTANTIATE_NUMERIC(uint8_t)
   template void copy<T, uint8_t>(const StridedLayout&, T*, const uint8_t*);          \
   template void copy<T, bool>(const StridedLayout&, T*, const bool*);
 
-EMBER_INSTANTIATE_ANY(float)
-EMBER_INSTANTIATE_ANY(double)
-EMBER_INSTANTIATE_ANY(Half)
-EMBER_INSTANTIATE_ANY(BFloat16)
-EMBER_INSTANTIATE_ANY(int32_t)
-EMBER_INSTANTIATE_ANY(int64_t)
-EMBER_INSTANTIATE_ANY(uint8_t)
-EMBER_INSTANTIATE_ANY(bool)
+EMBER_FOR_EACH_ELEMENT_TYPE(EMBER_INSTANTIATE_ANY)
 #undef EMBER_INSTANTIATE_ANY
 
 }  // namespace ember::kernels::cpu

@@ -66,14 +66,7 @@ EMBER_INSTANTIATE_FLOAT(BFloat16)
 #define EMBER_INSTANTIATE_ANY(T)                                               \
   template void randint<T>(T*, int64_t, int64_t, int64_t, uint64_t, uint64_t); \
   template void bernoulli<T>(T*, int64_t, double, uint64_t, uint64_t);
-EMBER_INSTANTIATE_ANY(float)
-EMBER_INSTANTIATE_ANY(double)
-EMBER_INSTANTIATE_ANY(Half)
-EMBER_INSTANTIATE_ANY(BFloat16)
-EMBER_INSTANTIATE_ANY(int32_t)
-EMBER_INSTANTIATE_ANY(int64_t)
-EMBER_INSTANTIATE_ANY(uint8_t)
-EMBER_INSTANTIATE_ANY(bool)
+EMBER_FOR_EACH_ELEMENT_TYPE(EMBER_INSTANTIATE_ANY)
 #undef EMBER_INSTANTIATE_ANY
 
 }  // namespace ember::kernels::cpu

@@ -269,13 +269,7 @@ void norm(const T* in, T* out, int64_t outer, int64_t reduce, int64_t inner, dou
   template void logsumexp<T>(const T*, T*, int64_t, int64_t, int64_t);         \
   template void norm<T>(const T*, T*, int64_t, int64_t, int64_t, double);
 
-EMBER_INSTANTIATE_EXTREMES(float)
-EMBER_INSTANTIATE_EXTREMES(double)
-EMBER_INSTANTIATE_EXTREMES(Half)
-EMBER_INSTANTIATE_EXTREMES(BFloat16)
-EMBER_INSTANTIATE_EXTREMES(int32_t)
-EMBER_INSTANTIATE_EXTREMES(int64_t)
-EMBER_INSTANTIATE_EXTREMES(uint8_t)
+EMBER_FOR_EACH_NUMERIC_TYPE(EMBER_INSTANTIATE_EXTREMES)
 EMBER_INSTANTIATE_STATISTICS(float)
 EMBER_INSTANTIATE_STATISTICS(double)
 EMBER_INSTANTIATE_STATISTICS(Half)

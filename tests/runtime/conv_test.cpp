@@ -224,16 +224,16 @@ TEST(Conv2d, OneThreadAndTwoThreadsAgree) {
   EXPECT_TRUE(allclose(one, many, 1e-5, 1e-6));
 }
 
-// Through the direct kernels (stride 1, one group): forward, grad_input and grad_weight, all
-// computed in f32 inside.
-TEST(Conv2d, HalfAndBFloat16DirectMatchFloat) {
-  Generator g(26);
-  const Tensor x = uniform({2, 5, 11, 19}, -1.0, 1.0, DType::f32, &g);
-  const Tensor w = uniform({9, 5, 3, 3}, -1.0, 1.0, DType::f32, &g);
-  const Tensor b = uniform({9}, -1.0, 1.0, DType::f32, &g);
+// f16 and bf16 against f32 on the same (rounded) values, padding 1: the output and both
+// gradients, whose only differences are the roundings inside.
+void expect_16_bit_matches_float(const Shape& input_shape, const Shape& weight_shape,
+                                 uint64_t seed) {
+  Generator g(seed);
+  const Tensor x = uniform(input_shape, -1.0, 1.0, DType::f32, &g);
+  const Tensor w = uniform(weight_shape, -1.0, 1.0, DType::f32, &g);
+  const Tensor b = uniform({weight_shape[0]}, -1.0, 1.0, DType::f32, &g);
   const Conv2dOptions options{.padding = 1};
   for (DType dtype : {DType::f16, DType::bf16}) {
-    // The same (rounded) values in f32 as the reference: only the roundings inside differ.
     Tensor xl = x.to(dtype), wl = w.to(dtype);
     Tensor xf = xl.to(DType::f32), wf = wl.to(DType::f32);
     for (Tensor* t : {&xl, &wl, &xf, &wf})
@@ -247,10 +247,16 @@ TEST(Conv2d, HalfAndBFloat16DirectMatchFloat) {
     sum(low).backward();
     sum(reference).backward();
     EXPECT_EQ(xl.grad().dtype(), dtype);
+    EXPECT_EQ(wl.grad().dtype(), dtype);
     EXPECT_TRUE(allclose(xl.grad().to(DType::f32), xf.grad(), tolerance, tolerance * 4)) << dtype;
-    // grad_weight sums 2 x 11 x 19 products per element: relative to its larger magnitude.
+    // grad_weight sums N x P x Q products per element: relative to its larger magnitude.
     EXPECT_TRUE(allclose(wl.grad().to(DType::f32), wf.grad(), tolerance, tolerance * 40)) << dtype;
   }
+}
+
+// Through the direct kernels (stride 1, one group), computed in f32 inside.
+TEST(Conv2d, HalfAndBFloat16DirectMatchFloat) {
+  expect_16_bit_matches_float({2, 5, 11, 19}, {9, 5, 3, 3}, 26);
 }
 
 TEST(Conv2d, HalfAndBFloat16MatchFloat) {
@@ -321,30 +327,7 @@ TEST(Conv2d, SmallImagesInGroupsWithOneThreadAndTwoThreadsAgree) {
 }
 
 TEST(Conv2d, HalfAndBFloat16InGroupsMatchFloat) {
-  Generator g(29);
-  const Tensor x = uniform({5, 6, 4, 4}, -1.0, 1.0, DType::f32, &g);
-  const Tensor w = uniform({7, 6, 3, 3}, -1.0, 1.0, DType::f32, &g);
-  const Tensor b = uniform({7}, -1.0, 1.0, DType::f32, &g);
-  const Conv2dOptions options{.padding = 1};
-  for (DType dtype : {DType::f16, DType::bf16}) {
-    Tensor xl = x.to(dtype), wl = w.to(dtype);
-    Tensor xf = xl.to(DType::f32), wf = wl.to(DType::f32);
-    for (Tensor* t : {&xl, &wl, &xf, &wf})
-      t->requires_grad_();
-    const Tensor bl = b.to(dtype);
-    const Tensor low = conv2d(xl, wl, bl, options);
-    EXPECT_EQ(low.dtype(), dtype);
-    const Tensor reference = conv2d(xf, wf, bl.to(DType::f32), options);
-    const double tolerance = dtype == DType::bf16 ? 1e-2 : 2e-3;
-    EXPECT_TRUE(allclose(low.to(DType::f32), reference, tolerance, tolerance * 4)) << dtype;
-    sum(low).backward();
-    sum(reference).backward();
-    EXPECT_EQ(xl.grad().dtype(), dtype);
-    EXPECT_EQ(wl.grad().dtype(), dtype);
-    EXPECT_TRUE(allclose(xl.grad().to(DType::f32), xf.grad(), tolerance, tolerance * 4)) << dtype;
-    // grad_weight sums 5 x 4 x 4 products per element: relative to its larger magnitude.
-    EXPECT_TRUE(allclose(wl.grad().to(DType::f32), wf.grad(), tolerance, tolerance * 40)) << dtype;
-  }
+  expect_16_bit_matches_float({5, 6, 4, 4}, {7, 6, 3, 3}, 29);
 }
 
 void expect_error(const std::function<void()>& call, const std::string& text) {
