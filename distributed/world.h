@@ -1,0 +1,39 @@
+// The world of processes launched together (mpirun, srun) and where each one sits.
+//
+// MPI is the launcher and the bootstrap: init() initialises MPI once and returns the group of every
+// process. A process not started by a launcher is a world of one. Ranks on the same machine share a
+// node; EMBER_LOCAL_SIZE=k overrides that, so that one machine can pose as several nodes of k ranks.
+#pragma once
+
+#include "distributed/process_group.h"
+
+namespace ember::dist {
+
+// Initialises MPI (once; later calls return the same group) and returns the world group.
+ProcessGroupPtr init();
+bool is_initialized();
+// The world group; init() must have been called.
+ProcessGroupPtr world();
+// Whether this process was started by mpirun/srun with more than one process, judged from the
+// launcher's environment (no MPI call): lets `auto` choose an engine before init().
+bool launched_with_several_processes();
+
+// Where this rank sits: its node (a machine, or a group of EMBER_LOCAL_SIZE ranks) and its place
+// in it. Nodes hold the same number of ranks: a launch that breaks that is refused at init().
+struct Topology {
+  int local_rank = 0;  // place in the node
+  int local_size = 1;  // ranks per node
+  int node = 0;        // which node
+  int num_nodes = 1;
+};
+Topology topology();
+// The ranks of this node, and the ranks sharing this rank's local rank across nodes (DASO's
+// global groups). Made once, on first use; collective over the world.
+ProcessGroupPtr node_group();
+ProcessGroupPtr cross_node_group();
+
+// Ends MPI (also done at exit). After a collective failed, aborts the job instead of finalising,
+// since the peers may wait forever.
+void finalize();
+
+}  // namespace ember::dist
