@@ -164,8 +164,8 @@ Daso::Daso(optim::Optimizer& local_optimizer, int total_epochs, const DasoOption
 Daso::~Daso() {
   // A send still in flight must finish before its buffer is freed; errors cannot leave a
   // destructor, and the collective's own timeout reports a dead peer.
-  if (pending_) {
-    for (WorkPtr& work : pending_->works) {
+  for (auto& pending : pending_) {
+    for (WorkPtr& work : pending->works) {
       try {
         work->wait();
       } catch (...) {
@@ -217,7 +217,7 @@ WorkPtr Daso::global_allreduce(const Tensor& chunk) {
 }
 
 void Daso::start_send(int batches_to_wait) {
-  EMBER_CHECK(!pending_, "DASO: internal error: a send started while another is pending");
+  EMBER_CHECK(pending_.size() < 2, "DASO: internal error: a third send started before a merge");
   auto pending = std::make_unique<PendingSend>();
   // Straight from the masters into the down-cast buffer: no f32 copy in between.
   pending->buffer = flatten(masters_, num_elements_, options_.downcast_type);
@@ -231,41 +231,43 @@ void Daso::start_send(int batches_to_wait) {
     const int64_t length = std::min(chunk, num_elements_ - start);
     pending->works.push_back(global_allreduce(pending->buffer.narrow(0, start, length)));
   }
-  pending_ = std::move(pending);
+  pending_.push_back(std::move(pending));
 }
 
 // p <- (2B * p + sum) / (N + 2B), chunk by chunk as the sums arrive; returns the new flat
 // parameters (this rank's, to broadcast in the node).
 Tensor Daso::merge_pending() {
-  EMBER_CHECK(pending_, "DASO: internal error: a merge without a pending send");
+  EMBER_CHECK(!pending_.empty(), "DASO: internal error: a merge without a pending send");
+  const std::unique_ptr<PendingSend> pending = std::move(pending_.front());
+  pending_.pop_front();
   const double nodes = static_cast<double>(num_nodes());
-  const double local_weight = 2.0 * pending_->batches_to_wait;
+  const double local_weight = 2.0 * pending->batches_to_wait;
   const double denominator = nodes + local_weight;
   Tensor flat = flatten_masters();
   const int64_t chunk = options_.sending_chunk_size;
-  for (size_t k = 0; k < pending_->works.size(); ++k) {
-    pending_->works[k]->wait();
+  for (size_t k = 0; k < pending->works.size(); ++k) {
+    pending->works[k]->wait();
     const int64_t start = static_cast<int64_t>(k) * chunk;
     const int64_t length = std::min(chunk, num_elements_ - start);
     Tensor mine = flat.narrow(0, start, length);
     mine.mul_(local_weight / denominator);
-    mine.add_(pending_->buffer.narrow(0, start, length).to(master_dtype_), 1.0 / denominator);
+    mine.add_(pending->buffer.narrow(0, start, length).to(master_dtype_), 1.0 / denominator);
   }
-  pending_.reset();
   unflatten_into_masters(flat);
   return flat;
 }
 
 // The blocking average: p <- sum / N.
 Tensor Daso::replace_by_average() {
-  EMBER_CHECK(pending_ && pending_->batches_to_wait == 0,
+  EMBER_CHECK(pending_.size() == 1 && pending_.front()->batches_to_wait == 0,
               "DASO: internal error: a blocking average without its send");
-  for (WorkPtr& work : pending_->works)
+  const std::unique_ptr<PendingSend> pending = std::move(pending_.front());
+  pending_.pop_front();
+  for (WorkPtr& work : pending->works)
     work->wait();
-  Tensor flat = pending_->buffer.to(master_dtype_);
-  if (flat.is_same(pending_->buffer)) flat = flat.clone();
+  Tensor flat = pending->buffer.to(master_dtype_);
+  if (flat.is_same(pending->buffer)) flat = flat.clone();
   flat.div_(static_cast<double>(num_nodes()));
-  pending_.reset();
   unflatten_into_masters(flat);
   return flat;
 }
@@ -354,11 +356,11 @@ void Daso::set_model(nn::Module& module) {
 }
 
 void Daso::reset() {
-  if (pending_) {
-    for (WorkPtr& work : pending_->works)
+  for (auto& pending : pending_) {
+    for (WorkPtr& work : pending->works)
       work->wait();
-    pending_.reset();
   }
+  pending_.clear();
   schedule_.reset();
   zero_grad();
 }

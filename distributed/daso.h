@@ -37,6 +37,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -142,7 +143,9 @@ class Daso {
   std::vector<Tensor> masters_;  // what its steps update: f32 masters of f16/bf16 params, or params
   int64_t num_elements_ = 0;
   DType master_dtype_ = DType::f32;
-  std::unique_ptr<PendingSend> pending_;
+  // Sends not merged yet, oldest first: two when one rank per node sends on the batch that merges
+  // its previous send.
+  std::deque<std::unique_ptr<PendingSend>> pending_;
   std::optional<SimulatedLink> link_;
   std::chrono::steady_clock::time_point link_free_at_{};
 };
