@@ -219,7 +219,10 @@ WorkPtr Daso::global_allreduce(const Tensor& chunk) {
 void Daso::start_send(int batches_to_wait) {
   EMBER_CHECK(pending_.size() < 2, "DASO: internal error: a third send started before a merge");
   auto pending = std::make_unique<PendingSend>();
-  // Straight from the masters into the down-cast buffer: no f32 copy in between.
+  // Straight from the masters into the down-cast buffer: no f32 copy in between. Every global send
+  // is cast down; Heat casts only when global_skip is 0 (the warm-up, the cool-down) and sends f32
+  // in the cycling phase. Its own merge and average also divide in the sent dtype; ember converts
+  // the received sum to f32 first.
   pending->buffer = flatten(masters_, num_elements_, options_.downcast_type);
   pending->batches_to_wait = batches_to_wait;
   // Chunks in order, the remainder last. Heat puts the remainder first and then reassembles whole
