@@ -8,8 +8,10 @@
 // Every collective is asynchronous and returns a Work; tensors are updated in place and must be
 // contiguous and stay alive (and untouched) until wait() returns. All ranks of a group must issue
 // the same collectives in the same order, as with MPI and NCCL. A collective that does not complete
-// within EMBER_COLLECTIVE_TIMEOUT seconds (default 600) fails with an error naming the collective,
-// the group and the rank: a dead peer never means a silent hang.
+// within EMBER_COLLECTIVE_TIMEOUT seconds (default 600) is reported with the collective, the group
+// and the rank: its wait() throws where the backend can abandon it (MPI point-to-point, NCCL),
+// and otherwise (a blocking MPI collective) the process ends with that message and the launcher
+// ends the job. A dead peer never means a silent hang.
 #pragma once
 
 #include <memory>

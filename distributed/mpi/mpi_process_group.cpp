@@ -204,11 +204,11 @@ WorkPtr MpiProcessGroup::allreduce(const Tensor& tensor, ReduceOp op) {
       describe_call(detail::concat("allreduce(", reduce_op_name(op), ")"), tensor);
   const MPI_Comm comm = communicator_;
   const int group_size = size();
-  operation.start = [host = staged.host, count, op, comm](std::vector<MPI_Request>& requests) {
-    requests.emplace_back();
-    MPI_Iallreduce(MPI_IN_PLACE, host.data_ptr(), count, mpi_type(host.dtype()),
-                   mpi_op(host.dtype(), op), comm, &requests.back());
+  operation.start = [host = staged.host, count, op, comm](std::vector<MPI_Request>&) {
+    MPI_Allreduce(MPI_IN_PLACE, host.data_ptr(), count, mpi_type(host.dtype()),
+                  mpi_op(host.dtype(), op), comm);
   };
+  operation.blocking = true;
   if (op == ReduceOp::avg) {
     operation.finish = [host = staged.host, group_size] { divide(host, group_size); };
   }
@@ -225,10 +225,10 @@ WorkPtr MpiProcessGroup::broadcast(const Tensor& tensor, int root) {
   MpiOperation operation;
   operation.description = describe_call(detail::concat("broadcast(root ", root, ")"), tensor);
   const MPI_Comm comm = communicator_;
-  operation.start = [host = staged.host, count, root, comm](std::vector<MPI_Request>& requests) {
-    requests.emplace_back();
-    MPI_Ibcast(host.data_ptr(), count, mpi_type(host.dtype()), root, comm, &requests.back());
+  operation.start = [host = staged.host, count, root, comm](std::vector<MPI_Request>&) {
+    MPI_Bcast(host.data_ptr(), count, mpi_type(host.dtype()), root, comm);
   };
+  operation.blocking = true;
   copy_back_on_wait(staged, operation);
   return submit(std::move(operation));
 }
@@ -249,11 +249,11 @@ WorkPtr MpiProcessGroup::allgather(const Tensor& output, const Tensor& input) {
   operation.description = describe_call("allgather", input);
   const MPI_Comm comm = communicator_;
   operation.start = [out = staged_output.host, in = staged_input.host, count,
-                     comm](std::vector<MPI_Request>& requests) {
-    requests.emplace_back();
+                     comm](std::vector<MPI_Request>&) {
     const MPI_Datatype type = mpi_type(in.dtype());
-    MPI_Iallgather(in.data_ptr(), count, type, out.data_ptr(), count, type, comm, &requests.back());
+    MPI_Allgather(in.data_ptr(), count, type, out.data_ptr(), count, type, comm);
   };
+  operation.blocking = true;
   copy_back_on_wait(staged_output, operation);
   return submit(std::move(operation));
 }
@@ -278,11 +278,11 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& output, const Tensor& inpu
   const MPI_Comm comm = communicator_;
   const int group_size = size();
   operation.start = [out = staged_output.host, in = staged_input.host, count, op,
-                     comm](std::vector<MPI_Request>& requests) {
-    requests.emplace_back();
-    MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count, mpi_type(in.dtype()),
-                              mpi_op(in.dtype(), op), comm, &requests.back());
+                     comm](std::vector<MPI_Request>&) {
+    MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count, mpi_type(in.dtype()),
+                             mpi_op(in.dtype(), op), comm);
   };
+  operation.blocking = true;
   if (op == ReduceOp::avg) {
     operation.finish = [out = staged_output.host, group_size] { divide(out, group_size); };
   }
@@ -294,10 +294,8 @@ WorkPtr MpiProcessGroup::barrier() {
   MpiOperation operation;
   operation.description = describe_call("barrier", Tensor());
   const MPI_Comm comm = communicator_;
-  operation.start = [comm](std::vector<MPI_Request>& requests) {
-    requests.emplace_back();
-    MPI_Ibarrier(comm, &requests.back());
-  };
+  operation.start = [comm](std::vector<MPI_Request>&) { MPI_Barrier(comm); };
+  operation.blocking = true;
   return submit(std::move(operation));
 }
 

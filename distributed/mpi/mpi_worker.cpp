@@ -1,7 +1,9 @@
 #include "distributed/mpi/mpi_worker.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <thread>
 
@@ -9,7 +11,16 @@
 
 namespace ember::dist::mpi {
 
+// Waking a sleeping thread costs a scheduler time slice when the cores are oversubscribed
+// (milliseconds): both sides spin, yielding, for this long before they sleep.
+constexpr auto kSpinBeforeSleeping = std::chrono::milliseconds(2);
+
 void MpiWork::wait() {
+  const auto spin_until = std::chrono::steady_clock::now() + kSpinBeforeSleeping;
+  while (!done_flag_.load(std::memory_order_acquire) &&
+         std::chrono::steady_clock::now() < spin_until) {
+    std::this_thread::yield();
+  }
   std::unique_lock lock(mutex_);
   done_changed_.wait(lock, [&] { return done_; });
   if (error_) std::rethrow_exception(error_);
@@ -30,6 +41,7 @@ void MpiWork::mark_done(std::exception_ptr error) {
     done_ = true;
     error_ = std::move(error);
   }
+  done_flag_.store(true, std::memory_order_release);
   done_changed_.notify_all();
 }
 
@@ -46,6 +58,9 @@ struct InFlight {
 class Worker {
  public:
   Worker() : timeout_(collective_timeout_seconds()), thread_([this] { loop(); }) {}
+  ~Worker() {
+    if (watchdog_thread_.joinable()) watchdog_thread_.join();
+  }
 
   WorkPtr submit(MpiOperation operation) {
     auto work = operation.work;
@@ -70,6 +85,8 @@ class Worker {
     }
     queue_changed_.notify_one();
     thread_.join();
+    watchdog_stopping_.store(true);
+    watchdog_thread_.join();
     std::lock_guard lock(mutex_);
     return failure_.empty();
   }
@@ -87,7 +104,14 @@ class Worker {
       std::deque<MpiOperation> fresh;
       {
         std::unique_lock lock(mutex_);
-        if (in_flight.empty()) {
+        if (in_flight.empty() && queue_.empty()) {
+          // Idle: spin a little (the next collective often follows at once), then sleep.
+          const auto spin_until = std::chrono::steady_clock::now() + kSpinBeforeSleeping;
+          while (queue_.empty() && !stopping_ && std::chrono::steady_clock::now() < spin_until) {
+            lock.unlock();
+            std::this_thread::yield();
+            lock.lock();
+          }
           queue_changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
           if (queue_.empty()) return;  // stopping, and nothing left to do
         }
@@ -128,7 +152,16 @@ class Worker {
       }
     }
     try {
+      if (entry.operation.blocking) {
+        std::lock_guard watch(watch_mutex_);
+        watched_ = entry.operation.description;
+        watched_deadline_ = entry.deadline;
+      }
       if (entry.operation.start) entry.operation.start(entry.requests);
+      if (entry.operation.blocking) {
+        std::lock_guard watch(watch_mutex_);
+        watched_.clear();
+      }
     } catch (...) {
       entry.operation.work->mark_done(std::current_exception());
       return;
@@ -188,13 +221,35 @@ class Worker {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   }
 
+  // A blocking collective cannot be abandoned: when one outlives the timeout, the watchdog says
+  // which one and ends the process, and the launcher then ends the job.
+  void watchdog() {
+    while (!watchdog_stopping_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::lock_guard watch(watch_mutex_);
+      if (watched_.empty() || Clock::now() <= watched_deadline_) continue;
+      std::fprintf(stderr,
+                   "ember: %s did not complete within %g s (EMBER_COLLECTIVE_TIMEOUT): a peer "
+                   "rank has exited, hung, or is waiting in a different collective; ending this "
+                   "process\n",
+                   watched_.c_str(), timeout_);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
+
   double timeout_;
+  std::mutex watch_mutex_;
+  std::atomic<bool> watchdog_stopping_{false};
+  std::string watched_;  // the blocking call in progress, empty when none
+  Clock::time_point watched_deadline_;
   std::mutex mutex_;
   std::condition_variable queue_changed_;
   std::deque<MpiOperation> queue_;
   bool stopping_ = false;
   std::string failure_;
-  std::thread thread_;  // last: starts once the members above exist
+  std::thread thread_;  // last: start once the members above exist
+  std::thread watchdog_thread_{[this] { watchdog(); }};
 };
 
 std::mutex g_worker_mutex;

@@ -3,12 +3,18 @@
 // Why a thread: collectives must overlap the caller's computation (DDP's buckets reduce while
 // backward runs), and non-blocking MPI collectives only advance while someone calls into MPI.
 // Operations are started in the order they were submitted, which MPI requires to be the same on
-// every rank, and progressed together with MPI_Testall, so a send and a receive in flight at the
-// same time cannot deadlock each other. Each one fails after collective_timeout_seconds().
+// every rank. Collectives are blocking calls on this thread: OpenMPI's blocking collectives
+// (the "tuned" shared-memory algorithms) reach about twice the bandwidth of its non-blocking ones
+// at 1-8 MiB (bench/collectives.cpp), and the thread is what overlaps them with the caller's
+// work. Point-to-point operations are non-blocking and progressed with MPI_Testall, so a send and
+// a receive in flight together cannot deadlock each other. Every operation is bounded by
+// collective_timeout_seconds(): a non-blocking one fails its Work; a blocking one cannot be
+// abandoned, so a watchdog names it and ends the process (the launcher then ends the job).
 #pragma once
 
 #include <mpi.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -37,6 +43,7 @@ class MpiWork final : public Work {
   std::mutex mutex_;
   std::condition_variable done_changed_;
   bool done_ = false;
+  std::atomic<bool> done_flag_{false};  // done_, readable without the mutex (wait() spins on it)
   std::exception_ptr error_;
   bool after_wait_ran_ = false;  // guarded by mutex_: wait() may be called more than once
 };
@@ -44,8 +51,10 @@ class MpiWork final : public Work {
 struct MpiOperation {
   // "allreduce(sum) of f32 (1024) on group 'world' at rank 1 of 2": names it in errors.
   std::string description;
-  // Issues the non-blocking calls, appending their requests.
+  // Issues the calls: non-blocking ones append their requests; a blocking one (blocking = true)
+  // returns when done, watched by the timeout's watchdog.
   std::function<void(std::vector<MPI_Request>& requests)> start;
+  bool blocking = false;
   // Runs on the worker once every request completed (may be empty).
   std::function<void()> finish;
   std::shared_ptr<MpiWork> work = std::make_shared<MpiWork>();

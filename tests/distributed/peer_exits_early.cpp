@@ -1,6 +1,7 @@
 // A job where the last rank leaves early (it finalises and exits, or hangs in a sleep) while the
-// others enter an allreduce. ctest expects the others to fail within EMBER_COLLECTIVE_TIMEOUT
-// with ember's message naming the collective, the group and the rank, and the job to end.
+// others enter an allreduce. ctest expects ember's message naming the collective, the group and
+// the rank within EMBER_COLLECTIVE_TIMEOUT, and the job to end (the watchdog ends the waiting
+// process, or its wait() throws and finalize() aborts the job).
 //   mpirun -np 2 ember_peer_exits_early exit|hang
 #include <chrono>
 #include <cstdio>

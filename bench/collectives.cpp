@@ -1,0 +1,180 @@
+// Collective benchmarks in the manner of nccl-tests, for ember's process groups next to the raw
+// MPI call on the same buffers, in one run:
+//
+//   mpirun -np 4 build/bin/ember_collectives [--max-bytes 268435456] [--iterations 20]
+//
+// For each collective and message size (8 B ... 256 MiB, x4): the median time over the
+// iterations (after warm-up), algbw = bytes / time and busbw = algbw x the collective's factor
+// (allreduce 2(n-1)/n, allgather and reduce_scatter (n-1)/n, broadcast 1), as nccl-tests
+// defines them; and ember's busbw as a fraction of the raw MPI call's. Rank 0 prints a
+// Markdown table. With NCCL built and a GPU present, ember's NCCL group is timed too.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "distributed/mpi/mpi_process_group.h"
+#include "distributed/nccl/nccl_process_group.h"
+#include "distributed/world.h"
+#include "runtime/device.h"
+#include "runtime/ops.h"
+
+using namespace ember;
+
+namespace {
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// The median over ranks' medians is not what nccl-tests reports: it takes, per iteration, the
+// slowest rank. Here: each iteration starts after a barrier and its time is the max over ranks.
+double time_collective(MPI_Comm comm, int iterations, const std::function<void()>& run) {
+  for (int i = 0; i < 3; ++i)
+    run();  // warm-up
+  std::vector<double> times;
+  for (int i = 0; i < iterations; ++i) {
+    MPI_Barrier(comm);
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm);
+    times.push_back(seconds);
+  }
+  return median(times);
+}
+
+struct Collective {
+  const char* name;
+  double bus_factor;  // busbw / algbw
+  // ember's call and the raw MPI call on the same float buffers of `count` elements.
+  std::function<void(dist::ProcessGroup&, Tensor&, Tensor&)> ember_call;
+  std::function<void(MPI_Comm, Tensor&, Tensor&)> raw_call;
+  // Elements of the input and output buffers for a message of `count` elements.
+  std::function<std::pair<int64_t, int64_t>(int64_t count, int ranks)> buffer_sizes;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t max_bytes = 256ll << 20;
+  int iterations = 20;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--max-bytes") == 0) max_bytes = std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--iterations") == 0) iterations = std::atoi(argv[i + 1]);
+  }
+  auto world = dist::init();
+  const int ranks = world->size();
+  const double n = ranks;
+  // The raw calls use their own duplicate of MPI_COMM_WORLD. They are made on this thread only
+  // while ember's communication thread is idle (every ember call below is waited for first), so
+  // MPI_THREAD_SERIALIZED holds.
+  MPI_Comm raw;
+  MPI_Comm_dup(MPI_COMM_WORLD, &raw);
+
+  const std::vector<Collective> collectives = {
+      {"allreduce", 2 * (n - 1) / n,
+       [](dist::ProcessGroup& g, Tensor& in, Tensor&) { g.allreduce(in)->wait(); },
+       [](MPI_Comm c, Tensor& in, Tensor&) {
+         MPI_Allreduce(MPI_IN_PLACE, in.data_ptr(), static_cast<int>(in.numel()), MPI_FLOAT,
+                       MPI_SUM, c);
+       },
+       [](int64_t count, int) {
+         return std::pair<int64_t, int64_t>{count, 1};
+       }},
+      {"allgather", (n - 1) / n,
+       [](dist::ProcessGroup& g, Tensor& in, Tensor& out) { g.allgather(out, in)->wait(); },
+       [](MPI_Comm c, Tensor& in, Tensor& out) {
+         MPI_Allgather(in.data_ptr(), static_cast<int>(in.numel()), MPI_FLOAT, out.data_ptr(),
+                       static_cast<int>(in.numel()), MPI_FLOAT, c);
+       },
+       // nccl-tests sizes allgather by its output.
+       [](int64_t count, int r) {
+         return std::pair<int64_t, int64_t>{count / r, count};
+       }},
+      {"reduce_scatter", (n - 1) / n,
+       [](dist::ProcessGroup& g, Tensor& in, Tensor& out) { g.reduce_scatter(out, in)->wait(); },
+       [](MPI_Comm c, Tensor& in, Tensor& out) {
+         MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), static_cast<int>(out.numel()),
+                                  MPI_FLOAT, MPI_SUM, c);
+       },
+       [](int64_t count, int r) {
+         return std::pair<int64_t, int64_t>{count, count / r};
+       }},
+      {"broadcast", 1.0,
+       [](dist::ProcessGroup& g, Tensor& in, Tensor&) { g.broadcast(in, 0)->wait(); },
+       [](MPI_Comm c, Tensor& in, Tensor&) {
+         MPI_Bcast(in.data_ptr(), static_cast<int>(in.numel()), MPI_FLOAT, 0, c);
+       },
+       [](int64_t count, int) {
+         return std::pair<int64_t, int64_t>{count, 1};
+       }},
+  };
+
+  if (world->rank() == 0) {
+    std::printf("# ember collectives, MPI backend, %d ranks, f32, median of %d iterations\n\n",
+                ranks, iterations);
+    std::printf(
+        "| collective | bytes | ember time (us) | ember algbw (GB/s) | ember busbw (GB/s) "
+        "| raw MPI busbw (GB/s) | ember / raw |\n|---|---:|---:|---:|---:|---:|---:|\n");
+  }
+  for (const Collective& collective : collectives) {
+    for (int64_t bytes = 8; bytes <= max_bytes; bytes *= 4) {
+      const int64_t count = std::max<int64_t>(bytes / 4, ranks);
+      const auto [in_count, out_count] = collective.buffer_sizes(count - count % ranks, ranks);
+      Tensor in = ones({in_count});
+      Tensor out = zeros({out_count});
+      const int iters = bytes >= (64 << 20) ? std::max(5, iterations / 4) : iterations;
+      const double ember_seconds =
+          time_collective(raw, iters, [&] { collective.ember_call(*world, in, out); });
+      const double raw_seconds =
+          time_collective(raw, iters, [&] { collective.raw_call(raw, in, out); });
+      const double message = static_cast<double>((count - count % ranks) * 4);
+      const double ember_busbw = message / ember_seconds * collective.bus_factor / 1e9;
+      const double raw_busbw = message / raw_seconds * collective.bus_factor / 1e9;
+      if (world->rank() == 0) {
+        std::printf("| %s | %lld | %.1f | %.3f | %.3f | %.3f | %.2f |\n", collective.name,
+                    static_cast<long long>(message), ember_seconds * 1e6,
+                    message / ember_seconds / 1e9, ember_busbw, raw_busbw, ember_busbw / raw_busbw);
+      }
+    }
+  }
+  if (dist::nccl_available() && cuda_device_count() > 0) {
+    const int device = dist::topology().local_rank % cuda_device_count();
+    auto nccl = dist::make_nccl_group(world, device);
+    if (world->rank() == 0) {
+      std::printf(
+          "\n# ember collectives, NCCL backend, %d ranks\n\n| collective | bytes | time (us) "
+          "| algbw (GB/s) | busbw (GB/s) |\n|---|---:|---:|---:|---:|\n",
+          ranks);
+    }
+    for (const Collective& collective : collectives) {
+      for (int64_t bytes = 8; bytes <= max_bytes; bytes *= 4) {
+        const int64_t count = std::max<int64_t>(bytes / 4, ranks);
+        const auto [in_count, out_count] = collective.buffer_sizes(count - count % ranks, ranks);
+        Tensor in = ones({in_count}, TensorOptions(DType::f32, Device::cuda(device)));
+        Tensor out = zeros({out_count}, TensorOptions(DType::f32, Device::cuda(device)));
+        const double seconds =
+            time_collective(raw, iterations, [&] { collective.ember_call(*nccl, in, out); });
+        const double message = static_cast<double>((count - count % ranks) * 4);
+        if (world->rank() == 0) {
+          std::printf("| %s | %lld | %.1f | %.3f | %.3f |\n", collective.name,
+                      static_cast<long long>(message), seconds * 1e6, message / seconds / 1e9,
+                      message / seconds * collective.bus_factor / 1e9);
+        }
+      }
+    }
+  }
+  MPI_Comm_free(&raw);
+  world.reset();
+  dist::finalize();
+  return 0;
+}

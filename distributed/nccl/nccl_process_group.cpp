@@ -1,0 +1,296 @@
+#include "distributed/nccl/nccl_process_group.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/device_guard.h"
+#include "runtime/cuda/stream.h"
+#include "runtime/error.h"
+
+#define EMBER_NCCL_CHECK(call)                                                            \
+  do {                                                                                    \
+    const ncclResult_t ember_nccl_status_ = (call);                                       \
+    if (ember_nccl_status_ != ncclSuccess)                                                \
+      EMBER_FAIL("NCCL error: ", #call, " failed at ", __FILE__, ":", __LINE__, ": ",     \
+                 ncclGetErrorString(ember_nccl_status_), " (NCCL_DEBUG=WARN says more)"); \
+  } while (false)
+
+namespace ember::dist {
+namespace {
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::i32:
+      return ncclInt32;
+    case DType::i64:
+      return ncclInt64;
+    case DType::u8:
+    case DType::boolean:
+      return ncclUint8;
+  }
+  EMBER_FAIL("NCCL: unknown dtype");
+}
+
+ncclRedOp_t nccl_op(DType dtype, ReduceOp op) {
+  if (dtype == DType::boolean) return op == ReduceOp::min ? ncclMin : ncclMax;  // and / or
+  switch (op) {
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::avg:
+      return ncclAvg;
+    case ReduceOp::max:
+      return ncclMax;
+    case ReduceOp::min:
+      return ncclMin;
+  }
+  return ncclSum;
+}
+
+// A communicator and what its collectives need; shared by the group and its Works.
+struct Communicator {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  int device_index = 0;
+  std::mutex mutex;
+  bool aborted = false;
+
+  ~Communicator() {
+    if (comm != nullptr) {
+      if (aborted) {
+        ncclCommAbort(comm);
+      } else {
+        ncclCommDestroy(comm);
+      }
+    }
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<Communicator> communicator, cudaEvent_t done, std::string description,
+           std::vector<Tensor> keep_alive)
+      : communicator_(std::move(communicator)),
+        done_(done),
+        description_(std::move(description)),
+        keep_alive_(std::move(keep_alive)) {}
+  ~NcclWork() override { cudaEventDestroy(done_); }
+
+  void wait() override {
+    using Clock = std::chrono::steady_clock;
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(collective_timeout_seconds()));
+    while (true) {
+      const cudaError_t status = cudaEventQuery(done_);
+      if (status == cudaSuccess) break;
+      if (status != cudaErrorNotReady) EMBER_CUDA_CHECK(status);
+      ncclResult_t async_error = ncclSuccess;
+      EMBER_NCCL_CHECK(ncclCommGetAsyncError(communicator_->comm, &async_error));
+      if (async_error != ncclSuccess) {
+        abort_communicator();
+        EMBER_FAIL("ember: ", description_, " failed: ", ncclGetErrorString(async_error));
+      }
+      if (Clock::now() > deadline) {
+        abort_communicator();
+        EMBER_FAIL("ember: ", description_, " did not complete within ",
+                   collective_timeout_seconds(),
+                   " s (EMBER_COLLECTIVE_TIMEOUT): a peer rank has exited, hung, or is waiting "
+                   "in a different collective");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    // The caller's stream continues after the collective (the host already waited: this only
+    // orders later kernels on other streams).
+    EMBER_CUDA_CHECK(
+        cudaStreamWaitEvent(cuda::current_stream(communicator_->device_index), done_, 0));
+    keep_alive_.clear();
+  }
+
+  bool is_completed() override { return cudaEventQuery(done_) == cudaSuccess; }
+
+ private:
+  void abort_communicator() {
+    std::lock_guard lock(communicator_->mutex);
+    communicator_->aborted = true;
+  }
+
+  std::shared_ptr<Communicator> communicator_;
+  cudaEvent_t done_;
+  std::string description_;
+  std::vector<Tensor> keep_alive_;  // the tensors must outlive the collective
+};
+
+class NcclProcessGroup final : public ProcessGroup {
+ public:
+  NcclProcessGroup(const ProcessGroupPtr& bootstrap, int device_index)
+      : ProcessGroup(bootstrap->rank(), bootstrap->size(), bootstrap->name() + "/nccl"),
+        bootstrap_(bootstrap),
+        communicator_(std::make_shared<Communicator>()) {
+    communicator_->device_index = device_index;
+    cuda::DeviceGuard guard(device_index);
+    ncclUniqueId id;
+    if (rank() == 0) EMBER_NCCL_CHECK(ncclGetUniqueId(&id));
+    Tensor id_bytes = empty({static_cast<int64_t>(sizeof(id))}, DType::u8);
+    if (rank() == 0) std::memcpy(id_bytes.data_ptr(), &id, sizeof(id));
+    bootstrap->broadcast(id_bytes, 0)->wait();
+    std::memcpy(&id, id_bytes.data_ptr(), sizeof(id));
+    EMBER_NCCL_CHECK(ncclCommInitRank(&communicator_->comm, size(), id, rank()));
+    EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&communicator_->stream, cudaStreamNonBlocking));
+  }
+
+  const char* backend() const override { return "nccl"; }
+
+  WorkPtr allreduce(const Tensor& tensor, ReduceOp op) override {
+    check(tensor, "allreduce");
+    return launch(detail::concat("allreduce(", reduce_op_name(op), ")"), tensor, {tensor},
+                  [&](ncclComm_t comm, cudaStream_t stream) {
+                    return ncclAllReduce(
+                        tensor.data_ptr(), tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
+                        nccl_type(tensor.dtype()), nccl_op(tensor.dtype(), op), comm, stream);
+                  });
+  }
+
+  WorkPtr broadcast(const Tensor& tensor, int root) override {
+    check(tensor, "broadcast");
+    EMBER_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " is not a rank of group '",
+                name(), "' (size ", size(), ")");
+    return launch(detail::concat("broadcast(root ", root, ")"), tensor, {tensor},
+                  [&](ncclComm_t comm, cudaStream_t stream) {
+                    return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(),
+                                         static_cast<size_t>(tensor.numel()),
+                                         nccl_type(tensor.dtype()), root, comm, stream);
+                  });
+  }
+
+  WorkPtr allgather(const Tensor& output, const Tensor& input) override {
+    check(output, "allgather");
+    check(input, "allgather");
+    EMBER_CHECK(output.dtype() == input.dtype() && output.numel() == input.numel() * size(),
+                "allgather: output ", describe(output),
+                " must hold size() * input.numel() = ", size(), " * ", input.numel(),
+                " elements of the input's dtype (input ", describe(input), ")");
+    return launch("allgather", input, {output, input}, [&](ncclComm_t comm, cudaStream_t stream) {
+      return ncclAllGather(input.data_ptr(), output.data_ptr(), static_cast<size_t>(input.numel()),
+                           nccl_type(input.dtype()), comm, stream);
+    });
+  }
+
+  WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
+    check(output, "reduce_scatter");
+    check(input, "reduce_scatter");
+    EMBER_CHECK(output.dtype() == input.dtype() && input.numel() == output.numel() * size(),
+                "reduce_scatter: input ", describe(input),
+                " must hold size() * output.numel() = ", size(), " * ", output.numel(),
+                " elements of the output's dtype (output ", describe(output), ")");
+    return launch(detail::concat("reduce_scatter(", reduce_op_name(op), ")"), input,
+                  {output, input}, [&](ncclComm_t comm, cudaStream_t stream) {
+                    return ncclReduceScatter(
+                        input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()),
+                        nccl_type(input.dtype()), nccl_op(input.dtype(), op), comm, stream);
+                  });
+  }
+
+  WorkPtr barrier() override {
+    Tensor token = zeros({1}, TensorOptions(DType::f32, Device::cuda(communicator_->device_index)));
+    auto work = allreduce(token, ReduceOp::sum);
+    work->wait();
+    return work;
+  }
+
+  WorkPtr send(const Tensor& tensor, int destination, int) override {
+    check(tensor, "send");
+    EMBER_CHECK(destination >= 0 && destination < size(), "send: destination ", destination,
+                " is not a rank of group '", name(), "' (size ", size(), ")");
+    return launch(detail::concat("send(to ", destination, ")"), tensor, {tensor},
+                  [&](ncclComm_t comm, cudaStream_t stream) {
+                    return ncclSend(tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
+                                    nccl_type(tensor.dtype()), destination, comm, stream);
+                  });
+  }
+
+  WorkPtr recv(const Tensor& tensor, int source, int) override {
+    check(tensor, "recv");
+    EMBER_CHECK(source >= 0 && source < size(), "recv: source ", source,
+                " is not a rank of group '", name(), "' (size ", size(), ")");
+    return launch(detail::concat("recv(from ", source, ")"), tensor, {tensor},
+                  [&](ncclComm_t comm, cudaStream_t stream) {
+                    return ncclRecv(tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
+                                    nccl_type(tensor.dtype()), source, comm, stream);
+                  });
+  }
+
+  std::shared_ptr<ProcessGroup> split(int color, int key) override {
+    ProcessGroupPtr sub = bootstrap_->split(color, key);
+    if (!sub) return nullptr;
+    return std::make_shared<NcclProcessGroup>(sub, communicator_->device_index);
+  }
+
+ private:
+  void check(const Tensor& tensor, const char* call) const {
+    EMBER_CHECK(tensor.defined(), call, ": the tensor is undefined");
+    EMBER_CHECK(tensor.is_cuda() && tensor.device().index == communicator_->device_index, call,
+                ": the NCCL group of '", name(), "' works on cuda:", communicator_->device_index,
+                " tensors, got ", describe(tensor), "; use the MPI group for CPU tensors");
+    EMBER_CHECK(tensor.is_contiguous(), call, ": the tensor must be contiguous, got ",
+                describe(tensor));
+  }
+
+  template <typename Launch>
+  WorkPtr launch(const std::string& call, const Tensor& shown, std::vector<Tensor> tensors,
+                 Launch&& nccl_call) {
+    {
+      std::lock_guard lock(communicator_->mutex);
+      EMBER_CHECK(!communicator_->aborted, "ember: ", call, " on group '", name(),
+                  "': the communicator was aborted after an earlier failure");
+    }
+    const int device = communicator_->device_index;
+    cuda::DeviceGuard guard(device);
+    // The collective waits for the work the caller queued before it (the values it reads).
+    cudaEvent_t ready = nullptr;
+    EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    EMBER_CUDA_CHECK(cudaEventRecord(ready, cuda::current_stream(device)));
+    EMBER_CUDA_CHECK(cudaStreamWaitEvent(communicator_->stream, ready, 0));
+    EMBER_CUDA_CHECK(cudaEventDestroy(ready));
+    EMBER_NCCL_CHECK(nccl_call(communicator_->comm, communicator_->stream));
+    cudaEvent_t done = nullptr;
+    EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    EMBER_CUDA_CHECK(cudaEventRecord(done, communicator_->stream));
+    return std::make_shared<NcclWork>(communicator_, done,
+                                      detail::concat(call, " of ", describe(shown), " on group '",
+                                                     name(), "' at rank ", rank(), " of ", size()),
+                                      std::move(tensors));
+  }
+
+  ProcessGroupPtr bootstrap_;
+  std::shared_ptr<Communicator> communicator_;
+};
+
+}  // namespace
+
+ProcessGroupPtr make_nccl_group(const ProcessGroupPtr& bootstrap, int device_index) {
+  EMBER_CHECK(bootstrap != nullptr, "make_nccl_group: the bootstrap group is null (pass ",
+              "dist::init())");
+  return std::make_shared<NcclProcessGroup>(bootstrap, device_index);
+}
+
+bool nccl_available() {
+  return true;
+}
+
+}  // namespace ember::dist

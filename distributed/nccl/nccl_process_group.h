@@ -1,0 +1,19 @@
+// The NCCL backend of ProcessGroup: CUDA tensors, one GPU per rank (or several ranks sharing one).
+//
+// Bootstrapped over another group (MPI): rank 0 creates NCCL's unique id and broadcasts it.
+// Collectives run on the group's own stream, ordered after the caller's current stream by an
+// event (so they see the values the caller produced) and finished by another; wait() blocks the
+// host until that event, polling NCCL's asynchronous error and the timeout
+// (EMBER_COLLECTIVE_TIMEOUT), and aborts the communicator when either fires.
+#pragma once
+
+#include "distributed/process_group.h"
+
+namespace ember::dist {
+
+// Collective over `bootstrap`: every rank passes the CUDA device its tensors live on.
+ProcessGroupPtr make_nccl_group(const ProcessGroupPtr& bootstrap, int device_index);
+// Whether this build has the NCCL backend (EMBER_NCCL).
+bool nccl_available();
+
+}  // namespace ember::dist
