@@ -27,6 +27,13 @@ const ModulePtr& Sequential::operator[](size_t index) const {
   return modules_[index];
 }
 
+std::shared_ptr<Module> Sequential::make_clone() const {
+  auto copy = make<Sequential>();
+  for (const ModulePtr& m : modules_)
+    copy->push_back(make_clone_of(*m));
+  return copy;
+}
+
 ModuleList::ModuleList(std::initializer_list<ModulePtr> modules) {
   for (const ModulePtr& m : modules)
     push_back(m);
@@ -43,12 +50,23 @@ const ModulePtr& ModuleList::operator[](size_t index) const {
   return modules_[index];
 }
 
+std::shared_ptr<Module> ModuleList::make_clone() const {
+  auto copy = make<ModuleList>();
+  for (const ModulePtr& m : modules_)
+    copy->push_back(make_clone_of(*m));
+  return copy;
+}
+
 ResidualBlock::ResidualBlock(ModulePtr inner) : module(std::move(inner)) {
   register_module("block", module);  // Catalyst names it `block`
 }
 
 Tensor ResidualBlock::forward(const Tensor& x) {
   return x + module->forward(x);
+}
+
+std::shared_ptr<Module> ResidualBlock::make_clone() const {
+  return make<ResidualBlock>(make_clone_of(*module));
 }
 
 }  // namespace ember::nn

@@ -20,6 +20,9 @@ class Sequential : public Module {
   size_t size() const { return modules_.size(); }
   const ModulePtr& operator[](size_t index) const;
 
+ protected:
+  std::shared_ptr<Module> make_clone() const override;
+
  private:
   std::vector<ModulePtr> modules_;
 };
@@ -36,6 +39,9 @@ class ModuleList : public Module {
   std::vector<ModulePtr>::const_iterator begin() const { return modules_.begin(); }
   std::vector<ModulePtr>::const_iterator end() const { return modules_.end(); }
 
+ protected:
+  std::shared_ptr<Module> make_clone() const override;
+
  private:
   std::vector<ModulePtr> modules_;
 };
@@ -47,6 +53,9 @@ class ResidualBlock : public Module {
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "ResidualBlock"; }
   ModulePtr module;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override;
 };
 
 }  // namespace ember::nn
