@@ -2,7 +2,8 @@
 //
 // MPI is the launcher and the bootstrap: init() initialises MPI once and returns the group of every
 // process. A process not started by a launcher is a world of one. Ranks on the same machine share a
-// node; EMBER_LOCAL_SIZE=k overrides that, so that one machine can pose as several nodes of k ranks.
+// node; EMBER_LOCAL_SIZE=k overrides that, so that one machine can pose as several nodes of k
+// ranks.
 #pragma once
 
 #include "distributed/process_group.h"
@@ -19,7 +20,7 @@ ProcessGroupPtr world();
 bool launched_with_several_processes();
 
 // Where this rank sits: its node (a machine, or a group of EMBER_LOCAL_SIZE ranks) and its place
-// in it. Nodes hold the same number of ranks: a launch that breaks that is refused at init().
+// in it. With EMBER_LOCAL_SIZE every node holds that many ranks (it must divide the world size).
 struct Topology {
   int local_rank = 0;  // place in the node
   int local_size = 1;  // ranks per node

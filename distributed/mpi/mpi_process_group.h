@@ -1,0 +1,40 @@
+// The MPI backend of ProcessGroup (Debian's OpenMPI). CPU tensors go to MPI as they are; CUDA
+// tensors are staged through host memory on the calling thread (ember does not assume a
+// CUDA-aware MPI). f16 and bf16 travel as 16-bit words reduced by ember's own MPI operations.
+#pragma once
+
+#include <mpi.h>
+
+#include "distributed/process_group.h"
+
+namespace ember::dist::mpi {
+
+class MpiProcessGroup final : public ProcessGroup {
+ public:
+  // Takes ownership of `communicator` (freed with the group, unless it is MPI_COMM_WORLD).
+  MpiProcessGroup(MPI_Comm communicator, std::string name);
+  ~MpiProcessGroup() override;
+
+  const char* backend() const override { return "mpi"; }
+  MPI_Comm communicator() const { return communicator_; }
+
+  WorkPtr allreduce(const Tensor& tensor, ReduceOp op = ReduceOp::sum) override;
+  WorkPtr broadcast(const Tensor& tensor, int root = 0) override;
+  WorkPtr allgather(const Tensor& output, const Tensor& input) override;
+  WorkPtr reduce_scatter(const Tensor& output, const Tensor& input,
+                         ReduceOp op = ReduceOp::sum) override;
+  WorkPtr barrier() override;
+  WorkPtr send(const Tensor& tensor, int destination, int tag = 0) override;
+  WorkPtr recv(const Tensor& tensor, int source, int tag = 0) override;
+  std::shared_ptr<ProcessGroup> split(int color, int key) override;
+
+ private:
+  std::string describe_call(const std::string& call, const Tensor& tensor) const;
+  MPI_Comm communicator_;
+};
+
+// Called once MPI is initialised: creates ember's MPI operations for f16 and bf16.
+void create_half_operations();
+void free_half_operations();
+
+}  // namespace ember::dist::mpi

@@ -1,0 +1,167 @@
+// The MPI world: initialisation, topology (node = machine, or EMBER_LOCAL_SIZE ranks), the node
+// and cross-node groups, and the end of MPI.
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "distributed/mpi/mpi_process_group.h"
+#include "distributed/mpi/mpi_worker.h"
+#include "distributed/world.h"
+#include "runtime/error.h"
+
+namespace ember::dist {
+namespace {
+
+std::mutex g_mutex;
+ProcessGroupPtr g_world;
+ProcessGroupPtr g_node_group;
+ProcessGroupPtr g_cross_node_group;
+Topology g_topology;
+bool g_finalized = false;
+
+int env_int(const char* name, int fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  EMBER_CHECK(end != text && *end == '\0', name, "='", text, "': expected an integer");
+  return static_cast<int>(value);
+}
+
+// Ranks on one machine share a node unless EMBER_LOCAL_SIZE says how many ranks a node holds.
+Topology find_topology(MPI_Comm world, int rank, int size) {
+  Topology topology;
+  const int forced = env_int("EMBER_LOCAL_SIZE", 0);
+  if (forced != 0) {
+    EMBER_CHECK(forced > 0 && size % forced == 0, "EMBER_LOCAL_SIZE=", forced,
+                ": must be a positive divisor of the number of processes (", size,
+                "), so that every node holds the same number of ranks");
+    topology.local_size = forced;
+    topology.local_rank = rank % forced;
+    topology.node = rank / forced;
+    topology.num_nodes = size / forced;
+    return topology;
+  }
+  MPI_Comm shared = MPI_COMM_NULL;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared);
+  MPI_Comm_rank(shared, &topology.local_rank);
+  MPI_Comm_size(shared, &topology.local_size);
+  // The node's index: its lowest world rank, ranked among all nodes' lowest ranks.
+  int leader = rank;
+  MPI_Bcast(&leader, 1, MPI_INT, 0, shared);
+  MPI_Comm_free(&shared);
+  std::vector<int> leaders(static_cast<size_t>(size));
+  MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, world);
+  topology.node = 0;
+  topology.num_nodes = 0;
+  for (int r = 0; r < size; ++r) {
+    if (leaders[static_cast<size_t>(r)] != r) continue;  // r leads a node
+    if (r < leader) ++topology.node;
+    ++topology.num_nodes;
+  }
+  return topology;
+}
+
+void finalize_at_exit() {
+  finalize();
+}
+
+}  // namespace
+
+ProcessGroupPtr init() {
+  std::lock_guard lock(g_mutex);
+  if (g_world) return g_world;
+  EMBER_CHECK(!g_finalized, "dist::init: MPI was already finalised in this process; it cannot ",
+              "be initialised twice");
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    // Serialized is enough: after this, only ember's worker thread calls MPI.
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    EMBER_CHECK(provided >= MPI_THREAD_SERIALIZED,
+                "dist::init: this MPI library does not support MPI_THREAD_SERIALIZED (provided ",
+                provided, "); ember needs it for its communication thread");
+    std::atexit(finalize_at_exit);
+  }
+  // Errors come back as return codes (reported by ember) instead of aborting inside MPI.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  mpi::create_half_operations();
+  MPI_Comm world = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &world);  // ember's traffic never mixes with the user's
+  int rank = 0, size = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  g_topology = find_topology(world, rank, size);
+  g_world = std::make_shared<mpi::MpiProcessGroup>(world, "world");
+  return g_world;
+}
+
+bool is_initialized() {
+  std::lock_guard lock(g_mutex);
+  return g_world != nullptr;
+}
+
+ProcessGroupPtr world() {
+  std::lock_guard lock(g_mutex);
+  EMBER_CHECK(g_world != nullptr, "dist::world(): call dist::init() first");
+  return g_world;
+}
+
+bool launched_with_several_processes() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
+    const char* text = std::getenv(name);
+    if (text != nullptr && std::atoi(text) > 1) return true;
+  }
+  return false;
+}
+
+Topology topology() {
+  std::lock_guard lock(g_mutex);
+  EMBER_CHECK(g_world != nullptr, "dist::topology(): call dist::init() first");
+  return g_topology;
+}
+
+ProcessGroupPtr node_group() {
+  ProcessGroupPtr group = world();
+  std::lock_guard lock(g_mutex);
+  if (!g_node_group) {
+    g_node_group = group->split(g_topology.node, g_topology.local_rank);
+  }
+  return g_node_group;
+}
+
+ProcessGroupPtr cross_node_group() {
+  ProcessGroupPtr group = world();
+  std::lock_guard lock(g_mutex);
+  if (!g_cross_node_group) {
+    g_cross_node_group = group->split(g_topology.local_rank, g_topology.node);
+  }
+  return g_cross_node_group;
+}
+
+void finalize() {
+  std::unique_lock lock(g_mutex);
+  if (g_finalized) return;
+  g_finalized = true;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return;
+  g_node_group.reset();
+  g_cross_node_group.reset();
+  g_world.reset();
+  lock.unlock();
+  if (!mpi::stop_worker()) {
+    std::fprintf(stderr, "ember: aborting the MPI job: a collective failed on this rank\n");
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  mpi::free_half_operations();
+  MPI_Finalize();
+}
+
+}  // namespace ember::dist

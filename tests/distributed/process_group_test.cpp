@@ -1,0 +1,238 @@
+// Every collective of the MPI process group, for every dtype, against the same computation done
+// serially on each rank (every rank can compute what every other rank contributes).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "distributed/world.h"
+#include "runtime/ops.h"
+#include "tests/common/expect_error.h"
+
+namespace ember::dist {
+namespace {
+
+// The value rank `rank` contributes at element `i`: small integers, exact in every dtype
+// (a sum over 4 ranks stays within u8 and within f16/bf16's exact integers).
+double contribution(DType dtype, int rank, int64_t i) {
+  if (dtype == DType::boolean) return (i + rank) % 3 == 0 ? 1 : 0;
+  if (dtype == DType::u8) return static_cast<double>((i * 7 + rank * 3) % 11);
+  return static_cast<double>((i * 7 + rank * 3) % 11) - 5;
+}
+
+Tensor filled(DType dtype, int rank, int64_t n) {
+  std::vector<double> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    values[static_cast<size_t>(i)] = contribution(dtype, rank, i);
+  return from_vector(values, {n}, DType::f64).to(dtype);
+}
+
+double reduce_serial(ReduceOp op, DType dtype, int size, int64_t i) {
+  double result = contribution(dtype, 0, i);
+  for (int r = 1; r < size; ++r) {
+    const double v = contribution(dtype, r, i);
+    if (op == ReduceOp::sum || op == ReduceOp::avg) result += v;
+    if (op == ReduceOp::max) result = std::max(result, v);
+    if (op == ReduceOp::min) result = std::min(result, v);
+  }
+  if (dtype == DType::boolean) result = result != 0 ? 1 : 0;
+  if (op == ReduceOp::avg) result /= size;
+  return result;
+}
+
+std::vector<double> as_doubles(const Tensor& t) {
+  Tensor d = t.to(DType::f64).contiguous();
+  const double* p = d.data<double>();
+  return std::vector<double>(p, p + d.numel());
+}
+
+// Sums of small integers are exact; an avg rounds (by 3 ranks, say) in the dtype's precision.
+double tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::bf16:
+      return 1e-2;
+    case DType::f16:
+      return 2e-3;
+    case DType::f32:
+      return 1e-6;
+    default:
+      return 1e-12;
+  }
+}
+
+class Collectives : public testing::TestWithParam<DType> {};
+
+TEST_P(Collectives, AllreduceEveryOpMatchesTheSerialReduction) {
+  const DType dtype = GetParam();
+  auto group = world();
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
+    if (op == ReduceOp::avg && !is_floating(dtype)) continue;
+    for (int64_t n : {1, 7, 1003}) {
+      Tensor x = filled(dtype, group->rank(), n);
+      group->allreduce(x, op)->wait();
+      const auto got = as_doubles(x);
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = reduce_serial(op, dtype, group->size(), i);
+        ASSERT_NEAR(got[static_cast<size_t>(i)], want, tolerance(dtype) * (1 + std::abs(want)))
+            << reduce_op_name(op) << " " << dtype << " n=" << n << " i=" << i;
+      }
+    }
+  }
+}
+
+TEST_P(Collectives, BroadcastFromEveryRoot) {
+  const DType dtype = GetParam();
+  auto group = world();
+  for (int root = 0; root < group->size(); ++root) {
+    Tensor x = filled(dtype, group->rank(), 37);
+    group->broadcast(x, root)->wait();
+    EXPECT_EQ(as_doubles(x), as_doubles(filled(dtype, root, 37))) << "root " << root;
+  }
+}
+
+TEST_P(Collectives, AllgatherPlacesRankRAtSliceR) {
+  const DType dtype = GetParam();
+  auto group = world();
+  const int64_t n = 13;
+  Tensor input = filled(dtype, group->rank(), n);
+  Tensor output = full({group->size(), n}, 99, dtype);  // poisoned
+  group->allgather(output, input)->wait();
+  for (int r = 0; r < group->size(); ++r) {
+    EXPECT_EQ(as_doubles(output.select(0, r)), as_doubles(filled(dtype, r, n))) << "slice " << r;
+  }
+}
+
+TEST_P(Collectives, ReduceScatterGivesRankRTheReductionOfChunkR) {
+  const DType dtype = GetParam();
+  auto group = world();
+  const int64_t n = 9;
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+    if (op == ReduceOp::avg && !is_floating(dtype)) continue;
+    Tensor input = filled(dtype, group->rank(), n * group->size());
+    Tensor output = full({n}, 99, dtype);
+    group->reduce_scatter(output, input, op)->wait();
+    const auto got = as_doubles(output);
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = reduce_serial(op, dtype, group->size(), group->rank() * n + i);
+      EXPECT_NEAR(got[static_cast<size_t>(i)], want, tolerance(dtype) * (1 + std::abs(want)))
+          << reduce_op_name(op) << " i=" << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryDType, Collectives, testing::ValuesIn(kAllDTypes),
+                         [](const testing::TestParamInfo<DType>& info) {
+                           return std::string(dtype_name(info.param));
+                         });
+
+TEST(ProcessGroup, WorldKnowsItsRankAndSize) {
+  auto group = world();
+  EXPECT_GE(group->rank(), 0);
+  EXPECT_LT(group->rank(), group->size());
+  EXPECT_STREQ(group->backend(), "mpi");
+  EXPECT_EQ(group->name(), "world");
+  const Topology where = topology();
+  EXPECT_EQ(where.local_size * where.num_nodes, group->size());
+  EXPECT_EQ(where.node * where.local_size + where.local_rank, group->rank())
+      << "one machine: ranks fill the nodes in order";
+}
+
+TEST(ProcessGroup, SeveralCollectivesInFlightCompleteInAnyWaitOrder) {
+  auto group = world();
+  std::vector<Tensor> tensors;
+  std::vector<WorkPtr> works;
+  for (int k = 0; k < 8; ++k) {
+    tensors.push_back(full({1000 + k}, static_cast<double>(group->rank() + k), DType::f32));
+    works.push_back(group->allreduce(tensors.back()));
+  }
+  for (int k = 7; k >= 0; --k)
+    works[static_cast<size_t>(k)]->wait();
+  const int s = group->size();
+  for (int k = 0; k < 8; ++k) {
+    const double want = s * (s - 1) / 2.0 + s * k;
+    EXPECT_EQ(max(tensors[static_cast<size_t>(k)]).item<double>(), want);
+    EXPECT_TRUE(works[static_cast<size_t>(k)]->is_completed());
+  }
+}
+
+TEST(ProcessGroup, SendAndReceiveAroundARingDoNotDeadlock) {
+  auto group = world();
+  if (group->size() < 2) GTEST_SKIP() << "needs 2 ranks (run under mpirun -np 2)";
+  const int next = (group->rank() + 1) % group->size();
+  const int previous = (group->rank() + group->size() - 1) % group->size();
+  // Large enough for a rendezvous protocol: both sends are in flight before either receive.
+  Tensor outgoing = full({1 << 20}, group->rank(), DType::f32);
+  Tensor incoming = zeros({1 << 20}, DType::f32);
+  auto sent = group->send(outgoing, next, 5);
+  auto received = group->recv(incoming, previous, 5);
+  sent->wait();
+  received->wait();
+  EXPECT_EQ(min(incoming).item<double>(), previous);
+  EXPECT_EQ(max(incoming).item<double>(), previous);
+}
+
+TEST(ProcessGroup, SplitMakesIndependentSubgroups) {
+  auto group = world();
+  const int color = group->rank() % 2;
+  auto sub = group->split(color, -group->rank());  // keys reverse the order
+  ASSERT_NE(sub, nullptr);
+  int members = 0;
+  for (int r = 0; r < group->size(); ++r)
+    members += r % 2 == color;
+  EXPECT_EQ(sub->size(), members);
+  // Ranked by key: the highest world rank of the color comes first.
+  int higher = 0;
+  for (int r = group->rank() + 1; r < group->size(); ++r)
+    higher += r % 2 == color;
+  EXPECT_EQ(sub->rank(), higher);
+  Tensor x = full({3}, group->rank(), DType::f64);
+  sub->allreduce(x)->wait();
+  double want = 0;
+  for (int r = color; r < group->size(); r += 2)
+    want += r;
+  EXPECT_EQ(max(x).item<double>(), want);
+
+  auto none = group->split(group->rank() == 0 ? -1 : 0, 0);
+  EXPECT_EQ(none == nullptr, group->rank() == 0);
+}
+
+TEST(ProcessGroup, NodeAndCrossNodeGroupsTileTheWorld) {
+  auto group = world();
+  const Topology where = topology();
+  auto node = node_group();
+  auto cross = cross_node_group();
+  EXPECT_EQ(node->size(), where.local_size);
+  EXPECT_EQ(node->rank(), where.local_rank);
+  EXPECT_EQ(cross->size(), where.num_nodes);
+  EXPECT_EQ(cross->rank(), where.node);
+  EXPECT_EQ(node_group(), node) << "made once";
+}
+
+TEST(ProcessGroup, BadArgumentsSayWhatWasExpected) {
+  auto group = world();
+  Tensor matrix = zeros({4, 3});
+  EXPECT_ERROR_WITH(group->allreduce(matrix.t()), "allreduce", "contiguous");
+  EXPECT_ERROR_WITH(group->allreduce(zeros({3}, DType::i64), ReduceOp::avg), "avg",
+                    "floating dtype");
+  EXPECT_ERROR_WITH(group->broadcast(zeros({3}), group->size()), "root", "not a rank");
+  EXPECT_ERROR_WITH(group->allgather(zeros({group->size() * 3 + 1}), zeros({3})), "allgather",
+                    "size() * input.numel()");
+  EXPECT_ERROR_WITH(group->allgather(zeros({group->size() * 3}, DType::f64), zeros({3})),
+                    "same dtype");
+  EXPECT_ERROR_WITH(group->reduce_scatter(zeros({3}), zeros({group->size() * 3 + 2})),
+                    "reduce_scatter", "size() * output.numel()");
+  EXPECT_ERROR_WITH(group->send(zeros({3}), -1), "send", "destination -1");
+  EXPECT_ERROR_WITH(group->recv(zeros({3}), group->size()), "recv", "source");
+  EXPECT_ERROR_WITH(group->allreduce(Tensor()), "undefined");
+}
+
+TEST(ProcessGroup, BarrierCompletes) {
+  auto group = world();
+  auto work = group->barrier();
+  work->wait();
+  EXPECT_TRUE(work->is_completed());
+}
+
+}  // namespace
+}  // namespace ember::dist
