@@ -17,6 +17,7 @@ class Sequential : public Module {
   void push_back(ModulePtr module);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Sequential"; }
+  void replace_child(const std::string& name, ModulePtr module) override;
   size_t size() const { return modules_.size(); }
   const ModulePtr& operator[](size_t index) const;
 
@@ -34,6 +35,7 @@ class ModuleList : public Module {
   ModuleList(std::initializer_list<ModulePtr> modules);
   void push_back(ModulePtr module);
   std::string type_name() const override { return "ModuleList"; }
+  void replace_child(const std::string& name, ModulePtr module) override;
   size_t size() const { return modules_.size(); }
   const ModulePtr& operator[](size_t index) const;
   std::vector<ModulePtr>::const_iterator begin() const { return modules_.begin(); }
@@ -52,6 +54,7 @@ class ResidualBlock : public Module {
   explicit ResidualBlock(ModulePtr module);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "ResidualBlock"; }
+  void replace_child(const std::string& name, ModulePtr module) override;
   ModulePtr module;
 
  protected:

@@ -48,6 +48,23 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module) 
   children_.emplace_back(name, std::move(module));
 }
 
+void Module::set_child(const std::string& name, std::shared_ptr<Module> module) {
+  EMBER_CHECK(module != nullptr, type_name(), ": the module replacing child '", name, "' is empty");
+  for (auto& [child_name, child] : children_) {
+    if (child_name == name) {
+      child = std::move(module);
+      return;
+    }
+  }
+  EMBER_FAIL(type_name(), ": no child is registered as '", name, "'");
+}
+
+void Module::replace_child(const std::string& name, std::shared_ptr<Module>) {
+  EMBER_FAIL(type_name(), ": cannot replace its child '", name,
+             "': this module type keeps its own handles to its children (override "
+             "replace_child() to update them, or build it with a Sequential)");
+}
+
 void Module::collect(const std::string& prefix, bool recurse, bool want_parameters,
                      NamedTensors& out) const {
   for (const auto& [name, tensor] : want_parameters ? parameters_ : buffers_)

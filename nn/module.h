@@ -98,8 +98,16 @@ class Module {
   // twice (tying is not kept). A type without make_clone() says so by name.
   std::shared_ptr<Module> clone() const;
 
+  // Puts `module` in place of the child registered as `name` (same name, same place): how
+  // convert_sync_batchnorm swaps layers in a tree. Containers (Sequential, ModuleList,
+  // ResidualBlock) support it; other types keep typed handles to their children that would go
+  // stale, so they refuse by name unless they override this to update them.
+  virtual void replace_child(const std::string& name, std::shared_ptr<Module> module);
+
  protected:
   void add_child(const std::string& name, std::shared_ptr<Module> module);
+  // For replace_child overrides: swaps the registered child (the caller updates its handles).
+  void set_child(const std::string& name, std::shared_ptr<Module> module);
   // For clone(): a new module of this type and configuration, children re-created the same way
   // (make_clone_of(child)), values fresh; clone() copies the state over it afterwards.
   virtual std::shared_ptr<Module> make_clone() const;
