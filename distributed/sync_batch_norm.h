@@ -8,8 +8,9 @@
 // collective, in f64); mean and biased variance normalise, running statistics take the global
 // mean and unbiased variance. Backward: the per-channel sums of dy and dy * x_hat are allreduced
 // (one collective) to form the input gradient. Every rank must run the same forwards and
-// backwards in the same order, as with any collective. Eval mode uses the running statistics and
-// communicates nothing.
+// backwards in the same order, as with any collective (so not inside DataParallel, whose replica
+// threads would issue them in racing order; PyTorch refuses that too). Eval mode uses the running
+// statistics and communicates nothing.
 //
 // The weight and bias gradients are each rank's own share, as PyTorch's: summed over ranks (DDP's
 // allreduce) they are the whole batch's gradient.
