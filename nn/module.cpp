@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <sstream>
 #include <typeinfo>
 
 #include "runtime/ops.h"
@@ -181,14 +182,53 @@ NamedTensors Module::state_dict() const {
   return out;
 }
 
+namespace {
+
+// A wrapper (DistributedDataParallel, DataParallel) holds the model as its child "module", so
+// its keys read "module.<key>". When no key matches as given, the prefix is removed from the
+// state's keys, or added to them, whichever makes them this module's: a wrapped model's state
+// dict loads into the unwrapped model and back, without the renaming PyTorch asks for.
+std::map<std::string, const Tensor*> keys_as_this_module_names_them(
+    const NamedTensors& state, const std::set<std::string>& own) {
+  const std::string prefix = "module.";
+  std::map<std::string, const Tensor*> given;
+  bool any_match = false;
+  bool all_prefixed = !state.empty();
+  for (const auto& [name, tensor] : state) {
+    given[name] = &tensor;
+    any_match = any_match || own.count(name) > 0;
+    all_prefixed = all_prefixed && name.rfind(prefix, 0) == 0;
+  }
+  if (any_match || state.empty()) return given;
+  std::map<std::string, const Tensor*> renamed;
+  if (all_prefixed) {
+    for (const auto& [name, tensor] : state)
+      renamed[name.substr(prefix.size())] = &tensor;
+  } else {
+    for (const auto& [name, tensor] : state)
+      renamed.insert_or_assign(prefix + name, &tensor);
+  }
+  for (const auto& [name, tensor] : renamed) {
+    if (own.count(name)) return renamed;
+  }
+  return given;
+}
+
+}  // namespace
+
 void Module::load_state_dict(const NamedTensors& state, bool strict) {
   NoGradGuard no_grad;
-  std::map<std::string, const Tensor*> given;
-  for (const auto& [name, tensor] : state)
-    given[name] = &tensor;
+  const NamedTensors targets = state_dict();
+  std::set<std::string> own;
+  for (const auto& [name, target] : targets)
+    own.insert(name);
+  const std::map<std::string, const Tensor*> given = keys_as_this_module_names_them(state, own);
+
+  // Everything is checked before anything is copied: a bad state dict changes nothing.
   std::vector<std::string> missing;
+  std::vector<std::pair<Tensor, const Tensor*>> copies;  // (destination, source)
   std::set<std::string> used;
-  for (auto& [name, target] : state_dict()) {
+  for (const auto& [name, target] : targets) {
     auto it = given.find(name);
     if (it == given.end()) {
       missing.push_back(name);
@@ -199,23 +239,25 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
     EMBER_CHECK(source.sizes() == target.sizes(), type_name(), ".load_state_dict: '", name,
                 "' has shape ", shape_str(source.sizes()), " in the state dict but ",
                 shape_str(target.sizes()), " in the model");
-    Tensor destination = target;
-    destination.copy_(source);
+    copies.emplace_back(target, &source);
   }
   std::vector<std::string> unexpected;
   for (const auto& [name, tensor] : given) {
     if (!used.count(name)) unexpected.push_back(name);
   }
-  if (!strict || (missing.empty() && unexpected.empty())) return;
-  auto join = [](const std::vector<std::string>& names) {
-    std::string out;
-    for (const std::string& n : names)
-      out += (out.empty() ? "" : ", ") + n;
-    return out.empty() ? std::string("none") : out;
-  };
-  EMBER_FAIL(type_name(), ".load_state_dict: missing keys: ", join(missing),
-             "; unexpected keys: ", join(unexpected),
-             " (pass strict = false to load the keys that match)");
+  if (strict && (!missing.empty() || !unexpected.empty())) {
+    auto join = [](const std::vector<std::string>& names) {
+      std::ostringstream out;
+      for (size_t i = 0; i < names.size(); ++i)
+        out << (i ? ", " : "") << names[i];
+      return names.empty() ? std::string("none") : out.str();
+    };
+    EMBER_FAIL(type_name(), ".load_state_dict: missing keys: ", join(missing),
+               "; unexpected keys: ", join(unexpected),
+               " (pass strict = false to load the keys that match)");
+  }
+  for (auto& [destination, source] : copies)
+    destination.copy_(*source);
 }
 
 void Module::str_into(std::string& out, int indent) const {

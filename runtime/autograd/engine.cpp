@@ -88,12 +88,33 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
   return reduced.reshape(shape);
 }
 
+namespace {
+thread_local std::vector<std::function<void()>>* t_final_callbacks = nullptr;
+
+// Points queue_backward_callback at this pass's list (a backward inside a hook gets its own).
+class FinalCallbacksScope {
+ public:
+  explicit FinalCallbacksScope(std::vector<std::function<void()>>* callbacks)
+      : previous_(t_final_callbacks) {
+    t_final_callbacks = callbacks;
+  }
+  ~FinalCallbacksScope() { t_final_callbacks = previous_; }
+  FinalCallbacksScope(const FinalCallbacksScope&) = delete;
+  FinalCallbacksScope& operator=(const FinalCallbacksScope&) = delete;
+
+ private:
+  std::vector<std::function<void()>>* previous_;
+};
+}  // namespace
+
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients,
                   bool retain_graph) {
   EMBER_CHECK(roots.size() == gradients.size(), "backward: ", roots.size(), " roots but ",
               gradients.size(), " gradients");
   NoGradGuard no_grad;  // backward formulas record nothing (no higher-order gradients)
   RetainGraphScope retain_scope(retain_graph);
+  std::vector<std::function<void()>> final_callbacks;
+  FinalCallbacksScope callbacks_scope(&final_callbacks);
 
   std::unordered_map<Node*, Tensor> buffers;
   std::unordered_map<Node*, int> dependencies;
@@ -175,6 +196,17 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
       if (--dependencies[child] == 0) ready.push(child);
     }
   }
+  // Callbacks queued by hooks during this pass (DDP's finalisation) run last, in queue order;
+  // one may queue another.
+  for (size_t i = 0; i < final_callbacks.size(); ++i)
+    final_callbacks[i]();
+}
+
+void queue_backward_callback(std::function<void()> callback) {
+  EMBER_CHECK(t_final_callbacks != nullptr,
+              "queue_backward_callback: called outside a backward pass (from a gradient hook, "
+              "expected)");
+  t_final_callbacks->push_back(std::move(callback));
 }
 
 }  // namespace ember

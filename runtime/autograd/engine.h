@@ -1,6 +1,7 @@
 // The backward pass: runs the graph behind `roots` once, in dependency order.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "runtime/tensor.h"
@@ -21,6 +22,10 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
 // Inside a node's apply(): whether the backward pass running it keeps the graph (retain_graph),
 // for nodes that run backward passes of their own (DataParallel's gather). False outside one.
 bool backward_retains_graph();
+
+// From a hook running inside a backward pass: `callback` runs once that pass has finished every
+// node, on the same thread (PyTorch's queue_callback; DDP finalises its buckets with it).
+void queue_backward_callback(std::function<void()> callback);
 
 // Sums `grad` over the dims that broadcasting added or expanded so it has `shape`.
 // The one place the gradient of a broadcast is reduced back to its input's shape.

@@ -1,0 +1,111 @@
+#include "distributed/ddp.h"
+
+#include <cstdint>
+#include <sstream>
+
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/ops.h"
+
+namespace ember::dist {
+namespace {
+
+// FNV-1a over the names, dtypes and shapes: equal on every rank exactly when the models match.
+uint64_t fingerprint(const NamedTensors& tensors) {
+  uint64_t hash = 1469598103934665603ull;
+  auto mix = [&](const std::string& text) {
+    for (unsigned char c : text)
+      hash = (hash ^ c) * 1099511628211ull;
+  };
+  for (const auto& [name, tensor] : tensors) {
+    mix(name);
+    mix(dtype_name(tensor.dtype()));
+    mix(shape_str(tensor.sizes()));
+  }
+  return hash;
+}
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, ProcessGroupPtr group,
+                                                 DdpOptions options)
+    : module_(std::move(module)), group_(std::move(group)), options_(options) {
+  EMBER_CHECK(module_ != nullptr, "DistributedDataParallel: the module is null");
+  EMBER_CHECK(group_ != nullptr, "DistributedDataParallel: the process group is null (call ",
+              "dist::init() and pass dist::world())");
+  EMBER_CHECK(options_.bucket_cap_mb > 0 && options_.first_bucket_cap_mb > 0,
+              "DistributedDataParallel: bucket_cap_mb and first_bucket_cap_mb must be positive, "
+              "got ",
+              options_.bucket_cap_mb, " and ", options_.first_bucket_cap_mb);
+  register_module("module", module_);
+  check_same_model_on_every_rank();
+  std::vector<Tensor> state;
+  for (const auto& [name, tensor] : module_->state_dict())
+    state.push_back(tensor);
+  broadcast_from_rank_zero(state);
+
+  std::vector<Tensor> parameters;
+  std::vector<std::string> names;
+  for (const auto& [name, parameter] : module_->named_parameters()) {
+    if (!parameter.requires_grad()) continue;
+    parameters.push_back(parameter);
+    names.push_back(name);
+  }
+  ReducerOptions reducer_options;
+  reducer_options.bucket_bytes = static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024);
+  reducer_options.first_bucket_bytes =
+      static_cast<int64_t>(options_.first_bucket_cap_mb * 1024 * 1024);
+  reducer_options.find_unused_parameters = options_.find_unused_parameters;
+  reducer_options.compression = options_.compression;
+  reducer_ =
+      std::make_unique<Reducer>(std::move(parameters), std::move(names), group_, reducer_options);
+}
+
+void DistributedDataParallel::check_same_model_on_every_rank() {
+  const NamedTensors state = module_->state_dict();
+  Tensor mine = from_vector(std::vector<int64_t>{static_cast<int64_t>(fingerprint(state)),
+                                                 static_cast<int64_t>(state.size())},
+                            {2}, DType::i64);
+  Tensor everyone = zeros({group_->size(), 2}, DType::i64);
+  group_->allgather(everyone, mine)->wait();
+  const int64_t* all = everyone.data<int64_t>();
+  for (int r = 0; r < group_->size(); ++r) {
+    if (all[2 * r] == all[0] && all[2 * r + 1] == all[1]) continue;
+    std::ostringstream first;
+    size_t shown = 0;
+    for (const auto& [name, tensor] : state) {
+      if (shown++ == 3) break;
+      first << (shown > 1 ? ", " : "") << name << " " << describe(tensor);
+    }
+    EMBER_FAIL("DistributedDataParallel: the model differs across ranks: rank ", r, " has ",
+               all[2 * r + 1], " parameters and buffers, rank 0 has ", all[1],
+               ", or their names, shapes or dtypes differ (this is rank ", group_->rank(),
+               ", whose first entries are: ", first.str(),
+               "). Every rank must build the same model");
+  }
+}
+
+void DistributedDataParallel::broadcast_from_rank_zero(const std::vector<Tensor>& tensors) {
+  NoGradGuard no_grad;
+  std::vector<std::pair<Tensor, WorkPtr>> works;
+  for (const Tensor& tensor : tensors) {
+    // Parameters are leaves that require grad: broadcast into a detached handle on the data.
+    Tensor data = tensor.detach();
+    Tensor wire = data.is_contiguous() ? data : data.contiguous();
+    works.emplace_back(wire, group_->broadcast(wire, 0));
+    if (!wire.is_same(data)) works.back().first = wire;
+  }
+  for (size_t i = 0; i < works.size(); ++i) {
+    works[i].second->wait();
+    Tensor data = tensors[i].detach();
+    if (!data.is_contiguous()) data.copy_(works[i].first);
+  }
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& input) {
+  if (options_.broadcast_buffers && is_training() && group_->size() > 1) {
+    broadcast_from_rank_zero(module_->buffers());
+  }
+  return module_->forward(input);
+}
+
+}  // namespace ember::dist

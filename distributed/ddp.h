@@ -1,0 +1,70 @@
+// DistributedDataParallel: the model on every rank, its gradients averaged during backward.
+//
+//   auto world = dist::init();
+//   auto model = nn::make<dist::DistributedDataParallel>(nn::resnet9(), world);
+//   Tensor loss = cross_entropy((*model)(images), labels);   // this rank's shard of the batch
+//   loss.backward();          // buckets of gradients are allreduced while backward runs
+//   optimizer.step();         // every rank applies the same averaged gradient
+//
+// At construction rank 0's parameters and buffers are broadcast to every rank, after checking
+// that all ranks hold the same model (names, shapes, dtypes): a mismatch is an error on every
+// rank, not a hang. Buffers (batch-norm statistics) are broadcast from rank 0 before each
+// forward in training mode, as PyTorch's broadcast_buffers. The wrapped model is the child
+// "module": state_dict keys read "module.<key>", and load into the unwrapped model as they are.
+#pragma once
+
+#include <memory>
+
+#include "distributed/reducer.h"
+#include "nn/module.h"
+
+namespace ember::dist {
+
+struct DdpOptions {
+  double bucket_cap_mb = 25;       // every bucket after the first
+  double first_bucket_cap_mb = 1;  // the first bucket leaves early
+  bool find_unused_parameters = false;
+  bool broadcast_buffers = true;
+  std::optional<DType> compression;  // f16 or bf16 on the wire
+};
+
+class DistributedDataParallel : public nn::Module {
+ public:
+  DistributedDataParallel(nn::ModulePtr module, ProcessGroupPtr group, DdpOptions options = {});
+
+  Tensor forward(const Tensor& input) override;
+  std::string type_name() const override { return "DistributedDataParallel"; }
+
+  nn::Module& module() { return *module_; }
+  const nn::ModulePtr& module_ptr() const { return module_; }
+  const ProcessGroupPtr& process_group() const { return group_; }
+  Reducer& reducer() { return *reducer_; }
+
+  // Inside the scope, backward passes accumulate gradients locally; the first backward after
+  // it averages the accumulated sum (gradient accumulation without a collective per micro-batch).
+  class NoSync {
+   public:
+    explicit NoSync(Reducer& reducer) : reducer_(reducer), previous_(reducer.sync()) {
+      reducer_.set_sync(false);
+    }
+    ~NoSync() { reducer_.set_sync(previous_); }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    Reducer& reducer_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*reducer_); }
+
+ private:
+  void check_same_model_on_every_rank();
+  void broadcast_from_rank_zero(const std::vector<Tensor>& tensors);
+
+  nn::ModulePtr module_;
+  ProcessGroupPtr group_;
+  DdpOptions options_;
+  std::unique_ptr<Reducer> reducer_;
+};
+
+}  // namespace ember::dist

@@ -1,0 +1,102 @@
+// The DDP reducer: averages gradients across ranks while backward is still running.
+//
+//   parameters (registration order 0..P-1)
+//     -> buckets, in reverse order (the last layers' gradients are ready first):
+//        bucket 0 holds up to first_bucket_bytes (1 MiB), the others up to bucket_bytes (25 MiB)
+//   backward: each parameter's post-accumulate hook copies its gradient, divided by the world
+//     size, into its slot of the bucket's flat buffer; a bucket whose last slot is filled is
+//     allreduced (sum) asynchronously, buckets launched strictly in order (MPI and NCCL need
+//     the same order on every rank)
+//   end of backward (an autograd final callback): wait for every bucket, copy the averages back
+//     into the gradients
+//
+// After the first iteration the buckets are rebuilt once, in the order the gradients actually
+// arrived (rank 0's order, broadcast, so every rank agrees): the first bucket fills and leaves
+// as early as possible. This is PyTorch's reducer (torch/csrc/distributed/c10d/reducer.cpp).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "distributed/process_group.h"
+
+namespace ember::dist {
+
+struct ReducerOptions {
+  int64_t bucket_bytes = 25 * 1024 * 1024;
+  int64_t first_bucket_bytes = 1024 * 1024;
+  // Parameters that get no gradient in a backward pass are found and reduced as zeros; without
+  // it such a pass is an error naming them (PyTorch's find_unused_parameters).
+  bool find_unused_parameters = false;
+  // f16 or bf16: buckets travel in that dtype (PyTorch's fp16/bf16 compression hooks).
+  std::optional<DType> compression;
+};
+
+// What happened when, for tests and the overlap benchmark (steady clock, one backward pass).
+struct ReducerEvent {
+  enum class Kind { bucket_launched, backward_finished, bucket_done } kind;
+  int bucket = -1;
+  std::chrono::steady_clock::time_point time;
+};
+
+class Reducer {
+ public:
+  // `names[i]` names `parameters[i]` in errors. Registers a hook on every parameter.
+  Reducer(std::vector<Tensor> parameters, std::vector<std::string> names, ProcessGroupPtr group,
+          ReducerOptions options);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Off: hooks leave gradients to accumulate locally (no_sync).
+  void set_sync(bool sync) { sync_ = sync; }
+  bool sync() const { return sync_; }
+
+  // Bucket k's parameter indices, in bucket order.
+  const std::vector<std::vector<size_t>>& bucket_parameters() const { return bucket_indices_; }
+  bool rebuilt() const { return rebuilt_; }
+  const std::vector<ReducerEvent>& timeline() const { return timeline_; }
+  int64_t iterations() const { return iterations_; }
+
+  // Called by the hooks and the final callback (public for the hooks' lambdas).
+  void gradient_ready(size_t index);
+
+ private:
+  struct Bucket {
+    std::vector<size_t> parameters;  // indices, in bucket order
+    std::vector<int64_t> offsets;    // element offset of each parameter in `buffer`
+    Tensor buffer;                   // flat, the parameters' dtype and device
+    Tensor wire;                     // what travels: `buffer`, or its compressed copy
+    size_t pending = 0;
+    WorkPtr work;
+  };
+  void build_buckets(const std::vector<size_t>& order);
+  void prepare_iteration();
+  void launch_ready_buckets();
+  void finalize();
+  void rebuild_from_arrival_order();
+
+  std::vector<Tensor> parameters_;
+  std::vector<std::string> names_;
+  ProcessGroupPtr group_;
+  ReducerOptions options_;
+  bool sync_ = true;
+
+  std::vector<std::vector<size_t>> bucket_indices_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;    // parameter -> bucket
+  std::vector<size_t> position_of_;  // parameter -> position in its bucket
+  std::vector<bool> ready_;          // this iteration
+  size_t next_to_launch_ = 0;
+  bool in_backward_ = false;
+  bool rebuilt_ = false;
+  std::vector<size_t> arrival_order_;  // first synced iteration
+  std::vector<ReducerEvent> timeline_;
+  int64_t iterations_ = 0;
+  std::shared_ptr<bool> alive_;  // hooks outlive the reducer: they check this first
+};
+
+}  // namespace ember::dist

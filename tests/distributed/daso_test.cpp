@@ -1,0 +1,210 @@
+// The DASO optimizer over real process groups (distributed/daso.h). Runs alone and under mpirun
+// -np 2 and 4; the tests that need several nodes skip in a world of one. With 4 ranks the world
+// poses as 2 nodes of 2 ranks (world->split, or EMBER_LOCAL_SIZE=2 for the default groups).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "distributed/daso.h"
+#include "distributed/world.h"
+#include "nn/layers.h"
+#include "optim/sgd.h"
+#include "runtime/ops.h"
+#include "tests/common/expect_error.h"
+
+namespace ember::dist {
+namespace {
+
+// Ranks per node for the split shape: 2 when the world has 4 or more ranks (an even count), else 1.
+int split_local_size() {
+  const int size = world()->size();
+  return size >= 4 && size % 2 == 0 ? 2 : 1;
+}
+
+// Nodes of `local_size` consecutive ranks, whatever the launch looks like.
+DasoGroups split_world(int local_size) {
+  ProcessGroupPtr all = world();
+  const int rank = all->rank();
+  DasoGroups groups;
+  groups.world = all;
+  groups.node = all->split(rank / local_size, rank);
+  groups.global = all->split(rank % local_size, rank);
+  return groups;
+}
+
+// Every rank's tensors are bitwise equal to rank 0's.
+void expect_identical_on_all_ranks(const std::vector<Tensor>& tensors, const std::string& when) {
+  ProcessGroupPtr all = world();
+  int64_t n = 0;
+  for (const Tensor& t : tensors)
+    n += t.numel();
+  Tensor mine = empty({n});
+  int64_t offset = 0;
+  for (const Tensor& t : tensors) {
+    mine.narrow(0, offset, t.numel()).view(t.sizes()).copy_(t.detach());
+    offset += t.numel();
+  }
+  Tensor everyone = empty({n * all->size()});
+  all->allgather(everyone, mine)->wait();
+  const float* data = everyone.data<float>();
+  for (int rank = 1; rank < all->size(); ++rank) {
+    EXPECT_EQ(std::memcmp(data, data + rank * n, static_cast<size_t>(n) * sizeof(float)), 0)
+        << "rank " << rank << " holds other parameters than rank 0 " << when;
+  }
+}
+
+// Linear regression y = x w* + 0.5 on batches that differ by rank, epoch and batch.
+struct ToyProblem {
+  Tensor weight = zeros({7, 1}).requires_grad_();
+  Tensor bias = zeros({1}).requires_grad_();
+  Tensor true_weight = arange(7, DType::f32).div_(7.0).view({7, 1});
+
+  double train_epoch(Daso& daso, int64_t epoch) {
+    const int64_t batches = daso.last_batch() + 1;
+    double total = 0.0;
+    for (int64_t batch = 0; batch < batches; ++batch) {
+      Generator generator(1000 * static_cast<uint64_t>(world()->rank()) +
+                          100 * static_cast<uint64_t>(epoch) + static_cast<uint64_t>(batch));
+      const Tensor x = randn({8, 7}, {}, &generator);
+      const Tensor y = matmul(x, true_weight) + 0.5;
+      daso.zero_grad();
+      Tensor loss = mse_loss(matmul(x, weight) + bias, y);
+      loss.backward();
+      daso.step();
+      total += loss.item<double>();
+    }
+    return total / static_cast<double>(batches);
+  }
+};
+
+TEST(Daso, ScheduleTraceAndIdenticalParametersAfterEveryEpoch) {
+  ToyProblem toy;
+  optim::SGD sgd(std::vector<Tensor>{toy.weight, toy.bias}, {.lr = 0.05});
+  Daso daso(sgd, /*total_epochs=*/20, {}, split_world(split_local_size()));
+  daso.set_last_batch(5);
+  for (int64_t epoch = 0; epoch < 20; ++epoch) {
+    DasoSkips expected;
+    if (epoch >= 4 && epoch <= 6) expected = {4, 1, 1};
+    if (epoch >= 7 && epoch <= 9) expected = {2, 1, 1};
+    if (epoch >= 10 && epoch <= 12) expected = {1, 1, 1};
+    if (epoch >= 13 && epoch <= 15) expected = {8, 2, 2};
+    EXPECT_EQ(daso.skips(), expected) << "epoch " << epoch;
+    toy.train_epoch(daso, epoch);
+    expect_identical_on_all_ranks({toy.weight, toy.bias}, "after epoch " + std::to_string(epoch));
+    daso.epoch_loss_logic(1.0, /*loss_globally_averaged=*/true);  // a constant loss: the trace
+  }
+}
+
+TEST(Daso, MergeWeighsTheLocalParametersByTwiceTheWait) {
+  const int local_size = split_local_size();
+  const int nodes = world()->size() / local_size;
+  if (nodes < 2) GTEST_SKIP() << "needs at least 2 nodes (mpirun -np 2 or more)";
+  const int node = world()->rank() / local_size;
+  Tensor param = zeros({5}).requires_grad_();
+  optim::SGD sgd(std::vector<Tensor>{param}, {.lr = 0.1});
+  // No warm-up: epoch 0 cycles at (4, 1, 1). Chunks of 2 elements: 3 allreduces per send.
+  Daso daso(sgd, 10, {.warmup_epochs = 0, .cooldown_epochs = 0, .sending_chunk_size = 2},
+            split_world(local_size));
+  daso.set_last_batch(3);
+  auto set_all = [&](double value) {
+    NoGradGuard no_grad;
+    param.fill_(value);
+  };
+  auto step_without_gradient = [&] {
+    daso.zero_grad();  // zero gradients: SGD leaves the parameters as they are
+    daso.step();
+  };
+  double sum_sent = 0.0;
+  for (int n = 0; n < nodes; ++n)
+    sum_sent += 1.0 + n;
+
+  set_all(1.0 + node);      // exact in bf16
+  step_without_gradient();  // batch 0: group 0 sends
+  set_all(10.0 + node);     // the node moves on
+  step_without_gradient();  // batch 1: group 0 merges (B = 1)
+  const double merged = (2.0 * (10.0 + node) + sum_sent) / (nodes + 2.0);
+  for (float value : to_vector<float>(param.detach()))
+    EXPECT_NEAR(value, merged, 1e-6 * merged);
+  step_without_gradient();  // batch 2: nothing global
+  for (float value : to_vector<float>(param.detach()))
+    EXPECT_NEAR(value, merged, 1e-6 * merged);
+  set_all(4.0 + 2.0 * node);
+  step_without_gradient();  // batch 3, the last: a blocking average replaces the parameters
+  const double average = 4.0 + (nodes - 1);
+  for (float value : to_vector<float>(param.detach()))
+    EXPECT_EQ(value, average);
+  expect_identical_on_all_ranks({param}, "after the epoch");
+}
+
+TEST(Daso, ChunkedAndUnchunkedSendsGiveIdenticalParameters) {
+  if (world()->size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  auto train = [](int64_t chunk) {
+    ToyProblem toy;
+    optim::SGD sgd(std::vector<Tensor>{toy.weight, toy.bias}, {.lr = 0.05, .momentum = 0.9});
+    Daso daso(sgd, 6, {.warmup_epochs = 1, .cooldown_epochs = 1, .sending_chunk_size = chunk},
+              split_world(split_local_size()));
+    daso.set_last_batch(9);
+    for (int64_t epoch = 0; epoch < 6; ++epoch)
+      daso.epoch_loss_logic(toy.train_epoch(daso, epoch));
+    return cat({toy.weight.detach().flatten(), toy.bias.detach()});
+  };
+  const Tensor whole = train(10'000'000);
+  const Tensor chunked = train(3);  // chunks 3, 3, 2: the weight spans three of them
+  ASSERT_EQ(whole.numel(), 8);
+  EXPECT_EQ(std::memcmp(whole.data<float>(), chunked.data<float>(), 8 * sizeof(float)), 0)
+      << whole << " vs " << chunked;
+}
+
+TEST(Daso, LossDecreasesOnTwoNodesOfTwoRanks) {
+  if (world()->size() != 4) GTEST_SKIP() << "needs 4 ranks (mpirun -np 4)";
+  // The default groups when the launch already poses as 2 nodes (EMBER_LOCAL_SIZE=2), else a split.
+  const Topology topology = dist::topology();
+  DasoGroups groups = topology.local_size == 2 ? DasoGroups::default_groups() : split_world(2);
+  ToyProblem toy;
+  optim::SGD sgd(std::vector<Tensor>{toy.weight, toy.bias}, {.lr = 0.05});
+  Daso daso(sgd, 12, {.warmup_epochs = 2, .cooldown_epochs = 2}, groups);
+  ASSERT_EQ(daso.num_nodes(), 2);
+  daso.set_last_batch(7);
+  std::vector<double> losses;
+  for (int64_t epoch = 0; epoch < 12; ++epoch) {
+    losses.push_back(toy.train_epoch(daso, epoch));
+    expect_identical_on_all_ranks({toy.weight, toy.bias}, "after epoch " + std::to_string(epoch));
+    daso.epoch_loss_logic(losses.back());
+  }
+  // Converged to bf16 rounding noise at the end, so no epoch-by-epoch monotony: the start falls
+  // and the end is far below it.
+  EXPECT_LT(losses[3], 0.5 * losses[0]);
+  EXPECT_LT(losses.back(), 0.01 * losses.front())
+      << "first epoch " << losses.front() << ", last " << losses.back();
+}
+
+TEST(Daso, SimulatedLinkParsesLatencyAndBandwidth) {
+  const SimulatedLink link = SimulatedLink::parse("50,1.5");
+  EXPECT_DOUBLE_EQ(link.latency_us, 50.0);
+  EXPECT_DOUBLE_EQ(link.gigabytes_per_second, 1.5);
+  EXPECT_DOUBLE_EQ(link.seconds_for(3'000'000'000), 50e-6 + 2.0);
+  EXPECT_DOUBLE_EQ(SimulatedLink::parse("0,10").seconds_for(0), 0.0);
+  for (const char* bad : {"50", "x,1", "50,", "50,0", "-1,2", "50,1.5x", ""}) {
+    EXPECT_ERROR_WITH(SimulatedLink::parse(bad), "EMBER_SIMULATE_GLOBAL_LINK", "latency_us,GBps");
+  }
+}
+
+TEST(Daso, MisuseGivesClearErrors) {
+  Tensor param = zeros({3}).requires_grad_();
+  optim::SGD sgd(std::vector<Tensor>{param}, {.lr = 0.1});
+  EXPECT_ERROR_WITH(Daso(sgd, 5, {.downcast_type = DType::i32}), "downcast_type", "i32");
+  EXPECT_ERROR_WITH(Daso(sgd, 5, {.sending_chunk_size = 0}), "sending_chunk_size");
+  EXPECT_ERROR_WITH(Daso(sgd, 0), "total_epochs");
+  Daso daso(sgd, 5);
+  EXPECT_ERROR_WITH(daso.step(), "set_last_batch");
+  nn::Linear stranger(3, 2);
+  EXPECT_ERROR_WITH(daso.set_model(stranger), "\"weight\"", "not in the local optimizer");
+  daso.set_last_batch(2);
+  daso.step();
+  EXPECT_ERROR_WITH(daso.epoch_loss_logic(1.0), "epoch_loss_logic", "after batch 0");
+}
+
+}  // namespace
+}  // namespace ember::dist

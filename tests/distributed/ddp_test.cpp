@@ -1,0 +1,278 @@
+// DistributedDataParallel against one process training on the whole batch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "distributed/ddp.h"
+#include "distributed/world.h"
+#include "nn/nn.h"
+#include "optim/optim.h"
+#include "runtime/ops.h"
+#include "runtime/random.h"
+#include "tests/common/expect_error.h"
+
+namespace ember::dist {
+namespace {
+
+constexpr int64_t kRowsPerRank = 4;
+
+std::shared_ptr<nn::Sequential> make_mlp(int64_t hidden = 16) {
+  return nn::make<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      nn::make<nn::Linear>(8, hidden), nn::make<nn::Tanh>(), nn::make<nn::Linear>(hidden, 12),
+      nn::make<nn::Tanh>(), nn::make<nn::Linear>(12, 3)});
+}
+
+// The whole batch (every rank's rows) for step `step`, the same on every rank.
+std::pair<Tensor, Tensor> global_batch(int world_size, int step) {
+  Generator generator(1000 + step);
+  Tensor x = randn({kRowsPerRank * world_size, 8}, {}, &generator);
+  Tensor y = randn({kRowsPerRank * world_size, 3}, {}, &generator);
+  return {x, y};
+}
+
+Tensor rows_of_rank(const Tensor& t, int rank) {
+  return t.narrow(0, rank * kRowsPerRank, kRowsPerRank);
+}
+
+bool same(const Tensor& a, const Tensor& b) {
+  return allclose(a, b, 0.0, 0.0);
+}
+
+void expect_close(const Tensor& a, const Tensor& b, double tolerance, const std::string& what) {
+  const double difference = max(abs(a - b)).item<double>();
+  EXPECT_LE(difference, tolerance) << what;
+}
+
+// Tiny buckets: the three Linear layers' parameters spread over several buckets.
+DdpOptions small_buckets() {
+  DdpOptions options;
+  options.bucket_cap_mb = 200.0 / (1024 * 1024);
+  options.first_bucket_cap_mb = 100.0 / (1024 * 1024);
+  return options;
+}
+
+TEST(Ddp, StepsMatchOneProcessTrainingOnTheConcatenatedBatch) {
+  auto group = world();
+  manual_seed(7 + group->rank());  // different initial weights: DDP must broadcast rank 0's
+  auto model = make_mlp();
+  auto ddp = nn::make<DistributedDataParallel>(model, group, small_buckets());
+  // The reference starts from the broadcast weights and sees the whole batch.
+  auto reference = make_mlp();
+  reference->load_state_dict(model->state_dict());
+
+  optim::SGD optimizer(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD reference_optimizer(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
+  for (int step = 0; step < 4; ++step) {
+    auto [x, y] = global_batch(group->size(), step);
+    optimizer.zero_grad();
+    mse_loss((*ddp)(rows_of_rank(x, group->rank())), rows_of_rank(y, group->rank())).backward();
+    optimizer.step();
+    reference_optimizer.zero_grad();
+    mse_loss((*reference)(x), y).backward();
+    reference_optimizer.step();
+  }
+  const auto mine = model->named_parameters();
+  const auto theirs = reference->named_parameters();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    expect_close(mine[i].second, theirs[i].second, 2e-6, mine[i].first);
+  }
+  EXPECT_TRUE(ddp->reducer().rebuilt());
+  EXPECT_EQ(ddp->reducer().iterations(), 4);
+}
+
+TEST(Ddp, BucketsLaunchInOrderBeforeBackwardEnds) {
+  auto group = world();
+  auto model = make_mlp(64);
+  auto ddp = nn::make<DistributedDataParallel>(model, group, small_buckets());
+  for (int step = 0; step < 2; ++step) {  // the second pass uses the rebuilt buckets
+    auto [x, y] = global_batch(group->size(), step);
+    mse_loss((*ddp)(rows_of_rank(x, group->rank())), rows_of_rank(y, group->rank())).backward();
+    const auto& timeline = ddp->reducer().timeline();
+    const size_t buckets = ddp->reducer().bucket_parameters().size();
+    ASSERT_GE(buckets, 3u);
+    std::vector<int> launched;
+    size_t backward_end = timeline.size();
+    for (size_t k = 0; k < timeline.size(); ++k) {
+      if (timeline[k].kind == ReducerEvent::Kind::bucket_launched) {
+        launched.push_back(timeline[k].bucket);
+      }
+      if (timeline[k].kind == ReducerEvent::Kind::backward_finished) backward_end = k;
+    }
+    ASSERT_EQ(launched.size(), buckets);
+    for (size_t k = 0; k < launched.size(); ++k)
+      EXPECT_EQ(launched[k], static_cast<int>(k));
+    // Every bucket but the one holding the first layer leaves while backward still runs.
+    ASSERT_LT(backward_end, timeline.size());
+    EXPECT_EQ(timeline[0].kind, ReducerEvent::Kind::bucket_launched);
+    int launched_before_end = 0;
+    for (size_t k = 0; k < backward_end; ++k) {
+      launched_before_end += timeline[k].kind == ReducerEvent::Kind::bucket_launched;
+    }
+    EXPECT_EQ(launched_before_end, static_cast<int>(buckets)) << "step " << step;
+    model->zero_grad();
+  }
+}
+
+TEST(Ddp, RebuiltBucketsAreTheSameOnEveryRank) {
+  auto group = world();
+  auto model = make_mlp();
+  auto ddp = nn::make<DistributedDataParallel>(model, group, small_buckets());
+  auto [x, y] = global_batch(group->size(), 0);
+  mse_loss((*ddp)(rows_of_rank(x, group->rank())), rows_of_rank(y, group->rank())).backward();
+  ASSERT_TRUE(ddp->reducer().rebuilt());
+  std::vector<int64_t> layout;
+  for (const auto& bucket : ddp->reducer().bucket_parameters()) {
+    for (size_t index : bucket)
+      layout.push_back(static_cast<int64_t>(index));
+    layout.push_back(-1);
+  }
+  Tensor mine = from_vector(layout, {static_cast<int64_t>(layout.size())}, DType::i64);
+  Tensor everyone = zeros({group->size(), mine.numel()}, DType::i64);
+  group->allgather(everyone, mine)->wait();
+  for (int r = 0; r < group->size(); ++r) {
+    EXPECT_TRUE(same(everyone.select(0, r), mine)) << "rank " << r << "'s buckets differ";
+  }
+}
+
+TEST(Ddp, NoSyncAccumulatesLocallyThenAveragesTheSum) {
+  auto group = world();
+  auto model = make_mlp();
+  auto ddp = nn::make<DistributedDataParallel>(model, group, small_buckets());
+  auto reference = make_mlp();
+  reference->load_state_dict(model->state_dict());
+  for (int micro = 0; micro < 3; ++micro) {
+    auto [x, y] = global_batch(group->size(), micro);
+    auto local = [&] {
+      return mse_loss((*ddp)(rows_of_rank(x, group->rank())), rows_of_rank(y, group->rank()));
+    };
+    if (micro < 2) {
+      auto guard = ddp->no_sync();
+      local().backward();
+    } else {
+      local().backward();
+    }
+    mse_loss((*reference)(x), y).backward();
+  }
+  const auto mine = model->named_parameters();
+  const auto theirs = reference->named_parameters();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    expect_close(mine[i].second.grad(), theirs[i].second.grad(), 1e-6, mine[i].first);
+  }
+}
+
+// Uses `head_b` only when told to: an unused parameter for DDP to find.
+class TwoHeads : public nn::Module {
+ public:
+  TwoHeads() {
+    trunk = register_module("trunk", nn::make<nn::Linear>(8, 6));
+    head_a = register_module("head_a", nn::make<nn::Linear>(6, 3));
+    head_b = register_module("head_b", nn::make<nn::Linear>(6, 3));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = tanh((*trunk)(x));
+    return use_b ? (*head_a)(h) + (*head_b)(h) : (*head_a)(h);
+  }
+  std::string type_name() const override { return "TwoHeads"; }
+  bool use_b = false;
+  std::shared_ptr<nn::Linear> trunk, head_a, head_b;
+};
+
+TEST(Ddp, UnusedParametersAreAnErrorThatSaysWhatToDo) {
+  auto group = world();
+  auto model = nn::make<TwoHeads>();
+  auto ddp = nn::make<DistributedDataParallel>(model, group);
+  auto [x, y] = global_batch(group->size(), 0);
+  EXPECT_ERROR_WITH(
+      mse_loss((*ddp)(rows_of_rank(x, group->rank())), rows_of_rank(y, group->rank())).backward(),
+      "head_b.weight", "find_unused_parameters = true");
+}
+
+TEST(Ddp, FindUnusedParametersAveragesWhatSomeRankUsed) {
+  auto group = world();
+  auto model = nn::make<TwoHeads>();
+  DdpOptions options;
+  options.find_unused_parameters = true;
+  auto ddp = nn::make<DistributedDataParallel>(model, group, options);
+  auto reference = nn::make<TwoHeads>();
+  reference->load_state_dict(model->state_dict());
+  auto [x, y] = global_batch(group->size(), 0);
+  // Iteration 1: no rank uses head_b; its gradient stays undefined, as in one process.
+  mse_loss((*ddp)(rows_of_rank(x, group->rank())), rows_of_rank(y, group->rank())).backward();
+  EXPECT_FALSE(model->head_b->weight.grad().defined());
+  EXPECT_TRUE(model->head_a->weight.grad().defined());
+  // Iteration 2: only rank 0 uses head_b; every rank gets rank 0's gradient / world size.
+  model->zero_grad();
+  model->use_b = group->rank() == 0;
+  mse_loss((*ddp)(rows_of_rank(x, group->rank())), rows_of_rank(y, group->rank())).backward();
+  ASSERT_TRUE(model->head_b->weight.grad().defined());
+  reference->use_b = true;
+  mse_loss((*reference)(rows_of_rank(x, 0)), rows_of_rank(y, 0)).backward();
+  expect_close(model->head_b->weight.grad(),
+               reference->head_b->weight.grad() / static_cast<double>(group->size()), 1e-6,
+               "head_b.weight");
+}
+
+TEST(Ddp, DifferentModelsOnTheRanksAreAClearErrorOnEveryRank) {
+  auto group = world();
+  if (group->size() < 2) GTEST_SKIP() << "needs 2 ranks (run under mpirun -np 2)";
+  auto model = make_mlp(group->rank() == 1 ? 17 : 16);
+  EXPECT_ERROR_WITH(nn::make<DistributedDataParallel>(model, group),
+                    "the model differs across ranks", "rank 1",
+                    "Every rank must build the same model");
+}
+
+TEST(Ddp, WrappedStateDictLoadsIntoTheUnwrappedModelAndBack) {
+  auto group = world();
+  auto model = make_mlp();
+  auto ddp = nn::make<DistributedDataParallel>(model, group);
+  const auto wrapped = ddp->state_dict();
+  ASSERT_FALSE(wrapped.empty());
+  EXPECT_EQ(wrapped.front().first.rfind("module.", 0), 0u);
+  auto plain = make_mlp();
+  plain->load_state_dict(wrapped);
+  for (const auto& [name, tensor] : plain->state_dict()) {
+    EXPECT_TRUE(same(tensor, model->state_dict()[0].second) || name != "0.weight");
+  }
+  EXPECT_TRUE(same(plain->named_parameters()[0].second, model->named_parameters()[0].second));
+  // And back: the unwrapped model's keys into the wrapper.
+  manual_seed(99);
+  auto other = make_mlp();
+  ddp->load_state_dict(other->state_dict());
+  EXPECT_TRUE(same(model->named_parameters()[0].second, other->named_parameters()[0].second));
+}
+
+TEST(Ddp, Bf16CompressionStaysCloseToTheExactAverage) {
+  auto group = world();
+  auto model = make_mlp();
+  DdpOptions options = small_buckets();
+  options.compression = DType::bf16;
+  auto ddp = nn::make<DistributedDataParallel>(model, group, options);
+  auto reference = make_mlp();
+  reference->load_state_dict(model->state_dict());
+  auto [x, y] = global_batch(group->size(), 0);
+  mse_loss((*ddp)(rows_of_rank(x, group->rank())), rows_of_rank(y, group->rank())).backward();
+  mse_loss((*reference)(x), y).backward();
+  const auto mine = model->named_parameters();
+  const auto theirs = reference->named_parameters();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const Tensor exact = theirs[i].second.grad();
+    const double scale = max(abs(exact)).item<double>();
+    expect_close(mine[i].second.grad(), exact, 2e-2 * scale + 1e-6, mine[i].first);
+  }
+}
+
+TEST(Ddp, BadOptionsSayWhatWasExpected) {
+  auto group = world();
+  DdpOptions options;
+  options.bucket_cap_mb = 0;
+  EXPECT_ERROR_WITH(nn::make<DistributedDataParallel>(make_mlp(), group, options), "bucket_cap_mb",
+                    "positive");
+  options = {};
+  options.compression = DType::i32;
+  EXPECT_ERROR_WITH(nn::make<DistributedDataParallel>(make_mlp(), group, options), "compression",
+                    "f16 or bf16");
+  EXPECT_ERROR_WITH(nn::make<DistributedDataParallel>(make_mlp(), nullptr), "process group");
+}
+
+}  // namespace
+}  // namespace ember::dist
