@@ -40,6 +40,10 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   return (*residual_dropout)((*projection)(mixed));
 }
 
+std::shared_ptr<Module> CausalSelfAttention::make_clone() const {
+  return make<CausalSelfAttention>(channels, heads, attention_dropout->p);
+}
+
 std::string CausalSelfAttention::extra_repr() const {
   return "channels=" + std::to_string(channels) + ", heads=" + std::to_string(heads);
 }
@@ -57,6 +61,10 @@ GptBlock::GptBlock(int64_t channels, int64_t heads, double dropout_p) {
 Tensor GptBlock::forward(const Tensor& x) {
   const Tensor h = x + (*attention)((*ln1)(x));
   return h + (*mlp)((*ln2)(h));
+}
+
+std::shared_ptr<Module> GptBlock::make_clone() const {
+  return make<GptBlock>(ln1->shape[0], attention->heads, attention->attention_dropout->p);
 }
 
 }  // namespace ember::nn

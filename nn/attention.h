@@ -17,6 +17,9 @@ class CausalSelfAttention : public Module {
   int64_t channels, heads;
   std::shared_ptr<Linear> qkv, projection;  // (3C, C) and (C, C)
   std::shared_ptr<Dropout> attention_dropout, residual_dropout;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override;
 };
 
 class GptBlock : public Module {
@@ -27,6 +30,8 @@ class GptBlock : public Module {
   std::shared_ptr<LayerNorm> ln1, ln2;
   std::shared_ptr<CausalSelfAttention> attention;
   std::shared_ptr<Sequential> mlp;  // C -> 4C, GELU (tanh), 4C -> C, dropout
+ protected:
+  std::shared_ptr<Module> make_clone() const override;
 };
 
 }  // namespace ember::nn

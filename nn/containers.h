@@ -17,8 +17,12 @@ class Sequential : public Module {
   void push_back(ModulePtr module);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Sequential"; }
+  void replace_child(const std::string& name, ModulePtr module) override;
   size_t size() const { return modules_.size(); }
   const ModulePtr& operator[](size_t index) const;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override;
 
  private:
   std::vector<ModulePtr> modules_;
@@ -31,10 +35,14 @@ class ModuleList : public Module {
   ModuleList(std::initializer_list<ModulePtr> modules);
   void push_back(ModulePtr module);
   std::string type_name() const override { return "ModuleList"; }
+  void replace_child(const std::string& name, ModulePtr module) override;
   size_t size() const { return modules_.size(); }
   const ModulePtr& operator[](size_t index) const;
   std::vector<ModulePtr>::const_iterator begin() const { return modules_.begin(); }
   std::vector<ModulePtr>::const_iterator end() const { return modules_.end(); }
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override;
 
  private:
   std::vector<ModulePtr> modules_;
@@ -46,7 +54,11 @@ class ResidualBlock : public Module {
   explicit ResidualBlock(ModulePtr module);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "ResidualBlock"; }
+  void replace_child(const std::string& name, ModulePtr module) override;
   ModulePtr module;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override;
 };
 
 }  // namespace ember::nn

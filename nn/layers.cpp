@@ -43,6 +43,10 @@ Tensor Linear::forward(const Tensor& x) {
   return linear(x, weight, bias);
 }
 
+std::shared_ptr<Module> Linear::make_clone() const {
+  return make<Linear>(weight.size(1), weight.size(0), bias.defined());
+}
+
 std::string Linear::extra_repr() const {
   std::ostringstream out;
   out << "in_features=" << weight.size(1) << ", out_features=" << weight.size(0)
@@ -67,6 +71,11 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size,
 
 Tensor Conv2d::forward(const Tensor& x) {
   return conv2d(x, weight, bias, options);
+}
+
+std::shared_ptr<Module> Conv2d::make_clone() const {
+  return make<Conv2d>(weight.size(1) * options.groups, weight.size(0),
+                      Size2(weight.size(2), weight.size(3)), options, bias.defined());
 }
 
 std::string Conv2d::extra_repr() const {
@@ -109,6 +118,16 @@ Tensor BatchNorm::forward(const Tensor& x) {
   return batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum, eps);
 }
 
+std::shared_ptr<Module> BatchNorm::make_clone() const {
+  return make<BatchNorm>(num_features, spatial_dims, eps, momentum, weight.defined());
+}
+std::shared_ptr<Module> BatchNorm1d::make_clone() const {
+  return make<BatchNorm1d>(num_features, eps, momentum, weight.defined());
+}
+std::shared_ptr<Module> BatchNorm2d::make_clone() const {
+  return make<BatchNorm2d>(num_features, eps, momentum, weight.defined());
+}
+
 std::string BatchNorm::extra_repr() const {
   std::ostringstream out;
   out << num_features << ", eps=" << eps << ", momentum=" << momentum
@@ -129,6 +148,10 @@ Tensor LayerNorm::forward(const Tensor& x) {
   return layer_norm(x, shape, weight, bias, eps);
 }
 
+std::shared_ptr<Module> LayerNorm::make_clone() const {
+  return make<LayerNorm>(shape, eps, weight.defined());
+}
+
 std::string LayerNorm::extra_repr() const {
   std::ostringstream out;
   out << shape_str(shape) << ", eps=" << eps;
@@ -140,6 +163,10 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim) {
               num_embeddings, " and ", embedding_dim);
   weight = register_parameter("weight", empty({num_embeddings, embedding_dim}));
   init::normal_(weight, 0.0, 1.0);
+}
+
+std::shared_ptr<Module> Embedding::make_clone() const {
+  return make<Embedding>(weight.size(0), weight.size(1));
 }
 
 std::string Embedding::extra_repr() const {

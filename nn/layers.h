@@ -15,6 +15,9 @@ class Linear : public Module {
   std::string type_name() const override { return "Linear"; }
   std::string extra_repr() const override;
   Tensor weight, bias;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override;
 };
 
 // x (N, C, H, W) -> (N, K, P, Q); weight (K, C / groups, R, S), bias (K).
@@ -27,6 +30,9 @@ class Conv2d : public Module {
   std::string extra_repr() const override;
   Conv2dOptions options;
   Tensor weight, bias;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override;
 };
 
 class MaxPool2d : public Module {
@@ -36,6 +42,9 @@ class MaxPool2d : public Module {
   Tensor forward(const Tensor& x) override { return max_pool2d(x, options); }
   std::string type_name() const override { return "MaxPool2d"; }
   Pool2dOptions options;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override { return make<MaxPool2d>(options); }
 };
 
 class AvgPool2d : public Module {
@@ -45,6 +54,9 @@ class AvgPool2d : public Module {
   Tensor forward(const Tensor& x) override { return avg_pool2d(x, options); }
   std::string type_name() const override { return "AvgPool2d"; }
   Pool2dOptions options;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override { return make<AvgPool2d>(options); }
 };
 
 class AdaptiveAvgPool2d : public Module {
@@ -53,6 +65,11 @@ class AdaptiveAvgPool2d : public Module {
   Tensor forward(const Tensor& x) override { return adaptive_avg_pool2d(x, output_size); }
   std::string type_name() const override { return "AdaptiveAvgPool2d"; }
   Size2 output_size;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override {
+    return make<AdaptiveAvgPool2d>(output_size);
+  }
 };
 
 // Batch normalisation over C of (N, C) / (N, C, L) (1d) or (N, C, H, W) (2d). In training the
@@ -69,18 +86,27 @@ class BatchNorm : public Module {
   int spatial_dims;
   double eps, momentum;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override;
 };
 class BatchNorm1d : public BatchNorm {
  public:
   explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, double momentum = 0.1,
                        bool affine = true)
       : BatchNorm(num_features, 1, eps, momentum, affine) {}
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override;
 };
 class BatchNorm2d : public BatchNorm {
  public:
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1,
                        bool affine = true)
       : BatchNorm(num_features, 2, eps, momentum, affine) {}
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override;
 };
 
 // Normalises the trailing `shape` dims of x (..., *shape).
@@ -93,6 +119,9 @@ class LayerNorm : public Module {
   Shape shape;
   double eps;
   Tensor weight, bias;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override;
 };
 
 // indices (...) -> (..., dim); weight (num, dim) ~ N(0, 1).
@@ -103,6 +132,9 @@ class Embedding : public Module {
   std::string type_name() const override { return "Embedding"; }
   std::string extra_repr() const override;
   Tensor weight;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override;
 };
 
 class Dropout : public Module {
@@ -112,6 +144,9 @@ class Dropout : public Module {
   std::string type_name() const override { return "Dropout"; }
   std::string extra_repr() const override;
   double p;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override { return make<Dropout>(p); }
 };
 
 // Stateless layers.
@@ -119,6 +154,9 @@ class ReLU : public Module {
  public:
   Tensor forward(const Tensor& x) override { return relu(x); }
   std::string type_name() const override { return "ReLU"; }
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override { return make<ReLU>(); }
 };
 class GELU : public Module {
  public:
@@ -127,26 +165,41 @@ class GELU : public Module {
   Tensor forward(const Tensor& x) override { return gelu(x, approximation); }
   std::string type_name() const override { return "GELU"; }
   GeluApproximation approximation;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override { return make<GELU>(approximation); }
 };
 class SiLU : public Module {
  public:
   Tensor forward(const Tensor& x) override { return silu(x); }
   std::string type_name() const override { return "SiLU"; }
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override { return make<SiLU>(); }
 };
 class Tanh : public Module {
  public:
   Tensor forward(const Tensor& x) override { return tanh(x); }
   std::string type_name() const override { return "Tanh"; }
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override { return make<Tanh>(); }
 };
 class Sigmoid : public Module {
  public:
   Tensor forward(const Tensor& x) override { return sigmoid(x); }
   std::string type_name() const override { return "Sigmoid"; }
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override { return make<Sigmoid>(); }
 };
 class Identity : public Module {
  public:
   Tensor forward(const Tensor& x) override { return x; }
   std::string type_name() const override { return "Identity"; }
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override { return make<Identity>(); }
 };
 // x (N, ...) -> (N, prod(...)) with the defaults, as torch.nn.Flatten.
 class Flatten : public Module {
@@ -156,6 +209,9 @@ class Flatten : public Module {
   Tensor forward(const Tensor& x) override { return x.flatten(start_dim, end_dim); }
   std::string type_name() const override { return "Flatten"; }
   int64_t start_dim, end_dim;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override { return make<Flatten>(start_dim, end_dim); }
 };
 
 }  // namespace ember::nn

@@ -14,6 +14,9 @@ class CrossEntropyLoss : public Module {
   }
   std::string type_name() const override { return "CrossEntropyLoss"; }
   CrossEntropyOptions options;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override { return make<CrossEntropyLoss>(options); }
 };
 
 class NLLLoss : public Module {
@@ -26,6 +29,11 @@ class NLLLoss : public Module {
   std::string type_name() const override { return "NLLLoss"; }
   int64_t ignore_index;
   Reduction reduction;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override {
+    return make<NLLLoss>(ignore_index, reduction);
+  }
 };
 
 class MSELoss : public Module {
@@ -36,6 +44,9 @@ class MSELoss : public Module {
   }
   std::string type_name() const override { return "MSELoss"; }
   Reduction reduction;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override { return make<MSELoss>(reduction); }
 };
 
 class BCEWithLogitsLoss : public Module {
@@ -46,6 +57,9 @@ class BCEWithLogitsLoss : public Module {
   }
   std::string type_name() const override { return "BCEWithLogitsLoss"; }
   Reduction reduction;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override { return make<BCEWithLogitsLoss>(reduction); }
 };
 
 }  // namespace ember::nn

@@ -47,6 +47,20 @@ Tensor GptMini::forward(const Tensor& tokens) {
   return (*head)((*final_norm)(x));
 }
 
+std::shared_ptr<Module> GptMini::make_clone() const {
+  // heads and dropout live in the blocks; a model without blocks needs neither.
+  int64_t heads = 1;
+  double dropout_p = 0.0;
+  if (blocks->size() > 0) {
+    const auto& first = static_cast<const GptBlock&>(*(*blocks)[0]);
+    heads = first.attention->heads;
+    dropout_p = first.attention->attention_dropout->p;
+  }
+  return make<GptMini>(token_embedding->weight.size(0), context,
+                       static_cast<int64_t>(blocks->size()), heads, token_embedding->weight.size(1),
+                       dropout_p);
+}
+
 std::shared_ptr<GptMini> gpt_mini(int64_t vocab, int64_t context, int64_t layers, int64_t heads,
                                   int64_t channels) {
   return make<GptMini>(vocab, context, layers, heads, channels);

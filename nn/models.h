@@ -30,6 +30,9 @@ class GptMini : public Module {
   std::shared_ptr<ModuleList> blocks;
   std::shared_ptr<LayerNorm> final_norm;
   std::shared_ptr<Linear> head;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override;
 };
 
 std::shared_ptr<GptMini> gpt_mini(int64_t vocab, int64_t context, int64_t layers, int64_t heads,

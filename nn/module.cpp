@@ -4,8 +4,10 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <typeinfo>
 
 #include "runtime/ops.h"
+#include "runtime/random.h"
 
 namespace ember::nn {
 
@@ -45,6 +47,23 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module) 
   EMBER_CHECK(module != nullptr, type_name(), ": child module '", name, "' is empty");
   EMBER_CHECK(module.get() != this, type_name(), ": a module cannot be its own child");
   children_.emplace_back(name, std::move(module));
+}
+
+void Module::set_child(const std::string& name, std::shared_ptr<Module> module) {
+  EMBER_CHECK(module != nullptr, type_name(), ": the module replacing child '", name, "' is empty");
+  for (auto& [child_name, child] : children_) {
+    if (child_name == name) {
+      child = std::move(module);
+      return;
+    }
+  }
+  EMBER_FAIL(type_name(), ": no child is registered as '", name, "'");
+}
+
+void Module::replace_child(const std::string& name, std::shared_ptr<Module>) {
+  EMBER_FAIL(type_name(), ": cannot replace its child '", name,
+             "': this module type keeps its own handles to its children (override "
+             "replace_child() to update them, or build it with a Sequential)");
 }
 
 void Module::collect(const std::string& prefix, bool recurse, bool want_parameters,
@@ -260,6 +279,76 @@ std::string Module::str() const {
   std::string out;
   str_into(out, 0);
   return out;
+}
+
+std::shared_ptr<Module> Module::make_clone() const {
+  EMBER_FAIL(type_name(),
+             ": clone() is not supported by this module type (it has no make_clone(), "
+             "which re-creates the module from its options)");
+}
+
+void Module::copy_state_into(Module& copy) const {
+  auto copy_tensors = [&](const NamedTensors& from, NamedTensors& to, const char* what) {
+    EMBER_CHECK(from.size() == to.size(), type_name(), ".clone: the copy has ", to.size(), " ",
+                what, "s but the original has ", from.size(),
+                " (make_clone() must re-create the same "
+                "configuration)");
+    for (size_t i = 0; i < from.size(); ++i) {
+      EMBER_CHECK(from[i].first == to[i].first, type_name(), ".clone: ", what, " '", from[i].first,
+                  "' is named '", to[i].first, "' in the copy");
+      const Tensor& source = from[i].second;
+      const Tensor& target = to[i].second;
+      if (target.requires_grad() != source.requires_grad()) {
+        Tensor handle = target;
+        handle.requires_grad_(source.requires_grad());
+      }
+      // set_data, not copy_: the copy takes the original's shape, dtype and device as they are
+      // now (after any to()), and the handles the copy's members hold follow.
+      target.set_data(source.detach().clone());
+    }
+  };
+  copy_tensors(parameters_, copy.parameters_, "parameter");
+  copy_tensors(buffers_, copy.buffers_, "buffer");
+  copy.training_ = training_;
+  EMBER_CHECK(children_.size() == copy.children_.size(), type_name(), ".clone: the copy has ",
+              copy.children_.size(), " children but the original has ", children_.size());
+  for (size_t i = 0; i < children_.size(); ++i) {
+    EMBER_CHECK(children_[i].first == copy.children_[i].first, type_name(), ".clone: child '",
+                children_[i].first, "' is named '", copy.children_[i].first, "' in the copy");
+    children_[i].second->copy_state_into(*copy.children_[i].second);
+  }
+}
+
+namespace {
+
+// Re-created modules initialise their parameters from the default generator; putting it back
+// makes clone() free of side effects (a training run draws the same numbers with or without it).
+class PreserveDefaultGenerator {
+ public:
+  PreserveDefaultGenerator() : saved_(default_generator().state()) {}
+  ~PreserveDefaultGenerator() { default_generator().set_state(saved_); }
+  PreserveDefaultGenerator(const PreserveDefaultGenerator&) = delete;
+  PreserveDefaultGenerator& operator=(const PreserveDefaultGenerator&) = delete;
+
+ private:
+  GeneratorState saved_;
+};
+
+}  // namespace
+
+std::shared_ptr<Module> Module::clone() const {
+  std::shared_ptr<Module> copy;
+  {
+    PreserveDefaultGenerator preserve;
+    copy = make_clone();
+  }
+  EMBER_CHECK(copy != nullptr, type_name(), ".clone: make_clone() returned nothing");
+  const Module& made = *copy;
+  EMBER_CHECK(typeid(made) == typeid(*this), type_name(), ".clone: make_clone() returned a ",
+              made.type_name(), ": a module type derived from another must override make_clone()");
+  NoGradGuard no_grad;
+  copy_state_into(*copy);
+  return copy;
 }
 
 }  // namespace ember::nn

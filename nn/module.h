@@ -89,8 +89,29 @@ class Module {
   // Nested, indented, like print(model) in PyTorch.
   std::string str() const;
 
+  // A deep copy: a new module of the same type and configuration, with copies of every parameter
+  // and buffer (same names, dtypes, devices, requires_grad) and the same training mode in every
+  // submodule; gradients are not copied. The copy shares no storage with this module. Each module
+  // type re-creates itself from its stored options (make_clone) and clone() then copies the state,
+  // as LibTorch's Cloneable; the default generator is left where it was, although the re-created
+  // modules draw their fresh initial values from it. A module shared by two parents is copied
+  // twice (tying is not kept). A type without make_clone() says so by name.
+  std::shared_ptr<Module> clone() const;
+
+  // Puts `module` in place of the child registered as `name` (same name, same place): how
+  // convert_sync_batchnorm swaps layers in a tree. Containers (Sequential, ModuleList,
+  // ResidualBlock) support it; other types keep typed handles to their children that would go
+  // stale, so they refuse by name unless they override this to update them.
+  virtual void replace_child(const std::string& name, std::shared_ptr<Module> module);
+
  protected:
   void add_child(const std::string& name, std::shared_ptr<Module> module);
+  // For replace_child overrides: swaps the registered child (the caller updates its handles).
+  void set_child(const std::string& name, std::shared_ptr<Module> module);
+  // For clone(): a new module of this type and configuration, children re-created the same way
+  // (make_clone_of(child)), values fresh; clone() copies the state over it afterwards.
+  virtual std::shared_ptr<Module> make_clone() const;
+  static std::shared_ptr<Module> make_clone_of(const Module& module) { return module.make_clone(); }
 
  private:
   void check_new_name(const std::string& name) const;
@@ -98,6 +119,7 @@ class Module {
   void collect(const std::string& prefix, bool recurse, bool want_parameters,
                NamedTensors& out) const;
   void str_into(std::string& out, int indent) const;
+  void copy_state_into(Module& copy) const;
 
   NamedTensors parameters_;
   NamedTensors buffers_;
@@ -106,6 +128,13 @@ class Module {
 };
 
 using ModulePtr = std::shared_ptr<Module>;
+
+// Module::clone() keeping the static type: `std::shared_ptr<Linear> copy = nn::clone(fc);`
+template <typename M>
+std::shared_ptr<M> clone(const std::shared_ptr<M>& module) {
+  EMBER_CHECK(module != nullptr, "nn::clone: the module handle is empty");
+  return std::static_pointer_cast<M>(module->clone());
+}
 
 // std::make_shared with a shorter name: `auto fc = nn::make<nn::Linear>(784, 10);`
 template <typename M, typename... Args>

@@ -18,6 +18,20 @@
 namespace ember {
 namespace {
 
+thread_local bool t_retain_graph = false;
+
+// Sets t_retain_graph for one backward pass; restores it after (passes may nest).
+class RetainGraphScope {
+ public:
+  explicit RetainGraphScope(bool retain) : previous_(t_retain_graph) { t_retain_graph = retain; }
+  ~RetainGraphScope() { t_retain_graph = previous_; }
+  RetainGraphScope(const RetainGraphScope&) = delete;
+  RetainGraphScope& operator=(const RetainGraphScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 struct ReadyOrder {
   bool operator()(const Node* a, const Node* b) const {
     const bool a_leaf = a->op() == OpId::accumulate_grad, b_leaf = b->op() == OpId::accumulate_grad;
@@ -49,6 +63,10 @@ Tensor validate(const Node& node, size_t index, Tensor grad) {
 }
 
 }  // namespace
+
+bool backward_retains_graph() {
+  return t_retain_graph;
+}
 
 Tensor sum_to(const Tensor& grad, const Shape& shape) {
   if (grad.sizes() == shape) return grad;
@@ -94,6 +112,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   EMBER_CHECK(roots.size() == gradients.size(), "backward: ", roots.size(), " roots but ",
               gradients.size(), " gradients");
   NoGradGuard no_grad;  // backward formulas record nothing (no higher-order gradients)
+  RetainGraphScope retain_scope(retain_graph);
   std::vector<std::function<void()>> final_callbacks;
   FinalCallbacksScope callbacks_scope(&final_callbacks);
 

@@ -12,8 +12,16 @@ namespace ember {
 // Nodes run when every gradient flowing into them has been summed (dependency counting), ready
 // nodes latest-created first, leaves' accumulators first of all. Iterative: any depth works.
 // Without `retain_graph` the nodes' saved tensors are freed as they run.
+//
+// Threads: backward passes may run concurrently in several threads (DataParallel runs one per
+// replica) over graphs that share leaves, whose accumulation is serialised, but not interior
+// nodes. Grad mode and autocast are per thread: a new thread starts with grad on, autocast off.
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients,
                   bool retain_graph);
+
+// Inside a node's apply(): whether the backward pass running it keeps the graph (retain_graph),
+// for nodes that run backward passes of their own (DataParallel's gather). False outside one.
+bool backward_retains_graph();
 
 // From a hook running inside a backward pass: `callback` runs once that pass has finished every
 // node, on the same thread (PyTorch's queue_callback; DDP finalises its buckets with it).

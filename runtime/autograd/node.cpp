@@ -16,7 +16,10 @@ thread_local std::vector<std::shared_ptr<Node>>* t_pending_release = nullptr;
 
 }  // namespace
 
-Node::Node(OpId op) : op_(op), sequence_nr_(g_next_sequence_nr.fetch_add(1)) {}
+Node::Node(OpId op) : op_(op), name_(op_name(op)), sequence_nr_(g_next_sequence_nr.fetch_add(1)) {}
+
+Node::Node(const char* name)
+    : op_(OpId::custom), name_(name), sequence_nr_(g_next_sequence_nr.fetch_add(1)) {}
 
 Node::~Node() {
   if (t_pending_release != nullptr) {
@@ -62,6 +65,10 @@ Tensor SavedTensor::unpack(const Node& owner) const {
 FunctionNode::FunctionNode(OpId op, std::vector<SavedTensor> saved, BackwardFn backward)
     : Node(op), saved_(std::move(saved)), backward_(std::move(backward)) {}
 
+FunctionNode::FunctionNode(const char* custom_name, std::vector<SavedTensor> saved,
+                           BackwardFn backward)
+    : Node(custom_name), saved_(std::move(saved)), backward_(std::move(backward)) {}
+
 std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
   EMBER_CHECK(!released_ || saved_.empty(), "backward through ", name(),
               " a second time: its saved tensors were freed by the first backward; pass "
@@ -85,6 +92,7 @@ AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf)
 std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
   Tensor leaf(leaf_);
   AutogradMeta& meta = *leaf_->autograd;
+  std::lock_guard<std::mutex> lock(mutex_);
   if (grad_output.defined()) {
     NoGradGuard no_grad;
     if (!meta.grad.defined()) {
@@ -108,6 +116,10 @@ std::shared_ptr<Node> gradient_edge(const Tensor& t) {
   if (!meta) return nullptr;
   if (meta->grad_fn) return meta->grad_fn;
   if (!meta->requires_grad) return nullptr;
+  // Threads recording ops on the same leaf at once must get one accumulator, not one each (two
+  // would accumulate unsynchronised, and the weak_ptr itself would be written concurrently).
+  static std::mutex accumulator_mutex;
+  std::lock_guard<std::mutex> lock(accumulator_mutex);
   std::shared_ptr<AccumulateGrad> accumulator = meta->accumulator.lock();
   if (!accumulator) {
     accumulator = std::make_shared<AccumulateGrad>(t.impl_ptr());
@@ -132,13 +144,35 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-std::shared_ptr<Node> record(OpId op, const std::vector<Tensor>& inputs, const Tensor& output,
-                             const std::vector<Tensor>& saved, BackwardFn backward) {
+namespace {
+
+std::vector<SavedTensor> save_all(const std::vector<Tensor>& saved) {
   std::vector<SavedTensor> saved_tensors;
   saved_tensors.reserve(saved.size());
   for (const Tensor& t : saved)
     saved_tensors.emplace_back(t);
-  auto node = std::make_shared<FunctionNode>(op, std::move(saved_tensors), std::move(backward));
+  return saved_tensors;
+}
+
+}  // namespace
+
+std::shared_ptr<Node> record(OpId op, const std::vector<Tensor>& inputs, const Tensor& output,
+                             const std::vector<Tensor>& saved, BackwardFn backward) {
+  auto node = std::make_shared<FunctionNode>(op, save_all(saved), std::move(backward));
+  set_history(node, inputs, output);
+  return node;
+}
+
+std::shared_ptr<Node> record_custom(const char* name, const std::vector<Tensor>& inputs,
+                                    const Tensor& output, const std::vector<Tensor>& saved,
+                                    BackwardFn backward) {
+  auto node = std::make_shared<FunctionNode>(name, save_all(saved), std::move(backward));
+  set_history(node, inputs, output);
+  return node;
+}
+
+void set_history(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs,
+                 const Tensor& output) {
   node->next.reserve(inputs.size());
   node->input_meta.reserve(inputs.size());
   for (const Tensor& input : inputs) {
@@ -154,7 +188,6 @@ std::shared_ptr<Node> record(OpId op, const std::vector<Tensor>& inputs, const T
   if (!impl->autograd) impl->autograd = std::make_shared<AutogradMeta>();
   impl->autograd->requires_grad = true;
   impl->autograd->grad_fn = node;
-  return node;
 }
 
 }  // namespace ember

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "runtime/autograd/op_list.h"
@@ -25,6 +26,8 @@ struct InputMeta {
 class Node {
  public:
   explicit Node(OpId op);
+  // A node defined above runtime/ (OpId::custom); `name` (a string literal) names it in errors.
+  explicit Node(const char* name);
   virtual ~Node();  // releases long chains iteratively, so a 100,000-op graph cannot overflow
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
@@ -35,7 +38,7 @@ class Node {
   virtual void release_saved() {}
 
   OpId op() const { return op_; }
-  const char* name() const { return op_name(op_); }
+  const char* name() const { return name_; }
   uint64_t sequence_nr() const { return sequence_nr_; }
 
   std::vector<std::shared_ptr<Node>> next;
@@ -43,6 +46,7 @@ class Node {
 
  private:
   OpId op_;
+  const char* name_;
   uint64_t sequence_nr_;
 };
 
@@ -69,6 +73,7 @@ using BackwardFn =
 class FunctionNode final : public Node {
  public:
   FunctionNode(OpId op, std::vector<SavedTensor> saved, BackwardFn backward);
+  FunctionNode(const char* custom_name, std::vector<SavedTensor> saved, BackwardFn backward);
   std::vector<Tensor> apply(const Tensor& grad_output) override;
   void release_saved() override;
 
@@ -78,7 +83,9 @@ class FunctionNode final : public Node {
   bool released_ = false;
 };
 
-// The sink of a leaf tensor: accumulates into leaf.grad, then runs the leaf's hooks.
+// The sink of a leaf tensor: accumulates into leaf.grad, then runs the leaf's hooks. Backward
+// passes running in several threads may share leaves (DataParallel, user threads): accumulation
+// into one leaf is serialised.
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);
@@ -87,6 +94,7 @@ class AccumulateGrad final : public Node {
 
  private:
   std::shared_ptr<TensorImpl> leaf_;
+  std::mutex mutex_;
 };
 
 struct AutogradMeta {
@@ -109,5 +117,14 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 // Call only when any_requires_grad(inputs). Returns the node.
 std::shared_ptr<Node> record(OpId op, const std::vector<Tensor>& inputs, const Tensor& output,
                              const std::vector<Tensor>& saved, BackwardFn backward);
+// As record(), for an op defined above runtime/ (SyncBatchNorm): `name`, a string literal, names
+// its node in errors.
+std::shared_ptr<Node> record_custom(const char* name, const std::vector<Tensor>& inputs,
+                                    const Tensor& output, const std::vector<Tensor>& saved,
+                                    BackwardFn backward);
+// Makes `node` the grad_fn of `output`, with an edge to each of `inputs` that requires grad: what
+// record() does, for a Node subclass of one's own (DataParallel's gather).
+void set_history(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs,
+                 const Tensor& output);
 
 }  // namespace ember

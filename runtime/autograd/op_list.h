@@ -86,6 +86,8 @@ enum class OpId {
   EMBER_DIFFERENTIABLE_OPS(EMBER_OP_ENUM)
 #undef EMBER_OP_ENUM
       accumulate_grad,  // the leaf sink, not an op: not gradient-checked
+  custom,               // a node defined above runtime/ (DataParallel, SyncBatchNorm), named by
+                        // its maker and gradient-checked by its own tests
 };
 
 inline constexpr const char* kOpNames[] = {
@@ -93,6 +95,7 @@ inline constexpr const char* kOpNames[] = {
     EMBER_DIFFERENTIABLE_OPS(EMBER_OP_NAME)
 #undef EMBER_OP_NAME
         "accumulate_grad",
+    "custom",
 };
 
 inline constexpr size_t kNumDifferentiableOps = static_cast<size_t>(OpId::accumulate_grad);
