@@ -1,0 +1,112 @@
+// How much of DDP's gradient allreduce hides behind backward, for ember's resnet9 (Fashion-MNIST
+// images padded to 32x32, as ember train feeds it):
+//
+//   mpirun -np 2 build/bin/ember_ddp_overlap [--batch 32] [--size 16] [--steps 12]
+//                                            [--bucket-cap-mb 25]
+//
+// Per step: the time from the end of backward on the slowest rank to the last bucket's
+// completion (exposed communication), and, separately, the time the same buckets
+// take to allreduce one after another with nothing else running (all communication). Hidden =
+// 1 - exposed / all, from the medians over steps (the first two steps, which build and rebuild
+// the buckets, are not counted). Rank 0 prints one Markdown row: ranks | batch per rank | model
+// width | bucket_cap_mb | buckets | parameter MB | backward ms | allreduce ms | hidden.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "distributed/ddp.h"
+#include "distributed/world.h"
+#include "nn/models.h"
+#include "runtime/ops.h"
+#include "runtime/random.h"
+
+using namespace ember;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t batch = 32, size = 16, steps = 12;
+  double bucket_cap_mb = 25;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--batch") == 0) batch = std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--size") == 0) size = std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--bucket-cap-mb") == 0) bucket_cap_mb = std::atof(argv[i + 1]);
+  }
+  auto world = dist::init();
+  auto model = nn::resnet9(1, 10, size);
+  dist::DdpOptions options;
+  options.bucket_cap_mb = bucket_cap_mb;
+  auto ddp = nn::make<dist::DistributedDataParallel>(model, world, options);
+  Generator generator(world->rank());
+  Tensor images = randn({batch, 1, 32, 32}, {}, &generator);
+  Tensor labels = randint(0, 10, {batch}, DType::i64, &generator);
+
+  std::vector<double> exposed, backward_times, all_communication;
+  for (int64_t step = 0; step < steps; ++step) {
+    model->zero_grad();
+    const auto start = Clock::now();
+    cross_entropy((*ddp)(images), labels).backward();
+    const auto& timeline = ddp->reducer().timeline();
+    Clock::time_point backward_end{}, last_done{};
+    for (const auto& event : timeline) {
+      if (event.kind == dist::ReducerEvent::Kind::backward_finished) backward_end = event.time;
+      if (event.kind == dist::ReducerEvent::Kind::bucket_done) last_done = event.time;
+    }
+    // The same buckets, reduced with nothing else to do.
+    std::vector<Tensor> buffers;
+    for (const auto& bucket : ddp->reducer().bucket_parameters()) {
+      int64_t numel = 0;
+      for (size_t index : bucket)
+        numel += model->parameters()[index].numel();
+      buffers.push_back(zeros({numel}));
+    }
+    world->barrier()->wait();
+    const auto communication_start = Clock::now();
+    for (Tensor& buffer : buffers)
+      world->allreduce(buffer)->wait();
+    const double communication = seconds_between(communication_start, Clock::now());
+    // A rank that finishes backward early waits for the slowest one: that is imbalance, not
+    // communication. Exposed time counts from the last rank's end of backward (steady_clock is
+    // one clock for all the processes of one machine).
+    Tensor ends = full({1}, std::chrono::duration<double>(backward_end.time_since_epoch()).count(),
+                       DType::f64);
+    world->allreduce(ends, dist::ReduceOp::max)->wait();
+    const double last_backward_end = ends.item<double>();
+    const double done = std::chrono::duration<double>(last_done.time_since_epoch()).count();
+    if (step < 2) continue;
+    exposed.push_back(std::max(0.0, done - last_backward_end));
+    backward_times.push_back(seconds_between(start, backward_end));
+    all_communication.push_back(communication);
+  }
+  const double hidden = 1.0 - median(exposed) / median(all_communication);
+  if (world->rank() == 0) {
+    int64_t parameters = 0;
+    for (const Tensor& p : model->parameters())
+      parameters += p.numel();
+    std::printf("| %d | %lld | %lld | %g | %zu | %.1f | %.2f | %.2f | %.0f%% |\n", world->size(),
+                static_cast<long long>(batch), static_cast<long long>(size), bucket_cap_mb,
+                ddp->reducer().bucket_parameters().size(), parameters * 4 / 1e6,
+                median(backward_times) * 1e3, median(all_communication) * 1e3,
+                std::max(0.0, hidden) * 100);
+  }
+  ddp.reset();
+  world.reset();
+  dist::finalize();
+  return 0;
+}
