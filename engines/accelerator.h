@@ -34,7 +34,7 @@ struct AcceleratorOptions {
   int64_t gradient_accumulation_steps = 1;
   // The engine family: auto | cpu | cuda | ddp ...; mixed precision picks its AMP form.
   std::string engine = "auto";
-  EnginePtr engine_instance;  // used as is when set
+  EnginePtr engine_instance = {};  // used as is when set
 };
 
 class Accelerator;

@@ -87,16 +87,16 @@ class AccuracyCallback : public ICallback {
 };
 
 struct CheckpointOptions {
-  std::string logdir;
+  std::string logdir = {};
   std::string loader_key = "valid";
   std::string metric_key = "loss";
   bool minimize = true;
   // best.ckpt always holds the best epoch; with topk > 1 the topk best epochs are also kept as
   // epoch-NNNN.ckpt. last.ckpt holds the latest epoch.
   int64_t topk = 1;
-  std::string resume;  // a checkpoint to continue from (its epoch, components, RNG, best list)
+  std::string resume = {};  // a checkpoint to continue from (its epoch, components, RNG, best list)
   // Recorded in every checkpoint; a resume whose values differ is refused (same flags needed).
-  Metadata run_identity;
+  Metadata run_identity = {};
   std::ostream* out = nullptr;  // "resuming from ..." (master only)
 };
 

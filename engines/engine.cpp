@@ -77,17 +77,9 @@ Components IEngine::init_components(const ModelFn& model_fn, const CriterionFn& 
   EMBER_CHECK(parts.model != nullptr, "init_components: model_fn returned an empty model");
   sync_device(*parts.model);
   if (criterion_fn) parts.criterion = criterion_fn();
-  if (optimizer_fn) {
-    parts.optimizer = optimizer_fn(*parts.model);
-    EMBER_CHECK(parts.optimizer != nullptr,
-                "init_components: optimizer_fn returned an empty optimizer");
-  }
-  if (scheduler_fn) {
-    EMBER_CHECK(parts.optimizer != nullptr,
-                "init_components: a scheduler_fn needs an optimizer_fn (the scheduler drives "
-                "the optimizer's learning rate)");
-    parts.scheduler = scheduler_fn(*parts.optimizer);
-  }
+  if (optimizer_fn) parts.optimizer = optimizer_fn(*parts.model);
+  // An evaluation-only run has no optimizer, hence no scheduler.
+  if (scheduler_fn && parts.optimizer) parts.scheduler = scheduler_fn(*parts.optimizer);
   return parts;
 }
 

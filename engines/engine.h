@@ -56,10 +56,10 @@ using OptimizerFn = std::function<std::shared_ptr<optim::Optimizer>(nn::Module& 
 using SchedulerFn = std::function<std::shared_ptr<optim::LRScheduler>(optim::Optimizer& optimizer)>;
 
 struct Components {
-  nn::ModulePtr model;
-  Criterion criterion;
-  std::shared_ptr<optim::Optimizer> optimizer;
-  std::shared_ptr<optim::LRScheduler> scheduler;  // may be empty
+  nn::ModulePtr model = {};
+  Criterion criterion = {};
+  std::shared_ptr<optim::Optimizer> optimizer = {};
+  std::shared_ptr<optim::LRScheduler> scheduler = {};  // may be empty
 };
 
 enum class SyncMode { sum, mean, all_gather };
@@ -104,7 +104,7 @@ class IEngine {
 
   // ---- components ----
   // model_fn(), placed; criterion_fn(); optimizer_fn(model); scheduler_fn(optimizer). A missing
-  // criterion_fn or scheduler_fn leaves that part empty.
+  // function, or one returning nothing, leaves that part empty (no optimizer: no scheduler).
   virtual Components init_components(const ModelFn& model_fn, const CriterionFn& criterion_fn,
                                      const OptimizerFn& optimizer_fn,
                                      const SchedulerFn& scheduler_fn);

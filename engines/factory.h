@@ -23,7 +23,7 @@
 namespace ember::engines {
 
 struct EngineOptions {
-  std::optional<DType> precision;  // amp, o2 and their data-parallel forms: f16 or bf16
+  std::optional<DType> precision = {};  // amp, o2 and their data-parallel forms: f16 or bf16
 };
 
 // Throws for an unknown name (listing the known ones) and for an engine this machine or build

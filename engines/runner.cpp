@@ -77,12 +77,9 @@ void IRunner::run() {
   try {
     const std::vector<std::string> stage_names = stages();
     EMBER_CHECK(!stage_names.empty(), "runner: stages() is empty; a run needs one stage at least");
-    bool experiment_started = false;
-    for (const std::string& name : stage_names) {
-      run_stage(name);
-      experiment_started = true;
-    }
-    if (experiment_started) run_event(&ICallback::on_experiment_end);
+    for (size_t i = 0; i < stage_names.size(); ++i)
+      run_stage(stage_names[i], /*first=*/i == 0);
+    run_event(&ICallback::on_experiment_end);
   } catch (...) {
     try {
       run_event(&ICallback::on_exception);
@@ -99,7 +96,7 @@ void IRunner::run() {
   engine->deinit_components();
 }
 
-void IRunner::run_stage(const std::string& stage_name) {
+void IRunner::run_stage(const std::string& stage_name, bool first) {
   stage = stage_name;
   stage_len = get_stage_len(stage);
   EMBER_CHECK(stage_len >= 1, "runner: stage '", stage, "' has ", stage_len,
@@ -142,7 +139,7 @@ void IRunner::run_stage(const std::string& stage_name) {
   epoch = 0;
   batch_step = 0;
   need_early_stop = false;
-  if (stage_name == stages().front()) run_event(&ICallback::on_experiment_start);
+  if (first) run_event(&ICallback::on_experiment_start);
   run_event(&ICallback::on_stage_start);
   for (auto& [name, logger] : loggers)
     logger->start(*this);

@@ -105,7 +105,7 @@ class IRunner {
   double epoch_metric(const std::string& loader_name, const std::string& key) const;
 
  private:
-  void run_stage(const std::string& stage_name);
+  void run_stage(const std::string& stage_name, bool first);
   void run_loader();
   void run_event(void (ICallback::*event)(IRunner&));
 
@@ -118,12 +118,12 @@ class IRunner {
 
 // The tutorial's train(...) parameters.
 struct TrainOptions {
-  nn::ModulePtr model;
-  Criterion criterion;
-  std::shared_ptr<optim::Optimizer> optimizer;  // or optimizer_fn (needed by the O2 engines)
-  std::shared_ptr<optim::LRScheduler> scheduler;
-  Loaders loaders;
-  std::string logdir;  // empty: no checkpoints, no file logs
+  nn::ModulePtr model = {};
+  Criterion criterion = {};
+  std::shared_ptr<optim::Optimizer> optimizer = {};  // or optimizer_fn (needed by the O2 engines)
+  std::shared_ptr<optim::LRScheduler> scheduler = {};
+  Loaders loaders = {};
+  std::string logdir = {};  // empty: no checkpoints, no file logs
   int64_t num_epochs = 1;
   bool verbose = false;  // progress bar and console logger
   std::string valid_loader = "valid";
@@ -131,17 +131,17 @@ struct TrainOptions {
   bool minimize_valid_metric = true;
   // "auto", "cpu", "amp", ... (engines/factory.h); `engine_instance` wins when set.
   std::string engine = "auto";
-  EnginePtr engine_instance;
+  EnginePtr engine_instance = {};
   bool ddp = false;  // the tutorial's shortcuts: engine "ddp", "amp", "ddp-amp"
   bool amp = false;
-  Callbacks callbacks;  // added to (or replacing, by name) the defaults
+  Callbacks callbacks = {};  // added to (or replacing, by name) the defaults
   uint64_t seed = 42;
-  std::string resume;  // a checkpoint to continue from
+  std::string resume = {};  // a checkpoint to continue from
   // Built after the engine placed the model: the O2 engines need it so (master weights).
-  OptimizerFn optimizer_fn;
-  SchedulerFn scheduler_fn;
+  OptimizerFn optimizer_fn = {};
+  SchedulerFn scheduler_fn = {};
   bool use_default_loggers = true;  // console (verbose), CSV and TensorBoard (logdir)
-  Loggers loggers;
+  Loggers loggers = {};
 };
 
 // criterion(model(features), targets) with Catalyst's defaults: callbacks criterion, backward,
