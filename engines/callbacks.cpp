@@ -186,8 +186,7 @@ void AccuracyCallback::on_batch_end(IRunner& runner) {
     const Tensor value = scalar_tensor(correct / n, DType::f64);
     char name[32];
     std::snprintf(name, sizeof(name), "accuracy%02lld", static_cast<long long>(k));
-    runner.batch_metrics[name] = value;
-    if (k == 1) runner.batch_metrics["accuracy"] = value;
+    runner.batch_metrics[k == 1 ? "accuracy" : name] = value;
   }
 }
 

@@ -73,8 +73,8 @@ class SchedulerCallback : public ICallback {
   Mode mode_;
 };
 
-// "accuracy" (top-1) and "accuracyNN" for each k of topk: the share of rows whose target is among
-// the k largest logits (ties counted in the target's favour).
+// "accuracy" (top-1) and "accuracyNN" for each other k of topk: the share of rows whose target is
+// among the k largest logits (ties counted in the target's favour).
 class AccuracyCallback : public ICallback {
  public:
   explicit AccuracyCallback(std::string input_key = "logits", std::string target_key = "targets",
