@@ -210,16 +210,20 @@ void CheckpointCallback::on_stage_start(IRunner& runner) {
   last_was_best_ = false;
   if (runner.engine->is_master_process()) std::filesystem::create_directories(options_.logdir);
   if (options_.resume.empty()) return;
-  EMBER_CHECK(std::filesystem::exists(options_.resume), "resume: no checkpoint at '",
-              options_.resume, "' (train without resume first, or check the path)");
-  const Checkpoint checkpoint = runner.engine->load_checkpoint(options_.resume);
+  // A run's logdir stands for its last checkpoint.
+  const std::string path = std::filesystem::is_directory(options_.resume)
+                               ? options_.resume + "/last.ckpt"
+                               : options_.resume;
+  EMBER_CHECK(std::filesystem::exists(path), "resume: no checkpoint at '", path,
+              "' (train without resume first, or check the path)");
+  const Checkpoint checkpoint = runner.engine->load_checkpoint(path);
   for (const auto& [key, value] : options_.run_identity) {
     const bool has = checkpoint.metadata.count(run_key(key)) > 0;
-    EMBER_CHECK(has && checkpoint.meta(run_key(key)) == value, "resume: ", options_.resume,
-                " was made with ", key, " = ", has ? checkpoint.meta(run_key(key)) : "(none)",
-                ", this run asks for ", value, "; resume with the same flags");
+    EMBER_CHECK(has && checkpoint.meta(run_key(key)) == value, "resume: ", path, " was made with ",
+                key, " = ", has ? checkpoint.meta(run_key(key)) : "(none)", ", this run asks for ",
+                value, "; resume with the same flags");
   }
-  EMBER_CHECK(checkpoint.metadata.count("checkpoint.epoch"), "resume: ", options_.resume,
+  EMBER_CHECK(checkpoint.metadata.count("checkpoint.epoch"), "resume: ", path,
               " has no checkpoint.epoch: it was not written by a CheckpointCallback");
   runner.engine->unpack_checkpoint(checkpoint, runner.model.get(), runner.optimizer.get(),
                                    runner.scheduler.get());
@@ -234,7 +238,7 @@ void CheckpointCallback::on_stage_start(IRunner& runner) {
       best_.emplace_back(std::stoll(item.substr(0, colon)), std::stod(item.substr(colon + 1)));
   }
   if (options_.out && runner.engine->is_master_process())
-    *options_.out << "resuming from " << options_.resume << " after epoch " << runner.epoch << "\n";
+    *options_.out << "resuming from " << path << " after epoch " << runner.epoch << "\n";
 }
 
 void CheckpointCallback::on_epoch_end(IRunner& runner) {

@@ -94,7 +94,9 @@ struct CheckpointOptions {
   // best.ckpt always holds the best epoch; with topk > 1 the topk best epochs are also kept as
   // epoch-NNNN.ckpt. last.ckpt holds the latest epoch.
   int64_t topk = 1;
-  std::string resume = {};  // a checkpoint to continue from (its epoch, components, RNG, best list)
+  // A checkpoint to continue from (its epoch, components, RNG and best list), or a logdir (its
+  // last.ckpt).
+  std::string resume = {};
   // Recorded in every checkpoint; a resume whose values differ is refused (same flags needed).
   Metadata run_identity = {};
   std::ostream* out = nullptr;  // "resuming from ..." (master only)

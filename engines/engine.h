@@ -10,6 +10,20 @@
 // work (sync_tensor, barrier) is written once here in terms of process_group(); a single-process
 // engine has none, and world size 1 makes every collective the identity.
 //
+// A data-parallel engine derives from DeviceEngine (from AMPEngine / O2Engine for its mixed-
+// precision forms, engines/device_engines.h) and overrides:
+//   name()                      "ddp", "ddp-amp-bf16 cuda:0", ...
+//   process_group(), is_ddp()   the world (dist::init()) and true: sync_tensor, barrier, metric
+//                               averaging, rank-0-only logs and checkpoints and seed + rank follow
+//   sync_device(nn::Module&)    place the model, broadcast parameters and buffers from rank 0 and
+//                               attach the gradient reducer (the one place the runner and the
+//                               Accelerator both go through)
+//   backward_loss / no_sync     run backward through the reducer; suspend its reduction in no_sync
+//   shard_loader                rebuild the loader over a DistributedSampler(rank, world size)
+//   deinit_components           a barrier before the process group is released
+// and fills in its `make` in engine_table() (engines/factory.cpp). The runner, callbacks, loggers
+// and Accelerator need no change.
+//
 // Differences from Catalyst's interface: rank() is 0 (not -1) outside DDP, so that it can be used
 // as an index and added to seeds; optimizer_step returns whether the step ran (a GradScaler skips
 // steps whose gradients hold Inf/NaN).

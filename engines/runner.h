@@ -136,7 +136,7 @@ struct TrainOptions {
   bool amp = false;
   Callbacks callbacks = {};  // added to (or replacing, by name) the defaults
   uint64_t seed = 42;
-  std::string resume = {};  // a checkpoint to continue from
+  std::string resume = {};  // a checkpoint to continue from, or a logdir (its last.ckpt)
   // Built after the engine placed the model: the O2 engines need it so (master weights).
   OptimizerFn optimizer_fn = {};
   SchedulerFn scheduler_fn = {};

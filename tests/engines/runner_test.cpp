@@ -327,6 +327,16 @@ TEST(Runner, BadInputSaysWhatToDo) {
                                   .engine = "cpu",
                                   .resume = "/nonexistent/last.ckpt"}),
                     "no checkpoint at '/nonexistent/last.ckpt'");
+  // A logdir stands for its last checkpoint.
+  const std::string empty_logdir = fresh_dir("bad_resume");
+  const std::string expected = "no checkpoint at '" + empty_logdir + "/last.ckpt'";
+  EXPECT_ERROR_WITH(runner.train({.model = testing::mlp(),
+                                  .loaders = {{"train", testing::loader(8, 4, false)},
+                                              {"valid", testing::loader(8, 4, false)}},
+                                  .logdir = fresh_dir("bad4"),
+                                  .engine = "cpu",
+                                  .resume = empty_logdir}),
+                    expected.c_str());
   // A metric nobody computes.
   EXPECT_ERROR_WITH(runner.train({.model = testing::mlp(),
                                   .criterion = cross_entropy_loss,
