@@ -346,6 +346,8 @@ TEST(Runner, BadInputSaysWhatToDo) {
                                   .valid_metric = "accuracy",
                                   .engine = "cpu"}),
                     "no metric 'accuracy' for loader 'valid'", "valid/loss");
+  for (const std::string name : {"bad", "bad2", "bad3", "bad4", "bad_resume"})
+    std::filesystem::remove_all(fresh_dir(name));
   EXPECT_ERROR_WITH(AccuracyCallback("logits", "targets", {0}), "topk values must be 1 or more");
   EXPECT_ERROR_WITH(OptimizerCallback({.accumulation_steps = 0}), "accumulation_steps");
 }
