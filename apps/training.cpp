@@ -133,9 +133,9 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
       data::DataLoaderOptions{.batch_size = 512,
                               .transforms = {data::pad(2), data::normalize({0.5}, {0.5})}}));
 
-  // ---- model; the optimizer and schedule are built once the engine has placed it ----
-  manual_seed(config.seed);
-  auto model = nn::resnet9(1, 10, config.model_size);
+  // ---- the model is built once the runner has seeded the RNG (seed + rank), the optimizer and
+  // schedule once the engine has placed it ----
+  const int64_t model_size = config.model_size;
   const int64_t epochs = config.epochs;
   const double lr = config.lr;
 
@@ -160,16 +160,22 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
   if (config.stop_after > 0)
     callbacks.emplace_back("stop_after", std::make_shared<StopAfterEpochs>(config.stop_after));
 
-  if (engine->is_master_process()) {
-    out << "ember train: resnet9(size " << config.model_size << ", " << model->num_parameters()
+  const auto announce = [&](int64_t parameters) {
+    if (!engine->is_master_process()) return;
+    out << "ember train: resnet9(size " << config.model_size << ", " << parameters
         << " parameters) on " << engine->name() << ", Fashion-MNIST " << train_set->size()
         << " train / " << valid_set->size() << " valid images, batch " << batch_size << ", Adam lr "
-        << config.lr << ", " << config.epochs << " epochs\n";
-  }
+        << config.lr << ", " << config.epochs << " epochs\n"
+        << std::flush;
+  };
 
   engines::SupervisedRunner runner;
   runner.train({
-      .model = model,
+      .model_fn = [&]() -> nn::ModulePtr {
+        auto model = nn::resnet9(1, 10, model_size);
+        announce(model->num_parameters());
+        return model;
+      },
       .criterion = [](const Tensor& logits,
                       const Tensor& targets) { return cross_entropy(logits, targets); },
       .loaders = {{"train", train_loader}, {"valid", valid_loader}},

@@ -221,7 +221,9 @@ void IRunner::run_loader() {
 // ---- SupervisedRunner ----
 
 void SupervisedRunner::train(TrainOptions options) {
-  EMBER_CHECK(options.model != nullptr, "train: a model is required");
+  EMBER_CHECK(options.model != nullptr || options.model_fn != nullptr,
+              "train: a model (or model_fn) is required");
+  EMBER_CHECK(!(options.model && options.model_fn), "train: pass model or model_fn, not both");
   EMBER_CHECK(!options.loaders.empty(),
               "train: loaders is empty; pass at least a \"train\" loader");
   EMBER_CHECK(options.num_epochs >= 1, "train: num_epochs must be 1 or more, got ",
@@ -269,6 +271,10 @@ Loggers SupervisedRunner::get_loggers() {
   for (const auto& entry : options_.loggers)
     result.push_back(entry);
   return result;
+}
+
+nn::ModulePtr SupervisedRunner::get_model(const std::string&) {
+  return options_.model_fn ? options_.model_fn() : options_.model;
 }
 
 std::shared_ptr<optim::Optimizer> SupervisedRunner::get_optimizer(const std::string&,

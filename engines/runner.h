@@ -118,7 +118,9 @@ class IRunner {
 
 // The tutorial's train(...) parameters.
 struct TrainOptions {
+  // The model, or model_fn to build it after the runner has seeded the RNG (seed + rank).
   nn::ModulePtr model = {};
+  ModelFn model_fn = {};
   Criterion criterion = {};
   std::shared_ptr<optim::Optimizer> optimizer = {};  // or optimizer_fn (needed by the O2 engines)
   std::shared_ptr<optim::LRScheduler> scheduler = {};
@@ -155,7 +157,7 @@ class SupervisedRunner : public IRunner {
   Loggers get_loggers() override;
   int64_t get_stage_len(const std::string&) override { return options_.num_epochs; }
   Loaders get_loaders(const std::string&) override { return options_.loaders; }
-  nn::ModulePtr get_model(const std::string&) override { return options_.model; }
+  nn::ModulePtr get_model(const std::string&) override;
   Criterion get_criterion(const std::string&) override { return options_.criterion; }
   std::shared_ptr<optim::Optimizer> get_optimizer(const std::string&, nn::Module&) override;
   std::shared_ptr<optim::LRScheduler> get_scheduler(const std::string&, optim::Optimizer&) override;

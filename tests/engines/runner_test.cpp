@@ -299,9 +299,26 @@ TEST(Runner, AccuracyTopKAndCheckpointTopKAndEarlyStopping) {
   std::filesystem::remove_all(logdir);
 }
 
+TEST(Runner, ModelFnBuildsTheModelAfterSeeding) {
+  GeneratorState seen;
+  SupervisedRunner runner;
+  runner.train({.model_fn =
+                    [&] {
+                      seen = default_generator().state();
+                      return testing::mlp();
+                    },
+                .loaders = {{"train", testing::loader(8, 4, false)}},
+                .engine = "cpu",
+                .seed = 77});
+  EXPECT_EQ(seen, (GeneratorState{77, 0}));
+}
+
 TEST(Runner, BadInputSaysWhatToDo) {
   SupervisedRunner runner;
-  EXPECT_ERROR_WITH(runner.train({}), "a model is required");
+  EXPECT_ERROR_WITH(runner.train({}), "a model (or model_fn) is required");
+  EXPECT_ERROR_WITH(
+      runner.train({.model = testing::mlp(), .model_fn = [] { return testing::mlp(); }}),
+      "pass model or model_fn, not both");
   EXPECT_ERROR_WITH(runner.train({.model = testing::mlp()}), "loaders is empty");
   EXPECT_ERROR_WITH(runner.train({.model = testing::mlp(),
                                   .loaders = {{"train", testing::loader(8, 4, false)}},
