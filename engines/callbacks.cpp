@@ -178,8 +178,14 @@ void AccuracyCallback::on_batch_end(IRunner& runner) {
   EMBER_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
               "AccuracyCallback: expected logits (N, C) and targets (N), got ",
               shape_str(logits.sizes()), " and ", shape_str(targets.sizes()));
-  const Tensor target_logit = gather(logits, 1, targets.to(DType::i64).unsqueeze(1));
-  const Tensor rank = sum(gt(logits, target_logit), {1});
+  const Tensor target_index = targets.to(DType::i64).unsqueeze(1);  // (N, 1)
+  const Tensor target_logit = gather(logits, 1, target_index);
+  // Ties rank the lower class index first, as argmax does (16-bit logits tie often).
+  const Tensor class_index = arange(logits.size(1), DType::i64).unsqueeze(0);  // (1, C)
+  const Tensor ahead = add(
+      gt(logits, target_logit).to(DType::i64),
+      mul(eq(logits, target_logit).to(DType::i64), lt(class_index, target_index).to(DType::i64)));
+  const Tensor rank = sum(ahead, {1});
   const double n = static_cast<double>(logits.size(0));
   for (int64_t k : topk_) {
     const double correct = sum(lt(rank, scalar_tensor(k, rank.dtype()))).item<double>();

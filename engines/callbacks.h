@@ -74,7 +74,7 @@ class SchedulerCallback : public ICallback {
 };
 
 // "accuracy" (top-1) and "accuracyNN" for each other k of topk: the share of rows whose target is
-// among the k largest logits (ties counted in the target's favour).
+// among the k largest logits (among equal logits the lower class index ranks first, as argmax).
 class AccuracyCallback : public ICallback {
  public:
   explicit AccuracyCallback(std::string input_key = "logits", std::string target_key = "targets",

@@ -313,6 +313,31 @@ TEST(Runner, ModelFnBuildsTheModelAfterSeeding) {
   EXPECT_EQ(seen, (GeneratorState{77, 0}));
 }
 
+// A runner holding a batch, to call callbacks directly.
+class BareRunner : public IRunner {
+ public:
+  int64_t get_stage_len(const std::string&) override { return 1; }
+  Loaders get_loaders(const std::string&) override { return {}; }
+  nn::ModulePtr get_model(const std::string&) override { return nullptr; }
+  void handle_batch(const data::Batch&) override {}
+};
+
+TEST(Runner, AccuracyBreaksTiesAsArgmax) {
+  BareRunner runner;
+  // Row 0: the target (1) ties with class 0, which ranks first; row 1: it ties with class 2, after.
+  runner.batch["logits"] = from_vector(std::vector<float>{1, 1, 0, 0, 2, 2}, {2, 3});
+  runner.batch["targets"] = from_vector(std::vector<int64_t>{1, 1}, {2}, DType::i64);
+  AccuracyCallback accuracy("logits", "targets", {1, 2});
+  accuracy.on_batch_end(runner);
+  EXPECT_DOUBLE_EQ(runner.batch_metrics.at("accuracy").item<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(runner.batch_metrics.at("accuracy02").item<double>(), 1.0);
+  EXPECT_EQ(argmax(runner.batch["logits"], 1).select(0, 0).item<int64_t>(), 0);
+  runner.batch["logits"] = from_vector(std::vector<float>{1, 2, 3}, {3});
+  EXPECT_ERROR_WITH(accuracy.on_batch_end(runner), "expected logits (N, C) and targets (N)");
+  runner.batch.erase("logits");
+  EXPECT_ERROR_WITH(accuracy.on_batch_end(runner), "the batch has no 'logits'", "targets");
+}
+
 TEST(Runner, BadInputSaysWhatToDo) {
   SupervisedRunner runner;
   EXPECT_ERROR_WITH(runner.train({}), "a model (or model_fn) is required");
