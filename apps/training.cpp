@@ -92,7 +92,8 @@ engines::EnginePtr make_train_engine(const TrainConfig& config) {
       try {
         return std::make_shared<engines::AMPEngine>(device, precision);
       } catch (const Error& error) {
-        EMBER_FAIL("engine '", device_name, "': ", error.what(), " (or pick --engine auto)");
+        EMBER_FAIL("engine '", device_name, "': ", error.what(),
+                   " (pick engine cpu, or auto: the CPU when no GPU is visible)");
       }
     }
     name = device_name + "-amp";  // under mpirun: ddp-amp

@@ -80,7 +80,8 @@ EnginePtr make_engine(const std::string& requested, const EngineOptions& options
     try {
       return std::make_shared<DeviceEngine>(device);
     } catch (const Error& error) {
-      EMBER_FAIL("engine '", name, "': ", error.what(), " (or pick --engine auto)");
+      EMBER_FAIL("engine '", name, "': ", error.what(),
+                 " (pick engine cpu, or auto: the CPU when no GPU is visible)");
     }
   }
   for (const EngineEntry& entry : engine_table()) {
@@ -94,7 +95,9 @@ EnginePtr make_engine(const std::string& requested, const EngineOptions& options
     try {
       return entry.make(options);
     } catch (const Error& error) {
-      EMBER_FAIL("engine '", name, "': ", error.what(), " (or pick --engine auto)");
+      EMBER_FAIL(
+          "engine '", name, "': ", error.what(),
+          name == "cuda" ? " (pick engine cpu, or auto: the CPU when no GPU is visible)" : "");
     }
   }
   EMBER_FAIL("unknown engine '", requested, "': expected one of ", known_names());
