@@ -7,5 +7,6 @@ int run_demo(int argc, char** argv);
 int run_version(int argc, char** argv);
 int run_ckpt(int argc, char** argv);
 int run_train(int argc, char** argv);
+int run_report(int argc, char** argv);
 
 }  // namespace ember::apps

@@ -13,6 +13,7 @@ void print_usage(std::ostream& os) {
         "\n"
         "commands:\n"
         "  train       train ResNet9 on Fashion-MNIST with the best engine for this machine\n"
+        "  report      draw a run's training curves as an SVG (ember report LOGDIR)\n"
         "  ckpt        inspect a checkpoint file (ember ckpt inspect FILE)\n"
         "  demo        fit a small regression with ember's tensors and autograd\n"
         "  version     print ember's version and build options\n"
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
     if (command == "version") return ember::apps::run_version(argc - 1, argv + 1);
     if (command == "ckpt") return ember::apps::run_ckpt(argc - 1, argv + 1);
     if (command == "train") return ember::apps::run_train(argc - 1, argv + 1);
+    if (command == "report") return ember::apps::run_report(argc - 1, argv + 1);
   } catch (const ember::Error& e) {
     std::cerr << "ember " << command << ": error: " << e.what() << "\n";
     return 1;

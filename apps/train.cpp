@@ -2,7 +2,8 @@
 //
 // Adam and MultiStepLR as the tutorial; images padded to 32x32 (ResNet9's four poolings need it),
 // shifted by up to 2 pixels and mirrored for training, normalised with mean 0.5 and std 0.5.
-// Prints a progress line while an epoch runs and a summary after it; writes metrics.csv,
+// Runs on engines::SupervisedRunner with the engine --engine names. Prints a progress line while an
+// epoch runs and a summary after it; writes metrics.csv, metrics.jsonl, TensorBoard events,
 // last.ckpt and best.ckpt (by valid accuracy) to the logdir; --resume continues from last.ckpt.
 #include <unistd.h>
 
@@ -26,9 +27,14 @@ constexpr const char* kUsage =
     "  --batch-size N      images per step (default 128)\n"
     "  --lr X              Adam's learning rate (default 0.002); MultiStepLR x0.3 at 60% and 85%\n"
     "  --model-size N      ResNet9's base width (default 16, as the tutorial)\n"
-    "  --amp MODE          none | fp16 | bf16: autocast (fp16 with a GradScaler) (default none)\n"
+    "  --engine E          auto | cpu | cuda | amp | o2 | dp | ddp | ddp-amp | ddp-o2 | daso\n"
+    "                      (default auto: ddp under mpirun, else cuda when a GPU is visible,\n"
+    "                      else cpu); amp: autocast, o2: f16/bf16 model with f32 master weights\n"
+    "  --amp MODE          none | fp16 | bf16: autocast (fp16 with a GradScaler) on the chosen\n"
+    "                      device, or the precision of amp/o2/ddp-amp/ddp-o2 (default none)\n"
     "  --device D          auto | cpu | cuda (default auto: cuda when a GPU is visible)\n"
-    "  --logdir DIR        metrics.csv, last.ckpt, best.ckpt (default ./logdir)\n"
+    "  --logdir DIR        metrics.csv/.jsonl, tensorboard/, last.ckpt, best.ckpt (default\n"
+    "                      ./logdir); `ember report DIR` draws the curves\n"
     "  --seed N            weights, shuffling and augmentation (default 42)\n"
     "  --resume            continue from DIR/last.ckpt (same flags as the run that wrote it)\n"
     "  --stop-after N      end this run after N epochs (continue later with --resume)\n"
@@ -53,8 +59,8 @@ int run_train(int argc, char** argv) {
     return 0;
   }
   const Flags flags(argc, argv,
-                    {"epochs", "batch-size", "lr", "model-size", "amp", "device", "logdir", "seed",
-                     "limit-train", "limit-valid", "data", "stop-after"},
+                    {"epochs", "batch-size", "lr", "model-size", "engine", "amp", "device",
+                     "logdir", "seed", "limit-train", "limit-valid", "data", "stop-after"},
                     {"resume", "quiet"});
   EMBER_CHECK(flags.positional().empty(), "train: unexpected argument '", flags.positional()[0],
               "' (see `ember train --help`)");
@@ -63,6 +69,9 @@ int run_train(int argc, char** argv) {
   config.batch_size = flags.integer("batch-size", 128, 1, 65536);
   config.lr = flags.number("lr", 2e-3, 1e-8, 10.0);
   config.model_size = flags.integer("model-size", 16, 1, 1024);
+  config.engine =
+      flags.choice("engine", "auto",
+                   {"auto", "cpu", "cuda", "amp", "o2", "dp", "ddp", "ddp-amp", "ddp-o2", "daso"});
   config.amp = flags.choice("amp", "none", {"none", "fp16", "bf16"});
   config.device = flags.choice("device", "auto", {"auto", "cpu", "cuda"});
   config.logdir = flags.text("logdir", "logdir");
@@ -80,7 +89,8 @@ int run_train(int argc, char** argv) {
   std::snprintf(summary, sizeof(summary), "best valid accuracy %.2f%% (epoch %lld), %s in all; ",
                 result.best_valid_accuracy * 100, static_cast<long long>(result.best_epoch),
                 format_duration(result.seconds).c_str());
-  std::cout << summary << config.logdir << "/metrics.csv, last.ckpt, best.ckpt\n";
+  std::cout << summary << config.logdir << "/metrics.csv, last.ckpt, best.ckpt (engine "
+            << result.engine << ")\n";
   return 0;
 }
 

@@ -1,20 +1,25 @@
-// The training loop behind `ember train`: data, model, optimizer, AMP, metrics, checkpoints.
+// `ember train` on the runner: Fashion-MNIST loaders, ResNet9, Adam and MultiStepLR handed to
+// engines::SupervisedRunner with the callbacks and loggers of a supervised run.
 #pragma once
 
 #include <cstdint>
 #include <ostream>
 #include <string>
 
+#include "engines/callbacks.h"
+#include "engines/engine.h"
+
 namespace ember::apps {
 
-enum class Progress { none, lines, live };  // live: one line redrawn in place (a terminal)
+using engines::Progress;
 
 struct TrainConfig {
   int64_t epochs = 3;
   int64_t batch_size = 128;
   double lr = 2e-3;
   int64_t model_size = 16;
-  std::string amp = "none";     // none | fp16 | bf16
+  std::string engine = "auto";  // auto | cpu | cuda | amp | o2 | dp | ddp | ddp-amp | ddp-o2 | daso
+  std::string amp = "none";     // none | fp16 | bf16: the AMP engine, or the precision of o2/ddp-*
   std::string device = "auto";  // auto | cpu | cuda
   std::string logdir = "logdir";
   uint64_t seed = 42;
@@ -31,7 +36,12 @@ struct TrainResult {
   int64_t best_epoch = 0;
   double last_valid_accuracy = 0;
   double seconds = 0;
+  std::string engine;  // the engine's name
 };
+
+// The engine the flags ask for: --engine, with --device choosing the device of auto/cpu/cuda and
+// --amp turning them into the AMP engine (or giving o2 and the ddp forms their precision).
+engines::EnginePtr make_train_engine(const TrainConfig& config);
 
 TrainResult train_resnet9(const TrainConfig& config, std::ostream& out);
 

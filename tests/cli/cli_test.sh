@@ -36,6 +36,17 @@ check "unknown flag" fails_saying "unknown flag --epoch" "$ember" train --epoch 
 check "bad integer" fails_saying "--epochs expects an integer, got 'two'" "$ember" train --epochs two
 check "bad choice" fails_saying "--amp must be one of {none, fp16, bf16}" "$ember" train --amp fp8
 check "missing data" fails_saying "does not exist" "$ember" train --data "$work/nowhere"
+check "bad engine" fails_saying "--engine must be one of {auto, cpu, cuda, amp, o2, dp, ddp" \
+  "$ember" train --engine tpu
+if "$ember" version 2>&1 | grep -q "CUDA devices visible: 0"; then
+  check "cuda engine without a GPU" fails_saying "engine 'cuda'" "$ember" train --engine cuda --data "$work/nowhere"
+fi
+check "ddp engine not yet wired" fails_saying "engine 'ddp' is not available yet" \
+  "$ember" train --engine ddp --data "$work/nowhere"
+check "device contradicts engine" fails_saying "contradicts --engine" \
+  "$ember" train --engine cpu --device cuda --data "$work/nowhere"
+check "report --help" bash -c "'$ember' report --help | grep -q LOGDIR"
+check "report without logs" fails_saying "no metrics.csv or metrics.jsonl" "$ember" report "$work"
 check "resume without checkpoint" fails_saying "no checkpoint at" \
   "$ember" train --data "$work/nowhere" --resume --logdir "$work/empty"
 
@@ -53,6 +64,14 @@ check "metrics have a header and two epochs" \
   bash -c "[ \$(wc -l < '$work/resumed/metrics.csv') -eq 3 ] && head -1 '$work/resumed/metrics.csv' | grep -q valid_accuracy"
 check "resume with other flags is refused" fails_saying "resume with the same flags" \
   "$ember" train "${small[@]}" --epochs 2 --model-size 8 --resume --logdir "$work/resumed"
+check "metrics.jsonl has two epochs" bash -c "[ \$(wc -l < '$work/resumed/metrics.jsonl') -eq 2 ]"
+check "tensorboard events written" bash -c "ls '$work/straight/tensorboard/' | grep -q '^events.out.tfevents.'"
+check "report draws the curves" bash -c "'$ember' report '$work/straight' && grep -q valid_accuracy '$work/straight/report.svg' && grep -q '</svg>' '$work/straight/report.svg'"
+check "--amp fp16 runs the AMP engine" bash -c "'$ember' train ${small[*]} --epochs 1 --amp fp16 --logdir '$work/amp' | grep -q 'engine amp-fp16 cpu'"
+check "o2 train 2 epochs" "$ember" train "${small[@]}" --epochs 2 --engine o2 --logdir "$work/o2_straight"
+check "o2 train 1 of 2 epochs" "$ember" train "${small[@]}" --epochs 2 --engine o2 --stop-after 1 --logdir "$work/o2_resumed"
+check "o2 resume" "$ember" train "${small[@]}" --epochs 2 --engine o2 --resume --logdir "$work/o2_resumed"
+check "o2 resumed run is byte-identical" cmp "$work/o2_straight/last.ckpt" "$work/o2_resumed/last.ckpt"
 check "ckpt inspect" bash -c "'$ember' ckpt inspect '$work/straight/best.ckpt' | grep -q 'model.0.0.weight  F32 (4,1,3,3)'"
 cp "$work/straight/last.ckpt" "$work/damaged.ckpt"
 printf '\x7f' | dd of="$work/damaged.ckpt" bs=1 seek=5000 conv=notrunc status=none

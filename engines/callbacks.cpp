@@ -1,0 +1,378 @@
+#include "engines/callbacks.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <ostream>
+#include <sstream>
+
+#include "engines/runner.h"
+#include "optim/grad_clip.h"
+#include "runtime/error.h"
+#include "runtime/ops.h"
+
+namespace ember::engines {
+namespace {
+
+const Tensor& batch_tensor(const IRunner& runner, const std::string& key, const char* callback) {
+  const auto found = runner.batch.find(key);
+  if (found != runner.batch.end()) return found->second;
+  std::string keys;
+  for (const auto& [name, tensor] : runner.batch)
+    keys += (keys.empty() ? "" : ", ") + name;
+  EMBER_FAIL(callback, ": the batch has no '", key, "' (it has {", keys,
+             "}); handle_batch must set it, or pass the key it uses");
+}
+
+// "run.<key>"; built by append (GCC 12 warns falsely about `run_key(key)`).
+std::string run_key(const std::string& key) {
+  return std::string("run.").append(key);
+}
+
+std::string exact(double value) {
+  char buffer[40];
+  std::snprintf(buffer, sizeof(buffer), "%.17g", value);
+  return buffer;
+}
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string clock_text(double seconds) {
+  char buffer[32];
+  const int total = static_cast<int>(std::lround(std::max(0.0, seconds)));
+  std::snprintf(buffer, sizeof(buffer), "%d:%02d", total / 60, total % 60);
+  return buffer;
+}
+
+}  // namespace
+
+// ---- criterion, backward ----
+
+CriterionCallback::CriterionCallback(std::string input_key, std::string target_key,
+                                     std::string metric_key)
+    : ICallback(CallbackOrder::metric),
+      input_key_(std::move(input_key)),
+      target_key_(std::move(target_key)),
+      metric_key_(std::move(metric_key)) {}
+
+void CriterionCallback::on_batch_end(IRunner& runner) {
+  EMBER_CHECK(runner.criterion != nullptr,
+              "CriterionCallback: the runner has no criterion (pass one, or override "
+              "get_criterion)");
+  const Tensor& output = batch_tensor(runner, input_key_, "CriterionCallback");
+  const Tensor& target = batch_tensor(runner, target_key_, "CriterionCallback");
+  Scope autocast = runner.engine->autocast();
+  runner.batch_metrics[metric_key_] = runner.criterion(output, target);
+}
+
+BackwardCallback::BackwardCallback(std::string metric_key)
+    : ICallback(CallbackOrder::backward), metric_key_(std::move(metric_key)) {}
+
+void BackwardCallback::on_batch_end(IRunner& runner) {
+  if (!runner.is_train_loader) return;
+  const auto loss = runner.batch_metrics.find(metric_key_);
+  EMBER_CHECK(loss != runner.batch_metrics.end(), "BackwardCallback: no batch metric '",
+              metric_key_, "' to differentiate (add a CriterionCallback with that metric_key)");
+  EMBER_CHECK(runner.optimizer != nullptr, "BackwardCallback: the runner has no optimizer");
+  runner.engine->backward_loss(loss->second, *runner.model, *runner.optimizer);
+}
+
+// ---- optimizer ----
+
+OptimizerCallback::OptimizerCallback(OptimizerOptions options)
+    : ICallback(CallbackOrder::optimizer), options_(options) {
+  EMBER_CHECK(options_.accumulation_steps >= 1,
+              "OptimizerCallback: accumulation_steps must be 1 or more, got ",
+              options_.accumulation_steps);
+  EMBER_CHECK(options_.max_grad_norm >= 0,
+              "OptimizerCallback: max_grad_norm must be >= 0 (0: no clipping), got ",
+              options_.max_grad_norm);
+}
+
+void OptimizerCallback::on_loader_start(IRunner& runner) {
+  accumulated_ = 0;
+  if (runner.is_train_loader) runner.engine->zero_grad(*runner.model, *runner.optimizer);
+}
+
+void OptimizerCallback::on_batch_start(IRunner& runner) {
+  if (!runner.is_train_loader) return;
+  const bool steps_after_this = accumulated_ + 1 == options_.accumulation_steps ||
+                                runner.loader_batch_step == runner.loader_batch_len;
+  // Batches that only accumulate keep their gradients local (DDP reduces once, at the step).
+  if (!steps_after_this) no_sync_ = runner.engine->no_sync(*runner.model);
+}
+
+void OptimizerCallback::on_batch_end(IRunner& runner) {
+  if (!runner.is_train_loader) return;
+  no_sync_.close();
+  optim::Optimizer& optimizer = *runner.optimizer;
+  runner.batch_metrics["lr"] = scalar_tensor(optimizer.param_groups().at(0).lr, DType::f64);
+  ++accumulated_;
+  if (accumulated_ < options_.accumulation_steps &&
+      runner.loader_batch_step < runner.loader_batch_len)
+    return;
+  if (accumulated_ > 1) {
+    // The mean of the accumulated batches' gradients, as one larger batch would give.
+    NoGradGuard no_grad;
+    const double inverse = 1.0 / static_cast<double>(accumulated_);
+    for (const optim::ParamGroup& group : optimizer.param_groups()) {
+      for (const Tensor& param : group.params) {
+        Tensor grad = param.grad();
+        if (grad.defined()) grad.mul_(inverse);
+      }
+    }
+  }
+  if (options_.max_grad_norm > 0) {
+    runner.engine->unscale_gradients(optimizer);
+    std::vector<Tensor> params;
+    for (const optim::ParamGroup& group : optimizer.param_groups())
+      params.insert(params.end(), group.params.begin(), group.params.end());
+    optim::clip_grad_norm_(params, options_.max_grad_norm);
+  }
+  runner.optimizer_stepped = runner.engine->optimizer_step(*runner.model, optimizer);
+  runner.engine->zero_grad(*runner.model, optimizer);
+  accumulated_ = 0;
+}
+
+void OptimizerCallback::on_loader_end(IRunner&) {
+  no_sync_.close();
+}
+
+// ---- scheduler ----
+
+SchedulerCallback::SchedulerCallback(Mode mode)
+    : ICallback(CallbackOrder::scheduler), mode_(mode) {}
+
+void SchedulerCallback::on_batch_end(IRunner& runner) {
+  if (mode_ == Mode::batch && runner.scheduler && runner.is_train_loader &&
+      runner.optimizer_stepped)
+    runner.scheduler->step();
+}
+
+void SchedulerCallback::on_epoch_end(IRunner& runner) {
+  if (mode_ == Mode::epoch && runner.scheduler) runner.scheduler->step();
+}
+
+// ---- accuracy ----
+
+AccuracyCallback::AccuracyCallback(std::string input_key, std::string target_key,
+                                   std::vector<int64_t> topk)
+    : ICallback(CallbackOrder::metric),
+      input_key_(std::move(input_key)),
+      target_key_(std::move(target_key)),
+      topk_(std::move(topk)) {
+  EMBER_CHECK(!topk_.empty(), "AccuracyCallback: topk is empty; pass e.g. {1, 3, 5}");
+  for (int64_t k : topk_)
+    EMBER_CHECK(k >= 1, "AccuracyCallback: topk values must be 1 or more, got ", k);
+}
+
+void AccuracyCallback::on_batch_end(IRunner& runner) {
+  NoGradGuard no_grad;
+  // logits (N, C), targets (N) -> rank (N): how many classes score above the target's.
+  const Tensor logits =
+      batch_tensor(runner, input_key_, "AccuracyCallback").detach().to(DType::f32);
+  const Tensor targets = batch_tensor(runner, target_key_, "AccuracyCallback");
+  EMBER_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
+              "AccuracyCallback: expected logits (N, C) and targets (N), got ",
+              shape_str(logits.sizes()), " and ", shape_str(targets.sizes()));
+  const Tensor target_index = targets.to(DType::i64).unsqueeze(1);  // (N, 1)
+  const Tensor target_logit = gather(logits, 1, target_index);
+  // Ties rank the lower class index first, as argmax does (16-bit logits tie often).
+  const Tensor class_index = arange(logits.size(1), DType::i64).unsqueeze(0);  // (1, C)
+  const Tensor ahead = add(
+      gt(logits, target_logit).to(DType::i64),
+      mul(eq(logits, target_logit).to(DType::i64), lt(class_index, target_index).to(DType::i64)));
+  const Tensor rank = sum(ahead, {1});
+  const double n = static_cast<double>(logits.size(0));
+  for (int64_t k : topk_) {
+    const double correct = sum(lt(rank, scalar_tensor(k, rank.dtype()))).item<double>();
+    const Tensor value = scalar_tensor(correct / n, DType::f64);
+    char name[32];
+    std::snprintf(name, sizeof(name), "accuracy%02lld", static_cast<long long>(k));
+    runner.batch_metrics[k == 1 ? "accuracy" : name] = value;
+  }
+}
+
+// ---- checkpoints ----
+
+CheckpointCallback::CheckpointCallback(CheckpointOptions options)
+    : ICallback(CallbackOrder::checkpoint), options_(std::move(options)) {
+  EMBER_CHECK(!options_.logdir.empty(), "CheckpointCallback: logdir is empty");
+  EMBER_CHECK(options_.topk >= 1, "CheckpointCallback: topk must be 1 or more, got ",
+              options_.topk);
+}
+
+std::string CheckpointCallback::topk_file(int64_t epoch) const {
+  char name[32];
+  std::snprintf(name, sizeof(name), "/epoch-%04lld.ckpt", static_cast<long long>(epoch));
+  return options_.logdir + name;
+}
+
+void CheckpointCallback::on_stage_start(IRunner& runner) {
+  best_.clear();
+  last_was_best_ = false;
+  if (runner.engine->is_master_process()) std::filesystem::create_directories(options_.logdir);
+  if (options_.resume.empty()) return;
+  // A run's logdir stands for its last checkpoint.
+  const std::string path = std::filesystem::is_directory(options_.resume)
+                               ? options_.resume + "/last.ckpt"
+                               : options_.resume;
+  EMBER_CHECK(std::filesystem::exists(path), "resume: no checkpoint at '", path,
+              "' (train without resume first, or check the path)");
+  const Checkpoint checkpoint = runner.engine->load_checkpoint(path);
+  for (const auto& [key, value] : options_.run_identity) {
+    const bool has = checkpoint.metadata.count(run_key(key)) > 0;
+    EMBER_CHECK(has && checkpoint.meta(run_key(key)) == value, "resume: ", path, " was made with ",
+                key, " = ", has ? checkpoint.meta(run_key(key)) : "(none)", ", this run asks for ",
+                value, "; resume with the same flags");
+  }
+  EMBER_CHECK(checkpoint.metadata.count("checkpoint.epoch"), "resume: ", path,
+              " has no checkpoint.epoch: it was not written by a CheckpointCallback");
+  runner.engine->unpack_checkpoint(checkpoint, runner.model.get(), runner.optimizer.get(),
+                                   runner.scheduler.get());
+  runner.epoch = std::stoll(checkpoint.meta("checkpoint.epoch"));
+  runner.batch_step = std::stoll(checkpoint.meta("checkpoint.batch_step"));
+  // "epoch:value,epoch:value", best first.
+  std::istringstream list(checkpoint.meta("checkpoint.best"));
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    const size_t colon = item.find(':');
+    if (colon != std::string::npos)
+      best_.emplace_back(std::stoll(item.substr(0, colon)), std::stod(item.substr(colon + 1)));
+  }
+  if (options_.out && runner.engine->is_master_process())
+    *options_.out << "resuming from " << path << " after epoch " << runner.epoch << "\n";
+}
+
+void CheckpointCallback::on_epoch_end(IRunner& runner) {
+  const double value = runner.epoch_metric(options_.loader_key, options_.metric_key);
+  last_was_best_ = best_.empty() || better(value, best_.front().second);
+  // Insert into the top-k list (stable: an equal value ranks after the earlier epoch).
+  std::vector<std::pair<int64_t, double>> ranked = best_;
+  auto position = ranked.begin();
+  while (position != ranked.end() && !better(value, position->second))
+    ++position;
+  ranked.insert(position, {runner.epoch, value});
+  std::vector<int64_t> dropped;
+  while (static_cast<int64_t>(ranked.size()) > options_.topk) {
+    dropped.push_back(ranked.back().first);
+    ranked.pop_back();
+  }
+  const bool kept = std::any_of(ranked.begin(), ranked.end(),
+                                [&](const auto& entry) { return entry.first == runner.epoch; });
+  best_ = ranked;
+  if (!runner.engine->is_master_process()) return;
+
+  Metadata metadata;
+  for (const auto& [key, identity] : options_.run_identity)
+    metadata[run_key(key)] = identity;
+  metadata["checkpoint.epoch"] = std::to_string(runner.epoch);
+  metadata["checkpoint.batch_step"] = std::to_string(runner.batch_step);
+  metadata["checkpoint.stage"] = runner.stage;
+  metadata["checkpoint.metric"] = options_.loader_key + "/" + options_.metric_key;
+  metadata["checkpoint.value"] = exact(value);
+  std::string list;
+  for (const auto& [epoch, metric] : best_) {
+    if (!list.empty()) list += ',';
+    list.append(std::to_string(epoch)).append(":").append(exact(metric));
+  }
+  metadata["checkpoint.best"] = list;
+  const Checkpoint checkpoint = runner.engine->pack_checkpoint(
+      runner.model.get(), runner.optimizer.get(), runner.scheduler.get(), metadata);
+  runner.engine->save_checkpoint(checkpoint, options_.logdir + "/last.ckpt");
+  if (last_was_best_) runner.engine->save_checkpoint(checkpoint, options_.logdir + "/best.ckpt");
+  if (options_.topk > 1) {
+    if (kept) runner.engine->save_checkpoint(checkpoint, topk_file(runner.epoch));
+    for (int64_t epoch : dropped)
+      std::filesystem::remove(topk_file(epoch));
+  }
+}
+
+// ---- early stopping ----
+
+EarlyStoppingCallback::EarlyStoppingCallback(int64_t patience, std::string loader_key,
+                                             std::string metric_key, bool minimize,
+                                             double min_delta)
+    : ICallback(CallbackOrder::external),
+      patience_(patience),
+      loader_key_(std::move(loader_key)),
+      metric_key_(std::move(metric_key)),
+      minimize_(minimize),
+      min_delta_(min_delta) {
+  EMBER_CHECK(patience_ >= 1, "EarlyStoppingCallback: patience must be 1 or more, got ", patience_);
+}
+
+void EarlyStoppingCallback::on_epoch_end(IRunner& runner) {
+  const double value = runner.epoch_metric(loader_key_, metric_key_);
+  const bool improved =
+      !has_best_ || (minimize_ ? value < best_ - min_delta_ : value > best_ + min_delta_);
+  if (improved) {
+    best_ = value;
+    has_best_ = true;
+    bad_epochs_ = 0;
+    return;
+  }
+  if (++bad_epochs_ >= patience_) runner.need_early_stop = true;
+}
+
+// ---- progress ----
+
+ProgressBarCallback::ProgressBarCallback(std::ostream& out, Progress mode, bool all_loaders)
+    : ICallback(CallbackOrder::external), out_(out), mode_(mode), all_loaders_(all_loaders) {}
+
+void ProgressBarCallback::on_loader_start(IRunner& runner) {
+  active_ = mode_ != Progress::none && runner.engine->is_master_process() &&
+            (all_loaders_ || runner.is_train_loader) && runner.loader_batch_len > 0;
+  label_ = "epoch " + std::to_string(runner.epoch) + "/" + std::to_string(runner.stage_len);
+  if (all_loaders_) label_ += " " + runner.loader_key;
+  start_ = seconds_now();
+  last_draw_ = -1;
+  printed_tenth_ = -1;
+}
+
+void ProgressBarCallback::on_batch_end(IRunner& runner) {
+  if (!active_) return;
+  const int64_t done = runner.loader_batch_step, total = runner.loader_batch_len;
+  const double elapsed = seconds_now() - start_;
+  const bool last = done == total;
+  if (mode_ == Progress::lines) {
+    const int64_t tenth = done * 10 / total;
+    if (tenth == printed_tenth_ && !last) return;
+    printed_tenth_ = tenth;
+  } else if (elapsed - last_draw_ < 0.2 && !last) {
+    return;
+  }
+  last_draw_ = elapsed;
+  // The runner adds this batch to its averages after on_batch_end: count it here.
+  double loss = 0;
+  const Metrics running = runner.running_metrics();
+  const auto current = runner.batch_metrics.find("loss");
+  if (current != runner.batch_metrics.end()) {
+    const double before = static_cast<double>(runner.loader_sample_step - runner.batch_size);
+    const double earlier = running.count("loss") ? running.at("loss") * before : 0;
+    loss = (earlier + current->second.item<double>() * static_cast<double>(runner.batch_size)) /
+           static_cast<double>(std::max<int64_t>(runner.loader_sample_step, 1));
+  }
+  constexpr int kWidth = 24;
+  const int filled = static_cast<int>(kWidth * done / total);
+  std::string bar(static_cast<size_t>(filled), '=');
+  if (filled < kWidth) bar += '>';
+  bar.resize(kWidth, ' ');
+  char text[256];
+  std::snprintf(
+      text, sizeof(text), "%s [%s] %lld/%lld  loss %.4f  %.0f img/s  ETA %s", label_.c_str(),
+      bar.c_str(), static_cast<long long>(done), static_cast<long long>(total), loss,
+      static_cast<double>(runner.loader_sample_step) / std::max(elapsed, 1e-9),
+      clock_text(elapsed / static_cast<double>(done) * static_cast<double>(total - done)).c_str());
+  if (mode_ == Progress::live) {
+    out_ << "\r" << text << "\x1b[K" << std::flush;
+    if (last) out_ << "\r\x1b[K" << std::flush;
+  } else {
+    out_ << text << "\n" << std::flush;
+  }
+}
+
+}  // namespace ember::engines

@@ -1,0 +1,166 @@
+// The callbacks of a supervised run (Catalyst's dl.*Callback).
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engines/callback.h"
+#include "engines/engine.h"
+#include "runtime/io/checkpoint.h"
+
+namespace ember::engines {
+
+// batch_metrics[metric_key] = criterion(batch[input_key], batch[target_key]), under the engine's
+// autocast (losses run in f32 there).
+class CriterionCallback : public ICallback {
+ public:
+  explicit CriterionCallback(std::string input_key = "logits", std::string target_key = "targets",
+                             std::string metric_key = "loss");
+  void on_batch_end(IRunner& runner) override;
+
+ private:
+  std::string input_key_, target_key_, metric_key_;
+};
+
+// engine.backward_loss(batch_metrics[metric_key]) on training loaders.
+class BackwardCallback : public ICallback {
+ public:
+  explicit BackwardCallback(std::string metric_key = "loss");
+  void on_batch_end(IRunner& runner) override;
+
+ private:
+  std::string metric_key_;
+};
+
+struct OptimizerOptions {
+  // Gradients of this many batches are summed (under the engine's no_sync, so a DDP engine
+  // reduces only once) and averaged before one step: with a mean loss and equal batches, the
+  // same update as one batch this many times larger. The last batches of a loader step too.
+  int64_t accumulation_steps = 1;
+  // > 0: clip the gradients' total 2-norm to this, after the engine has unscaled them.
+  double max_grad_norm = 0;
+};
+
+// engine.optimizer_step + zero_grad on training loaders; sets runner.optimizer_stepped (false
+// when the loss scaler skipped the step) and logs "lr" (group 0's, before the step).
+class OptimizerCallback : public ICallback {
+ public:
+  explicit OptimizerCallback(OptimizerOptions options = {});
+  void on_loader_start(IRunner& runner) override;
+  void on_batch_start(IRunner& runner) override;
+  void on_batch_end(IRunner& runner) override;
+  void on_loader_end(IRunner& runner) override;
+
+ private:
+  OptimizerOptions options_;
+  int64_t accumulated_ = 0;
+  Scope no_sync_;
+};
+
+// scheduler.step() after each epoch, or after each optimizer step (mode batch) — never after a
+// batch whose step the loss scaler skipped, nor between accumulated batches.
+class SchedulerCallback : public ICallback {
+ public:
+  enum class Mode { epoch, batch };
+  explicit SchedulerCallback(Mode mode = Mode::epoch);
+  void on_batch_end(IRunner& runner) override;
+  void on_epoch_end(IRunner& runner) override;
+
+ private:
+  Mode mode_;
+};
+
+// "accuracy" (top-1) and "accuracyNN" for each other k of topk: the share of rows whose target is
+// among the k largest logits (among equal logits the lower class index ranks first, as argmax).
+class AccuracyCallback : public ICallback {
+ public:
+  explicit AccuracyCallback(std::string input_key = "logits", std::string target_key = "targets",
+                            std::vector<int64_t> topk = {1});
+  void on_batch_end(IRunner& runner) override;
+
+ private:
+  std::string input_key_, target_key_;
+  std::vector<int64_t> topk_;
+};
+
+struct CheckpointOptions {
+  std::string logdir = {};
+  std::string loader_key = "valid";
+  std::string metric_key = "loss";
+  bool minimize = true;
+  // best.ckpt always holds the best epoch; with topk > 1 the topk best epochs are also kept as
+  // epoch-NNNN.ckpt. last.ckpt holds the latest epoch.
+  int64_t topk = 1;
+  // A checkpoint to continue from (its epoch, components, RNG and best list), or a logdir (its
+  // last.ckpt).
+  std::string resume = {};
+  // Recorded in every checkpoint; a resume whose values differ is refused (same flags needed).
+  Metadata run_identity = {};
+  std::ostream* out = nullptr;  // "resuming from ..." (master only)
+};
+
+// Saves after each epoch (master only) and resumes at stage start.
+class CheckpointCallback : public ICallback {
+ public:
+  explicit CheckpointCallback(CheckpointOptions options);
+  void on_stage_start(IRunner& runner) override;
+  void on_epoch_end(IRunner& runner) override;
+
+  int64_t best_epoch() const { return best_.empty() ? 0 : best_.front().first; }
+  double best_value() const { return best_.empty() ? 0 : best_.front().second; }
+  // Whether the epoch that just ended is the best so far.
+  bool last_was_best() const { return last_was_best_; }
+
+ private:
+  bool better(double a, double b) const { return options_.minimize ? a < b : a > b; }
+  std::string topk_file(int64_t epoch) const;
+
+  CheckpointOptions options_;
+  std::vector<std::pair<int64_t, double>> best_;  // (epoch, value), best first; at most topk
+  bool last_was_best_ = false;
+};
+
+// Stops the run (runner.need_early_stop) once loader_key's metric_key has not improved by more
+// than min_delta for `patience` epochs.
+class EarlyStoppingCallback : public ICallback {
+ public:
+  EarlyStoppingCallback(int64_t patience, std::string loader_key = "valid",
+                        std::string metric_key = "loss", bool minimize = true,
+                        double min_delta = 1e-6);
+  void on_epoch_end(IRunner& runner) override;
+
+ private:
+  int64_t patience_;
+  std::string loader_key_, metric_key_;
+  bool minimize_;
+  double min_delta_;
+  bool has_best_ = false;
+  double best_ = 0;
+  int64_t bad_epochs_ = 0;
+};
+
+enum class Progress { none, lines, live };  // live: one line redrawn in place (a terminal)
+
+// A progress line for training loaders (master only): batches done, running loss, images/s, ETA.
+// lines: a line at every tenth of the loader; live: one line redrawn at most 5 times a second.
+class ProgressBarCallback : public ICallback {
+ public:
+  ProgressBarCallback(std::ostream& out, Progress mode, bool all_loaders = false);
+  void on_loader_start(IRunner& runner) override;
+  void on_batch_end(IRunner& runner) override;
+
+ private:
+  std::ostream& out_;
+  Progress mode_;
+  bool all_loaders_;
+  bool active_ = false;
+  std::string label_;
+  double start_ = 0;
+  double last_draw_ = -1;
+  int64_t printed_tenth_ = -1;
+};
+
+}  // namespace ember::engines

@@ -1,0 +1,177 @@
+#include "engines/loggers.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <ostream>
+#include <sstream>
+
+#include "engines/runner.h"
+#include "engines/tensorboard.h"
+#include "runtime/error.h"
+
+namespace ember::engines {
+namespace {
+
+std::string exact(double value) {
+  char buffer[40];
+  std::snprintf(buffer, sizeof(buffer), "%.17g", value);
+  return buffer;
+}
+
+double wall_time() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// "train_loss" -> value, in loader order then metric name.
+std::vector<std::pair<std::string, double>> flat(const LoaderMetrics& metrics) {
+  std::vector<std::pair<std::string, double>> columns;
+  for (const auto& [loader, values] : metrics) {
+    for (const auto& [key, value] : values)
+      columns.emplace_back(loader + "_" + key, value);
+  }
+  return columns;
+}
+
+void make_parent(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+}
+
+std::ofstream open_or_fail(const std::string& path, std::ios::openmode mode) {
+  std::ofstream file(path, mode);
+  EMBER_CHECK(file.good(), "logger: cannot write '", path,
+              "' (is the logdir writable and on a disk with space?)");
+  return file;
+}
+
+}  // namespace
+
+void keep_first_lines(const std::string& path, int64_t lines) {
+  std::ifstream old(path);
+  std::string line, kept;
+  for (int64_t row = 0; row < lines && std::getline(old, line); ++row)
+    kept += line + "\n";
+  old.close();
+  open_or_fail(path, std::ios::trunc) << kept;
+}
+
+// ---- console ----
+
+void ConsoleLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& runner) {
+  std::ostringstream line;
+  line << "epoch " << runner.epoch << "/" << runner.stage_len;
+  bool first = true;
+  for (const auto& [loader, values] : metrics) {
+    line << (first ? "  " : "  | ") << loader << ":";
+    first = false;
+    for (const auto& [key, value] : values) {
+      char text[64];
+      std::snprintf(text, sizeof(text), " %s %.4g", key.c_str(), value);
+      line << text;
+    }
+  }
+  out_ << line.str() << "\n" << std::flush;
+}
+
+// ---- CSV ----
+
+CSVLogger::CSVLogger(std::string logdir, std::string file_name) : path_(logdir + "/" + file_name) {}
+
+void CSVLogger::start(const IRunner& runner) {
+  make_parent(path_);
+  columns_.clear();
+  if (runner.epoch > 0 && std::filesystem::exists(path_)) {
+    // Resumed: the header names the columns; keep the epochs the checkpoint covers.
+    std::ifstream file(path_);
+    std::string header;
+    std::getline(file, header);
+    std::istringstream names(header);
+    std::string name;
+    while (std::getline(names, name, ','))
+      if (name != "epoch") columns_.push_back(name);
+    file.close();
+    keep_first_lines(path_, runner.epoch + 1);
+  } else {
+    open_or_fail(path_, std::ios::trunc);
+  }
+}
+
+void CSVLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& runner) {
+  const auto values = flat(metrics);
+  std::ofstream file = open_or_fail(path_, std::ios::app);
+  if (columns_.empty()) {
+    file << "epoch";
+    for (const auto& [name, value] : values) {
+      columns_.push_back(name);
+      file << "," << name;
+    }
+    file << "\n";
+  }
+  file << runner.epoch;
+  for (const std::string& column : columns_) {
+    file << ",";
+    for (const auto& [name, value] : values)
+      if (name == column) file << exact(value);
+  }
+  file << "\n";
+}
+
+// ---- JSON lines ----
+
+JsonlLogger::JsonlLogger(std::string logdir, std::string file_name)
+    : path_(logdir + "/" + file_name) {}
+
+void JsonlLogger::start(const IRunner& runner) {
+  make_parent(path_);
+  if (runner.epoch > 0 && std::filesystem::exists(path_))
+    keep_first_lines(path_, runner.epoch);
+  else
+    open_or_fail(path_, std::ios::trunc);
+}
+
+void JsonlLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& runner) {
+  std::ofstream file = open_or_fail(path_, std::ios::app);
+  file << "{\"epoch\": " << runner.epoch;
+  for (const auto& [name, value] : flat(metrics)) {
+    // JSON has no Inf or NaN: written as null.
+    file << ", \"" << name << "\": " << (std::isfinite(value) ? exact(value) : "null");
+  }
+  file << "}\n";
+}
+
+// ---- TensorBoard ----
+
+TensorboardLogger::TensorboardLogger(std::string logdir) : logdir_(std::move(logdir)) {}
+
+void TensorboardLogger::start(const IRunner&) {
+  if (file_.is_open()) return;
+  const std::string directory = logdir_ + "/tensorboard";
+  std::filesystem::create_directories(directory);
+  char host[256] = "localhost";
+  ::gethostname(host, sizeof(host) - 1);
+  const double now = wall_time();
+  path_ =
+      directory + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) + "." + host;
+  file_ = open_or_fail(path_, std::ios::binary | std::ios::trunc);
+  file_ << tensorboard::frame_record(tensorboard::file_version_event(now)) << std::flush;
+}
+
+void TensorboardLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& runner) {
+  std::vector<std::pair<std::string, float>> scalars;
+  for (const auto& [loader, values] : metrics) {
+    for (const auto& [key, value] : values)
+      scalars.emplace_back(loader + "/" + key, static_cast<float>(value));
+  }
+  file_ << tensorboard::frame_record(tensorboard::scalars_event(wall_time(), runner.epoch, scalars))
+        << std::flush;
+}
+
+void TensorboardLogger::close() {
+  if (file_.is_open()) file_.close();
+}
+
+}  // namespace ember::engines

@@ -1,0 +1,69 @@
+// The loggers: console, CSV, JSON lines and TensorBoard event files. Each file logger writes one
+// row per epoch with a column "<loader>_<metric>" per metric ("train_loss", "valid_accuracy");
+// on a resumed run it keeps the rows of the epochs the checkpoint covers and drops any after.
+#pragma once
+
+#include <fstream>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "engines/logger.h"
+
+namespace ember::engines {
+
+// "epoch 2/10  train: accuracy 0.8123  loss 0.5012 ... | valid: ..."
+class ConsoleLogger : public ILogger {
+ public:
+  explicit ConsoleLogger(std::ostream& out) : out_(out) {}
+  void log_epoch(const LoaderMetrics& metrics, const IRunner& runner) override;
+
+ private:
+  std::ostream& out_;
+};
+
+// logdir/metrics.csv: "epoch,train_accuracy,train_loss,...", numbers with 17 significant digits.
+// The columns are those of the first epoch logged.
+class CSVLogger : public ILogger {
+ public:
+  explicit CSVLogger(std::string logdir, std::string file_name = "metrics.csv");
+  void start(const IRunner& runner) override;
+  void log_epoch(const LoaderMetrics& metrics, const IRunner& runner) override;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::vector<std::string> columns_;  // without "epoch"
+};
+
+// logdir/metrics.jsonl: {"epoch": 1, "train_loss": 0.5, ...} per line.
+class JsonlLogger : public ILogger {
+ public:
+  explicit JsonlLogger(std::string logdir, std::string file_name = "metrics.jsonl");
+  void start(const IRunner& runner) override;
+  void log_epoch(const LoaderMetrics& metrics, const IRunner& runner) override;
+
+ private:
+  std::string path_;
+};
+
+// logdir/tensorboard/events.out.tfevents.<seconds>.<host>: scalars "<loader>/<metric>" at step
+// = epoch (`tensorboard --logdir LOGDIR/tensorboard`).
+class TensorboardLogger : public ILogger {
+ public:
+  explicit TensorboardLogger(std::string logdir);
+  void start(const IRunner& runner) override;
+  void log_epoch(const LoaderMetrics& metrics, const IRunner& runner) override;
+  void close() override;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string logdir_;
+  std::string path_;
+  std::ofstream file_;
+};
+
+// Keeps the first `lines` lines of a text file (all of them if it is shorter); used on resume.
+void keep_first_lines(const std::string& path, int64_t lines);
+
+}  // namespace ember::engines

@@ -1,0 +1,171 @@
+// The runner: Catalyst's IRunner (a run described by overridable hooks) and SupervisedRunner (the
+// tutorial's runner.train(model=..., criterion=..., ...)).
+//
+//   engines::SupervisedRunner runner;
+//   runner.train({.model = model, .criterion = nn::CrossEntropyLoss(), .optimizer = adam,
+//                 .scheduler = scheduler, .loaders = {{"train", train}, {"valid", valid}},
+//                 .logdir = "logdir", .num_epochs = 10, .verbose = true,
+//                 .valid_loader = "valid", .valid_metric = "loss",
+//                 .minimize_valid_metric = true, .engine = "amp"});
+//
+// A custom runner derives from IRunner and overrides the get_* hooks and handle_batch, then calls
+// run(). The runner never branches on the hardware: placement, precision, backward, the step,
+// checkpoint packing and the reduction of metrics across ranks are the engine's. Only the master
+// process logs and writes checkpoints; seeds are seed + rank; each loader's sampler gets
+// set_epoch(epoch - 1) before the loader runs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/loader.h"
+#include "engines/callback.h"
+#include "engines/engine.h"
+#include "engines/logger.h"
+
+namespace ember::engines {
+
+// name -> loader, in the order they run each epoch ("train" before "valid").
+using Loaders = std::vector<std::pair<std::string, std::shared_ptr<data::DataLoader>>>;
+
+class IRunner {
+ public:
+  virtual ~IRunner() = default;
+  IRunner() = default;
+  IRunner(const IRunner&) = delete;
+  IRunner& operator=(const IRunner&) = delete;
+
+  // ---- hooks ----
+  virtual EnginePtr get_engine();  // default: make_engine("auto")
+  virtual Loggers get_loggers() { return {}; }
+  virtual std::vector<std::string> stages() { return {"train"}; }
+  virtual int64_t get_stage_len(const std::string& stage) = 0;  // epochs
+  virtual Loaders get_loaders(const std::string& stage) = 0;
+  virtual nn::ModulePtr get_model(const std::string& stage) = 0;
+  virtual Criterion get_criterion(const std::string&) { return {}; }
+  // Called with the model placed (and converted) by the engine.
+  virtual std::shared_ptr<optim::Optimizer> get_optimizer(const std::string&, nn::Module&) {
+    return nullptr;
+  }
+  virtual std::shared_ptr<optim::LRScheduler> get_scheduler(const std::string&, optim::Optimizer&) {
+    return nullptr;
+  }
+  virtual Callbacks get_callbacks(const std::string&) { return {}; }
+  // One batch (already on the engine's device): fill `batch` ("features", "targets", "logits").
+  // Runs under the engine's autocast; without gradients outside train loaders.
+  virtual void handle_batch(const data::Batch& batch) = 0;
+
+  // Runs every stage. Errors reach the caller after callbacks' on_exception and the loggers'
+  // close().
+  void run();
+
+  // ---- state, read and written by callbacks ----
+  uint64_t seed = 42;
+  EnginePtr engine;
+  Loggers loggers;
+  nn::ModulePtr model;
+  Criterion criterion;
+  std::shared_ptr<optim::Optimizer> optimizer;
+  std::shared_ptr<optim::LRScheduler> scheduler;
+  Loaders loaders;
+  Callbacks callbacks;  // sorted by order
+
+  std::string stage;
+  int64_t stage_len = 0;
+  int64_t epoch = 0;  // the running epoch, from 1; a resume sets it to the epochs already done
+  std::string loader_key;
+  std::shared_ptr<data::DataLoader> loader;
+  bool is_train_loader = false;
+  int64_t loader_batch_len = 0;   // batches in this loader
+  int64_t loader_batch_step = 0;  // batches done in this loader, this one included
+  int64_t loader_sample_step = 0;
+  int64_t batch_size = 0;          // of the current batch
+  int64_t batch_step = 0;          // training batches in this run, all epochs
+  bool optimizer_stepped = false;  // the optimizer stepped at this batch (not skipped)
+  bool need_early_stop = false;    // set by a callback: no further epoch starts
+
+  // "features", "targets", "logits", ...: the current batch's tensors.
+  std::map<std::string, Tensor> batch;
+  // 0-d tensors of this batch ("loss", "accuracy", "lr"); averaged over the loader, weighted by
+  // batch size. The loss keeps its graph (the backward callback uses it).
+  std::map<std::string, Tensor> batch_metrics;
+  // This loader's running averages so far, on this rank (progress bars).
+  Metrics running_metrics() const;
+  // After a loader: its averages over every rank, plus "throughput" (samples/s over all ranks)
+  // and "seconds".
+  Metrics loader_metrics;
+  // After each loader: every loader of this epoch.
+  LoaderMetrics epoch_metrics;
+  // The metric `key` of loader `loader_name` this epoch; an error listing what there is.
+  double epoch_metric(const std::string& loader_name, const std::string& key) const;
+
+ private:
+  void run_stage(const std::string& stage_name, bool first);
+  void run_loader();
+  void run_event(void (ICallback::*event)(IRunner&));
+
+  struct Running {
+    double weighted_sum = 0;
+    double weight = 0;
+  };
+  std::map<std::string, Running> running_;
+};
+
+// The tutorial's train(...) parameters.
+struct TrainOptions {
+  // The model, or model_fn to build it after the runner has seeded the RNG (seed + rank).
+  nn::ModulePtr model = {};
+  ModelFn model_fn = {};
+  Criterion criterion = {};
+  std::shared_ptr<optim::Optimizer> optimizer = {};  // or optimizer_fn (needed by the O2 engines)
+  std::shared_ptr<optim::LRScheduler> scheduler = {};
+  Loaders loaders = {};
+  std::string logdir = {};  // empty: no checkpoints, no file logs
+  int64_t num_epochs = 1;
+  bool verbose = false;  // progress bar and console logger
+  std::string valid_loader = "valid";
+  std::string valid_metric = "loss";
+  bool minimize_valid_metric = true;
+  // "auto", "cpu", "amp", ... (engines/factory.h); `engine_instance` wins when set.
+  std::string engine = "auto";
+  EnginePtr engine_instance = {};
+  bool ddp = false;  // the tutorial's shortcuts: engine "ddp", "amp", "ddp-amp"
+  bool amp = false;
+  Callbacks callbacks = {};  // added to (or replacing, by name) the defaults
+  uint64_t seed = 42;
+  std::string resume = {};  // a checkpoint to continue from, or a logdir (its last.ckpt)
+  // Built after the engine placed the model: the O2 engines need it so (master weights).
+  OptimizerFn optimizer_fn = {};
+  SchedulerFn scheduler_fn = {};
+  bool use_default_loggers = true;  // console (verbose), CSV and TensorBoard (logdir)
+  Loggers loggers = {};
+};
+
+// criterion(model(features), targets) with Catalyst's defaults: callbacks criterion, backward,
+// optimizer, scheduler (per epoch), checkpoint (logdir; best by valid_metric on valid_loader,
+// plus last) and a progress bar (verbose).
+class SupervisedRunner : public IRunner {
+ public:
+  void train(TrainOptions options);
+
+  EnginePtr get_engine() override;
+  Loggers get_loggers() override;
+  int64_t get_stage_len(const std::string&) override { return options_.num_epochs; }
+  Loaders get_loaders(const std::string&) override { return options_.loaders; }
+  nn::ModulePtr get_model(const std::string&) override;
+  Criterion get_criterion(const std::string&) override { return options_.criterion; }
+  std::shared_ptr<optim::Optimizer> get_optimizer(const std::string&, nn::Module&) override;
+  std::shared_ptr<optim::LRScheduler> get_scheduler(const std::string&, optim::Optimizer&) override;
+  Callbacks get_callbacks(const std::string&) override;
+  void handle_batch(const data::Batch& batch) override;
+
+ protected:
+  TrainOptions options_;
+};
+
+}  // namespace ember::engines

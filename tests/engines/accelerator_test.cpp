@@ -1,0 +1,133 @@
+// The Accelerate-style API on one process.
+#include <gtest/gtest.h>
+
+#include "engines/accelerator.h"
+#include "tests/common/expect_error.h"
+#include "tests/engines/fixtures.h"
+
+namespace ember::engines {
+namespace {
+
+using testing::fresh_dir;
+
+struct Parts {
+  nn::ModulePtr model;
+  std::shared_ptr<optim::SGD> optimizer;
+};
+
+Parts make_parts() {
+  manual_seed(12);
+  Parts setup;
+  setup.model = testing::mlp(/*dropout=*/false);
+  setup.optimizer =
+      std::make_shared<optim::SGD>(setup.model->named_parameters(), optim::SGDOptions{.lr = 0.5});
+  return setup;
+}
+
+// One pass over 16 samples in batches of `batch_size`, the seed's loop.
+std::vector<Tensor> train_with(int64_t batch_size, int64_t accumulation, int* steps = nullptr) {
+  Accelerator accelerator({.gradient_accumulation_steps = accumulation});
+  Parts setup = make_parts();
+  auto scheduler = std::make_shared<optim::StepLR>(*setup.optimizer, 1, 0.9);
+  auto [model, optimizer, loader, lr] = accelerator.prepare(
+      setup.model, setup.optimizer, testing::loader(16, batch_size, false), scheduler);
+  for (const data::Batch& batch : *loader) {
+    Scope accumulate = accelerator.accumulate(*model);
+    accelerator.backward(cross_entropy((*model)(batch.inputs), batch.targets));
+    optimizer->step();
+    lr->step();
+    optimizer->zero_grad();
+  }
+  if (steps) *steps = static_cast<int>(scheduler->last_epoch());
+  std::vector<Tensor> weights;
+  for (const Tensor& p : accelerator.unwrap_model(model)->parameters())
+    weights.push_back(p.clone());
+  return weights;
+}
+
+TEST(Accelerator, AccumulationGivesTheUpdateOfOneBigBatch) {
+  int big_steps = 0, accumulated_steps = 0;
+  const auto big = train_with(16, 1, &big_steps);
+  const auto accumulated = train_with(4, 4, &accumulated_steps);
+  EXPECT_EQ(big_steps, 1);
+  EXPECT_EQ(accumulated_steps, 1);  // the scheduler follows the optimizer's real steps
+  for (size_t i = 0; i < big.size(); ++i)
+    EXPECT_TRUE(allclose(big[i], accumulated[i], 1e-5, 1e-6)) << i;
+}
+
+TEST(Accelerator, ProcessBasicsGatherAndPrint) {
+  Accelerator accelerator;
+  EXPECT_EQ(accelerator.process_index(), 0);
+  EXPECT_EQ(accelerator.num_processes(), 1);
+  EXPECT_TRUE(accelerator.is_main_process());
+  EXPECT_EQ(accelerator.device(), Device::cpu());
+  EXPECT_EQ(accelerator.engine().name(), "cpu");
+  const Tensor x = from_vector(std::vector<float>{1, 2, 3}, {3});
+  EXPECT_TRUE(testing::identical(accelerator.gather(x), x));
+  EXPECT_TRUE(testing::identical(accelerator.gather_for_metrics(x), x));
+  EXPECT_TRUE(testing::identical(accelerator.reduce(x), x));
+  accelerator.wait_for_everyone();
+  ::testing::internal::CaptureStdout();
+  accelerator.print("loss ", 0.5, " at step ", 3);
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "loss 0.5 at step 3\n");
+}
+
+TEST(Accelerator, GatherForMetricsCountsThePass) {
+  Accelerator accelerator;
+  auto loader = accelerator.prepare(testing::loader(10, 4, false));
+  int64_t rows = 0;
+  for (const data::Batch& batch : *loader)
+    rows += accelerator.gather_for_metrics(batch.targets).size(0);
+  EXPECT_EQ(rows, 10);  // one process: nothing repeated, nothing dropped
+}
+
+TEST(Accelerator, MixedPrecisionWrapsTheForward) {
+  Accelerator accelerator({.mixed_precision = "bf16"});
+  EXPECT_EQ(accelerator.engine().name(), "amp-bf16 cpu");
+  Parts setup = make_parts();
+  auto model = accelerator.prepare(setup.model);
+  EXPECT_EQ((*model)(randn({2, 6})).dtype(), DType::bf16);
+  EXPECT_EQ((*setup.model)(randn({2, 6})).dtype(), DType::f32);
+  // The wrapper's keys have the "module." prefix; the unwrapped model's load anywhere.
+  EXPECT_EQ(model->state_dict().front().first, "module.0.weight");
+  EXPECT_EQ(accelerator.unwrap_model(model)->state_dict().front().first, "0.weight");
+  EXPECT_EQ(accelerator.unwrap_model(model).get(), setup.model.get());
+}
+
+TEST(Accelerator, SaveAndLoadStateRoundTrip) {
+  const std::string dir = fresh_dir("accelerator_state");
+  Accelerator accelerator({.mixed_precision = "fp16"});
+  Parts setup = make_parts();
+  auto [model, optimizer, loader, none] =
+      accelerator.prepare(setup.model, setup.optimizer, testing::loader(8, 4, false));
+  EXPECT_EQ(none, nullptr);
+  for (const data::Batch& batch : *loader) {
+    accelerator.backward(cross_entropy((*model)(batch.inputs), batch.targets));
+    accelerator.clip_grad_norm_(setup.model->parameters(), 1.0);
+    optimizer->step();
+    optimizer->zero_grad();
+  }
+  accelerator.save_state(dir);
+  const auto saved = setup.model->state_dict();
+  for (const Tensor& p : setup.model->parameters())
+    NoGradGuard(), p.detach().zero_();
+  accelerator.load_state(dir);
+  const auto loaded = setup.model->state_dict();
+  for (size_t i = 0; i < saved.size(); ++i)
+    EXPECT_TRUE(testing::identical(saved[i].second, loaded[i].second)) << saved[i].first;
+  EXPECT_ERROR_WITH(accelerator.load_state(dir + "/nowhere"), "no ", "state.ckpt");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Accelerator, BadInputSaysWhatToDo) {
+  EXPECT_ERROR_WITH(Accelerator({.mixed_precision = "fp8"}),
+                    "mixed_precision must be no, fp16 or bf16, got 'fp8'");
+  EXPECT_ERROR_WITH(Accelerator({.gradient_accumulation_steps = 0}),
+                    "gradient_accumulation_steps must be 1 or more");
+  EXPECT_ERROR_WITH(Accelerator({.engine = "ddp"}), "engine 'ddp' is not available yet");
+  Accelerator accelerator;
+  EXPECT_ERROR_WITH(accelerator.backward(scalar_tensor(1.0)), "call prepare(model, optimizer");
+}
+
+}  // namespace
+}  // namespace ember::engines

@@ -1,0 +1,398 @@
+// The runner: the order of hooks and callback events, gradient accumulation, the scheduler's
+// rules, checkpoints' top-k and early stopping, and the errors a user meets.
+#include <gtest/gtest.h>
+
+#include "engines/callbacks.h"
+#include "engines/device_engines.h"
+#include "engines/factory.h"
+#include "tests/common/expect_error.h"
+#include "tests/engines/fixtures.h"
+
+namespace ember::engines {
+namespace {
+
+using testing::fresh_dir;
+
+Tensor cross_entropy_loss(const Tensor& logits, const Tensor& targets) {
+  return cross_entropy(logits, targets);
+}
+
+class RecordingCallback : public ICallback {
+ public:
+  RecordingCallback(std::string name, CallbackOrder order, std::vector<std::string>& log)
+      : ICallback(order), name_(std::move(name)), log_(log) {}
+  void on_experiment_start(IRunner&) override { add("experiment_start"); }
+  void on_stage_start(IRunner&) override { add("stage_start"); }
+  void on_epoch_start(IRunner& runner) override {
+    add("epoch_start " + std::to_string(runner.epoch));
+  }
+  void on_loader_start(IRunner& runner) override { add("loader_start " + runner.loader_key); }
+  void on_batch_start(IRunner&) override { add("batch_start"); }
+  void on_batch_end(IRunner&) override { add("batch_end"); }
+  void on_loader_end(IRunner& runner) override { add("loader_end " + runner.loader_key); }
+  void on_epoch_end(IRunner&) override { add("epoch_end"); }
+  void on_stage_end(IRunner&) override { add("stage_end"); }
+  void on_experiment_end(IRunner&) override { add("experiment_end"); }
+  void on_exception(IRunner&) override { add("exception"); }
+
+ private:
+  void add(const std::string& event) { log_.push_back(name_ + ": " + event); }
+  std::string name_;
+  std::vector<std::string>& log_;
+};
+
+// The tutorial's custom runner, recording each hook.
+class HookRunner : public IRunner {
+ public:
+  explicit HookRunner(bool fail_in_batch = false) : fail_in_batch_(fail_in_batch) {}
+  std::vector<std::string> log;
+  EnginePtr get_engine() override {
+    log.push_back("get_engine");
+    return make_engine("cpu");
+  }
+  Loggers get_loggers() override {
+    log.push_back("get_loggers");
+    return {};
+  }
+  std::vector<std::string> stages() override {
+    log.push_back("stages");
+    return {"train"};
+  }
+  int64_t get_stage_len(const std::string&) override {
+    log.push_back("get_stage_len");
+    return 2;
+  }
+  Loaders get_loaders(const std::string&) override {
+    log.push_back("get_loaders");
+    return {{"train", testing::loader(8, 4, true)}, {"valid", testing::loader(4, 4, false)}};
+  }
+  nn::ModulePtr get_model(const std::string&) override {
+    log.push_back("get_model");
+    return testing::mlp();
+  }
+  Criterion get_criterion(const std::string&) override {
+    log.push_back("get_criterion");
+    return cross_entropy_loss;
+  }
+  std::shared_ptr<optim::Optimizer> get_optimizer(const std::string&, nn::Module& m) override {
+    log.push_back("get_optimizer");
+    return std::make_shared<optim::SGD>(m.named_parameters(), optim::SGDOptions{.lr = 0.1});
+  }
+  std::shared_ptr<optim::LRScheduler> get_scheduler(const std::string&,
+                                                    optim::Optimizer& o) override {
+    log.push_back("get_scheduler");
+    return std::make_shared<optim::StepLR>(o, 1, 0.5);
+  }
+  Callbacks get_callbacks(const std::string&) override {
+    log.push_back("get_callbacks");
+    // Given out of order: the runner sorts by order, keeping the given order among equals.
+    return {{"late", std::make_shared<RecordingCallback>("late", CallbackOrder::external, events)},
+            {"early", std::make_shared<RecordingCallback>("early", CallbackOrder::metric, events)},
+            {"criterion", std::make_shared<CriterionCallback>()},
+            {"backward", std::make_shared<BackwardCallback>()},
+            {"optimizer", std::make_shared<OptimizerCallback>()},
+            {"scheduler", std::make_shared<SchedulerCallback>()}};
+  }
+  void handle_batch(const data::Batch& batch_in) override {
+    EMBER_CHECK(!fail_in_batch_, "boom");
+    batch["features"] = batch_in.inputs;
+    batch["targets"] = batch_in.targets;
+    batch["logits"] = model->forward(batch_in.inputs);
+    grad_enabled_in_batch.push_back(grad_enabled());
+  }
+  std::vector<std::string> events;
+  std::vector<bool> grad_enabled_in_batch;
+
+ private:
+  bool fail_in_batch_;
+};
+
+TEST(Runner, HooksRunInTheTutorialsOrder) {
+  HookRunner runner;
+  runner.run();
+  EXPECT_EQ(runner.log,
+            (std::vector<std::string>{"get_engine", "get_loggers", "stages", "get_stage_len",
+                                      "get_model", "get_criterion", "get_optimizer",
+                                      "get_scheduler", "get_loaders", "get_callbacks"}));
+  EXPECT_EQ(runner.epoch, 2);
+  EXPECT_EQ(runner.batch_step, 4);  // 2 epochs x 2 training batches
+  EXPECT_EQ(runner.scheduler->last_epoch(), 2);
+  // Gradients are recorded in training batches only.
+  EXPECT_EQ(runner.grad_enabled_in_batch,
+            (std::vector<bool>{true, true, false, true, true, false}));
+}
+
+TEST(Runner, CallbackEventsNestAndFollowTheOrder) {
+  HookRunner runner;
+  runner.run();
+  std::vector<std::string> expected = {"early: experiment_start", "late: experiment_start",
+                                       "early: stage_start", "late: stage_start"};
+  for (int epoch = 1; epoch <= 2; ++epoch) {
+    for (const std::string e : {"early: ", "late: "})
+      expected.push_back(e + "epoch_start " + std::to_string(epoch));
+    for (const auto& [loader, batches] : {std::pair<std::string, int>{"train", 2}, {"valid", 1}}) {
+      for (const std::string e : {"early: ", "late: "})
+        expected.push_back(e + "loader_start " + loader);
+      for (int b = 0; b < batches; ++b) {
+        expected.insert(expected.end(), {"early: batch_start", "late: batch_start",
+                                         "early: batch_end", "late: batch_end"});
+      }
+      for (const std::string e : {"early: ", "late: "})
+        expected.push_back(e + "loader_end " + loader);
+    }
+    expected.insert(expected.end(), {"early: epoch_end", "late: epoch_end"});
+  }
+  expected.insert(expected.end(), {"early: stage_end", "late: stage_end", "early: experiment_end",
+                                   "late: experiment_end"});
+  EXPECT_EQ(runner.events, expected);
+  // Metrics: every loader's loss, averaged, plus throughput and seconds.
+  ASSERT_EQ(runner.epoch_metrics.size(), 2u);
+  EXPECT_EQ(runner.epoch_metrics[0].first, "train");
+  EXPECT_TRUE(runner.epoch_metrics[0].second.count("loss"));
+  EXPECT_TRUE(runner.epoch_metrics[0].second.count("lr"));
+  EXPECT_TRUE(runner.epoch_metrics[1].second.count("throughput"));
+  EXPECT_FALSE(runner.epoch_metrics[1].second.count("lr"));  // no step outside training
+}
+
+TEST(Runner, AnErrorReachesOnExceptionThenTheCaller) {
+  HookRunner runner(/*fail_in_batch=*/true);
+  EXPECT_ERROR_WITH(runner.run(), "boom");
+  ASSERT_FALSE(runner.events.empty());
+  EXPECT_EQ(runner.events.back(), "late: exception");
+}
+
+// Final weights of one training epoch over `n` samples in batches of `batch_size`, stepping every
+// `accumulation` batches.
+std::vector<Tensor> weights_after(int64_t n, int64_t batch_size, int64_t accumulation,
+                                  const std::string& engine_name) {
+  manual_seed(3);
+  auto model = testing::mlp(/*dropout=*/false);
+  SupervisedRunner runner;
+  runner.train(
+      {.model = model,
+       .criterion = cross_entropy_loss,
+       .loaders = {{"train", testing::loader(n, batch_size, false)}},
+       .engine = engine_name,
+       .callbacks = {{"optimizer", std::make_shared<OptimizerCallback>(
+                                       OptimizerOptions{.accumulation_steps = accumulation})}},
+       .optimizer_fn = [](nn::Module& m) {
+         return std::make_shared<optim::SGD>(m.named_parameters(), optim::SGDOptions{.lr = 0.5});
+       }});
+  std::vector<Tensor> weights;
+  for (const Tensor& p : model->parameters())
+    weights.push_back(p.to(DType::f32));
+  return weights;
+}
+
+TEST(Runner, AccumulationGivesTheUpdateOfOneBigBatch) {
+  const auto big = weights_after(16, 16, 1, "cpu");
+  const auto accumulated = weights_after(16, 4, 4, "cpu");
+  const auto unaccumulated = weights_after(16, 4, 1, "cpu");
+  for (size_t i = 0; i < big.size(); ++i) {
+    EXPECT_TRUE(allclose(big[i], accumulated[i], 1e-5, 1e-6)) << i;
+    EXPECT_FALSE(allclose(big[i], unaccumulated[i], 1e-5, 1e-6)) << i;  // 4 steps differ
+  }
+  // The last, partial accumulation of a loader steps too: 3 batches with steps of 2 = 2 steps.
+  const auto partial = weights_after(12, 4, 2, "cpu");
+  const auto untouched = [] {
+    manual_seed(3);
+    return testing::mlp(false)->parameters();
+  }();
+  EXPECT_FALSE(allclose(partial[0], untouched[0], 0, 0));
+}
+
+TEST(Runner, SchedulerIsNotSteppedWhenTheScalerSkipsTheStep) {
+  manual_seed(4);
+  // A loss scale so large that f16 gradients overflow: every step is skipped.
+  auto engine = std::make_shared<AMPEngine>(Device::cpu(), DType::f16,
+                                            optim::GradScalerOptions{.init_scale = 1e30});
+  auto model = testing::mlp(false);
+  const auto before = model->state_dict();
+  std::shared_ptr<optim::LRScheduler> scheduler;
+  SupervisedRunner runner;
+  runner.train({.model = model,
+                .criterion = cross_entropy_loss,
+                .loaders = {{"train", testing::loader(8, 4, false)}},
+                .engine_instance = engine,
+                .callbacks = {{"scheduler", std::make_shared<SchedulerCallback>(
+                                                SchedulerCallback::Mode::batch)}},
+                .optimizer_fn =
+                    [](nn::Module& m) {
+                      return std::make_shared<optim::SGD>(m.named_parameters(),
+                                                          optim::SGDOptions{.lr = 0.1});
+                    },
+                .scheduler_fn =
+                    [&](optim::Optimizer& o) {
+                      scheduler = std::make_shared<optim::StepLR>(o, 1, 0.5);
+                      return scheduler;
+                    }});
+  EXPECT_EQ(scheduler->last_epoch(), 0);
+  EXPECT_DOUBLE_EQ(engine->scaler().get_scale(), 1e30f * 0.25f);  // backed off twice
+  const auto after = model->state_dict();
+  for (size_t i = 0; i < before.size(); ++i)
+    EXPECT_TRUE(testing::identical(before[i].second, after[i].second)) << before[i].first;
+}
+
+TEST(Runner, BatchSchedulerStepsOncePerOptimizerStep) {
+  manual_seed(4);
+  std::shared_ptr<optim::LRScheduler> scheduler;
+  SupervisedRunner runner;
+  runner.train(
+      {.model = testing::mlp(),
+       .criterion = cross_entropy_loss,
+       .loaders = {{"train", testing::loader(16, 4, true)}},
+       .num_epochs = 2,
+       .engine = "cpu",
+       .callbacks = {{"optimizer", std::make_shared<OptimizerCallback>(OptimizerOptions{
+                                       .accumulation_steps = 2, .max_grad_norm = 1.0})},
+                     {"scheduler",
+                      std::make_shared<SchedulerCallback>(SchedulerCallback::Mode::batch)}},
+       .optimizer_fn =
+           [](nn::Module& m) {
+             return std::make_shared<optim::Adam>(m.named_parameters(), optim::AdamOptions{});
+           },
+       .scheduler_fn =
+           [&](optim::Optimizer& o) {
+             scheduler = std::make_shared<optim::StepLR>(o, 1, 0.9);
+             return scheduler;
+           }});
+  EXPECT_EQ(scheduler->last_epoch(), 4);  // 2 epochs x 4 batches / 2 accumulated
+}
+
+TEST(Runner, AccuracyTopKAndCheckpointTopKAndEarlyStopping) {
+  const std::string logdir = fresh_dir("topk");
+  manual_seed(6);
+  SupervisedRunner runner;
+  auto checkpoint = std::make_shared<CheckpointCallback>(CheckpointOptions{.logdir = logdir,
+                                                                           .loader_key = "valid",
+                                                                           .metric_key = "accuracy",
+                                                                           .minimize = false,
+                                                                           .topk = 2});
+  runner.train(
+      {.model = testing::mlp(),
+       .criterion = cross_entropy_loss,
+       .loaders = {{"train", testing::loader(32, 8, true)},
+                   {"valid", testing::loader(16, 8, false, 8)}},
+       .logdir = logdir,
+       .num_epochs = 6,
+       .engine = "cpu",
+       .callbacks = {{"accuracy", std::make_shared<AccuracyCallback>("logits", "targets",
+                                                                     std::vector<int64_t>{1, 3})},
+                     {"checkpoint", checkpoint},
+                     // Patience 1 on a metric that cannot strictly improve by 10: stops after 2.
+                     {"early",
+                      std::make_shared<EarlyStoppingCallback>(1, "valid", "loss", true, 10.0)}},
+       .optimizer_fn = [](nn::Module& m) {
+         return std::make_shared<optim::Adam>(m.named_parameters(), optim::AdamOptions{});
+       }});
+  EXPECT_EQ(runner.epoch, 2);
+  const Metrics& valid = runner.epoch_metrics[1].second;
+  EXPECT_DOUBLE_EQ(valid.at("accuracy03"), 1.0);  // 3 classes: always in the top 3
+  EXPECT_LE(valid.at("accuracy"), valid.at("accuracy03"));
+  EXPECT_FALSE(valid.count("accuracy01"));
+  EXPECT_TRUE(std::filesystem::exists(logdir + "/last.ckpt"));
+  EXPECT_TRUE(std::filesystem::exists(logdir + "/best.ckpt"));
+  EXPECT_TRUE(std::filesystem::exists(logdir + "/epoch-0001.ckpt"));
+  EXPECT_TRUE(std::filesystem::exists(logdir + "/epoch-0002.ckpt"));
+  const Checkpoint best = load_checkpoint(logdir + "/best.ckpt");
+  EXPECT_EQ(best.meta("checkpoint.epoch"), std::to_string(checkpoint->best_epoch()));
+  std::filesystem::remove_all(logdir);
+}
+
+TEST(Runner, ModelFnBuildsTheModelAfterSeeding) {
+  GeneratorState seen;
+  SupervisedRunner runner;
+  runner.train({.model_fn =
+                    [&] {
+                      seen = default_generator().state();
+                      return testing::mlp();
+                    },
+                .loaders = {{"train", testing::loader(8, 4, false)}},
+                .engine = "cpu",
+                .seed = 77});
+  EXPECT_EQ(seen, (GeneratorState{77, 0}));
+}
+
+// A runner holding a batch, to call callbacks directly.
+class BareRunner : public IRunner {
+ public:
+  int64_t get_stage_len(const std::string&) override { return 1; }
+  Loaders get_loaders(const std::string&) override { return {}; }
+  nn::ModulePtr get_model(const std::string&) override { return nullptr; }
+  void handle_batch(const data::Batch&) override {}
+};
+
+TEST(Runner, AccuracyBreaksTiesAsArgmax) {
+  BareRunner runner;
+  // Row 0: the target (1) ties with class 0, which ranks first; row 1: it ties with class 2, after.
+  runner.batch["logits"] = from_vector(std::vector<float>{1, 1, 0, 0, 2, 2}, {2, 3});
+  runner.batch["targets"] = from_vector(std::vector<int64_t>{1, 1}, {2}, DType::i64);
+  AccuracyCallback accuracy("logits", "targets", {1, 2});
+  accuracy.on_batch_end(runner);
+  EXPECT_DOUBLE_EQ(runner.batch_metrics.at("accuracy").item<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(runner.batch_metrics.at("accuracy02").item<double>(), 1.0);
+  EXPECT_EQ(argmax(runner.batch["logits"], 1).select(0, 0).item<int64_t>(), 0);
+  runner.batch["logits"] = from_vector(std::vector<float>{1, 2, 3}, {3});
+  EXPECT_ERROR_WITH(accuracy.on_batch_end(runner), "expected logits (N, C) and targets (N)");
+  runner.batch.erase("logits");
+  EXPECT_ERROR_WITH(accuracy.on_batch_end(runner), "the batch has no 'logits'", "targets");
+}
+
+TEST(Runner, BadInputSaysWhatToDo) {
+  SupervisedRunner runner;
+  EXPECT_ERROR_WITH(runner.train({}), "a model (or model_fn) is required");
+  EXPECT_ERROR_WITH(
+      runner.train({.model = testing::mlp(), .model_fn = [] { return testing::mlp(); }}),
+      "pass model or model_fn, not both");
+  EXPECT_ERROR_WITH(runner.train({.model = testing::mlp()}), "loaders is empty");
+  EXPECT_ERROR_WITH(runner.train({.model = testing::mlp(),
+                                  .loaders = {{"train", testing::loader(8, 4, false)}},
+                                  .logdir = fresh_dir("bad")}),
+                    "valid_loader 'valid' is not one of the loaders {train}");
+  EXPECT_ERROR_WITH(runner.train({.model = testing::mlp(),
+                                  .loaders = {{"train", testing::loader(8, 4, false)}},
+                                  .engine = "ddp"}),
+                    "engine 'ddp' is not available yet");
+  // An O2 engine needs the optimizer built after the conversion.
+  auto model = testing::mlp();
+  auto sgd = std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{});
+  EXPECT_ERROR_WITH(runner.train({.model = model,
+                                  .criterion = cross_entropy_loss,
+                                  .optimizer = sgd,
+                                  .loaders = {{"train", testing::loader(8, 4, false)}},
+                                  .engine = "o2"}),
+                    "without f32 master weights", "optimizer_fn");
+  EXPECT_ERROR_WITH(runner.train({.model = testing::mlp(),
+                                  .loaders = {{"train", testing::loader(8, 4, false)},
+                                              {"valid", testing::loader(8, 4, false)}},
+                                  .logdir = fresh_dir("bad2"),
+                                  .engine = "cpu",
+                                  .resume = "/nonexistent/last.ckpt"}),
+                    "no checkpoint at '/nonexistent/last.ckpt'");
+  // A logdir stands for its last checkpoint.
+  const std::string empty_logdir = fresh_dir("bad_resume");
+  const std::string expected = "no checkpoint at '" + empty_logdir + "/last.ckpt'";
+  EXPECT_ERROR_WITH(runner.train({.model = testing::mlp(),
+                                  .loaders = {{"train", testing::loader(8, 4, false)},
+                                              {"valid", testing::loader(8, 4, false)}},
+                                  .logdir = fresh_dir("bad4"),
+                                  .engine = "cpu",
+                                  .resume = empty_logdir}),
+                    expected.c_str());
+  // A metric nobody computes.
+  EXPECT_ERROR_WITH(runner.train({.model = testing::mlp(),
+                                  .criterion = cross_entropy_loss,
+                                  .loaders = {{"train", testing::loader(8, 4, false)},
+                                              {"valid", testing::loader(8, 4, false)}},
+                                  .logdir = fresh_dir("bad3"),
+                                  .valid_metric = "accuracy",
+                                  .engine = "cpu"}),
+                    "no metric 'accuracy' for loader 'valid'", "valid/loss");
+  for (const std::string name : {"bad", "bad2", "bad3", "bad4", "bad_resume"})
+    std::filesystem::remove_all(fresh_dir(name));
+  EXPECT_ERROR_WITH(AccuracyCallback("logits", "targets", {0}), "topk values must be 1 or more");
+  EXPECT_ERROR_WITH(OptimizerCallback({.accumulation_steps = 0}), "accumulation_steps");
+}
+
+}  // namespace
+}  // namespace ember::engines
