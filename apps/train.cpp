@@ -85,6 +85,7 @@ int run_train(int argc, char** argv) {
                     : flags.has("quiet")                           ? Progress::none
                                                                    : Progress::lines;
   const TrainResult result = train_resnet9(config, std::cout);
+  if (!result.is_master_process) return 0;
   char summary[160];
   std::snprintf(summary, sizeof(summary), "best valid accuracy %.2f%% (epoch %lld), %s in all; ",
                 result.best_valid_accuracy * 100, static_cast<long long>(result.best_epoch),

@@ -82,8 +82,13 @@ engines::EnginePtr make_train_engine(const TrainConfig& config) {
                 " contradicts --engine ", name, "; pass one of them");
     name = config.device;
   }
-  if (config.amp == "none") return engines::make_engine(name);
+  engines::EngineOptions options;
+  options.total_epochs = config.epochs;  // daso plans its schedule over the whole run
+  if (config.amp == "none") return engines::make_engine(name, options);
+  EMBER_CHECK(engines::resolve_engine_name(name) != "daso", "train: --amp ", config.amp,
+              " does not go with --engine daso, which trains in f32; drop --amp");
   const DType precision = config.amp == "fp16" ? DType::f16 : DType::bf16;
+  options.precision = precision;
   if (single_device) {
     // --amp on one device: the AMP engine there (auto: the GPU when one is visible).
     const std::string device_name = engines::resolve_engine_name(name);
@@ -99,7 +104,7 @@ engines::EnginePtr make_train_engine(const TrainConfig& config) {
     name = device_name + "-amp";  // under mpirun: ddp-amp
   }
   if (name == "ddp" || name == "dp") name += "-amp";
-  return engines::make_engine(name, {.precision = precision});
+  return engines::make_engine(name, options);
 }
 
 TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
@@ -120,10 +125,17 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
               "two per batch), got ",
               train_set->size());
   const int64_t batch_size = std::min(config.batch_size, train_set->size());
+  // --batch-size is the global batch: N ranks take batch_size / N images each per step, so a
+  // data-parallel run makes the same steps as one process (same learning rate, same count).
+  const int64_t ranks = engine->world_size();
+  const int64_t rank_batch_size = batch_size / ranks;
+  EMBER_CHECK(rank_batch_size >= 2, "train: --batch-size ", batch_size, " over ", ranks,
+              " ranks leaves ", rank_batch_size,
+              " images per rank; batch norm needs 2: use --batch-size ", 2 * ranks, " or more");
   auto train_loader = engine->shard_loader(std::make_shared<data::DataLoader>(
       train_set,
       data::DataLoaderOptions{
-          .batch_size = batch_size,
+          .batch_size = rank_batch_size,
           .shuffle = true,
           .seed = config.seed,
           .drop_last = true,  // batch norm needs more than one image per batch
@@ -131,7 +143,7 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
                          data::normalize({0.5}, {0.5})}}));
   auto valid_loader = engine->shard_loader(std::make_shared<data::DataLoader>(
       valid_set,
-      data::DataLoaderOptions{.batch_size = 512,
+      data::DataLoaderOptions{.batch_size = std::max<int64_t>(1, 512 / ranks),
                               .transforms = {data::pad(2), data::normalize({0.5}, {0.5})}}));
 
   // ---- the model is built once the runner has seeded the RNG (seed + rank), the optimizer and
@@ -165,8 +177,9 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
     if (!engine->is_master_process()) return;
     out << "ember train: resnet9(size " << config.model_size << ", " << parameters
         << " parameters) on " << engine->name() << ", Fashion-MNIST " << train_set->size()
-        << " train / " << valid_set->size() << " valid images, batch " << batch_size << ", Adam lr "
-        << config.lr << ", " << config.epochs << " epochs\n"
+        << " train / " << valid_set->size() << " valid images, batch " << batch_size
+        << (ranks > 1 ? detail::concat(" (", rank_batch_size, " per rank x ", ranks, ")") : "")
+        << ", Adam lr " << config.lr << ", " << config.epochs << " epochs\n"
         << std::flush;
   };
 
@@ -218,6 +231,7 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
       runner.epoch_metrics.empty() ? 0 : runner.epoch_metric("valid", "accuracy");
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result.engine = engine->name();
+  result.is_master_process = engine->is_master_process();
   return result;
 }
 

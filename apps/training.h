@@ -36,7 +36,8 @@ struct TrainResult {
   int64_t best_epoch = 0;
   double last_valid_accuracy = 0;
   double seconds = 0;
-  std::string engine;  // the engine's name
+  std::string engine;             // the engine's name
+  bool is_master_process = true;  // rank 0 (prints the summary)
 };
 
 // The engine the flags ask for: --engine, with --device choosing the device of auto/cpu/cuda and

@@ -40,6 +40,8 @@ class DataLoader {
   int64_t num_batches() const;
   int64_t batch_size() const { return options_.batch_size; }
   const Dataset& dataset() const { return *dataset_; }
+  const std::shared_ptr<const Dataset>& dataset_ptr() const { return dataset_; }
+  const DataLoaderOptions& options() const { return options_; }
   Sampler& sampler() { return *sampler_; }
   // Passes the epoch to the sampler and reseeds the random transforms.
   void set_epoch(int64_t epoch);

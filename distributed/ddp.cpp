@@ -26,6 +26,69 @@ uint64_t fingerprint(const NamedTensors& tensors) {
 
 }  // namespace
 
+void check_same_model_on_every_rank(const nn::Module& module, ProcessGroup& group) {
+  const NamedTensors state = module.state_dict();
+  Tensor mine = from_vector(std::vector<int64_t>{static_cast<int64_t>(fingerprint(state)),
+                                                 static_cast<int64_t>(state.size())},
+                            {2}, DType::i64);
+  Tensor everyone = zeros({group.size(), 2}, DType::i64);
+  group.allgather(everyone, mine)->wait();
+  const int64_t* all = everyone.data<int64_t>();
+  for (int r = 0; r < group.size(); ++r) {
+    if (all[2 * r] == all[0] && all[2 * r + 1] == all[1]) continue;
+    std::ostringstream first;
+    size_t shown = 0;
+    for (const auto& [name, tensor] : state) {
+      if (shown++ == 3) break;
+      first << (shown > 1 ? ", " : "") << name << " " << describe(tensor);
+    }
+    EMBER_FAIL("DistributedDataParallel: the model differs across ranks: rank ", r, " has ",
+               all[2 * r + 1], " parameters and buffers, rank 0 has ", all[1],
+               ", or their names, shapes or dtypes differ (this is rank ", group.rank(),
+               ", whose first entries are: ", first.str(),
+               "). Every rank must build the same model");
+  }
+}
+
+void broadcast_from_rank_zero(const std::vector<Tensor>& tensors, ProcessGroup& group) {
+  NoGradGuard no_grad;
+  std::vector<std::pair<Tensor, WorkPtr>> works;
+  for (const Tensor& tensor : tensors) {
+    // Parameters are leaves that require grad: the broadcast writes a detached handle's data.
+    const Tensor data = tensor.detach();
+    const Tensor wire = data.is_contiguous() ? data : data.contiguous();
+    works.emplace_back(wire, group.broadcast(wire, 0));
+  }
+  for (size_t i = 0; i < works.size(); ++i) {
+    works[i].second->wait();
+    Tensor data = tensors[i].detach();
+    if (!data.is_same(works[i].first) && !data.is_contiguous()) data.copy_(works[i].first);
+  }
+}
+
+std::unique_ptr<Reducer> make_reducer(nn::Module& module, ProcessGroupPtr group,
+                                      const DdpOptions& options) {
+  EMBER_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_cap_mb > 0,
+              "DistributedDataParallel: bucket_cap_mb and first_bucket_cap_mb must be positive, "
+              "got ",
+              options.bucket_cap_mb, " and ", options.first_bucket_cap_mb);
+  std::vector<Tensor> parameters;
+  std::vector<std::string> names;
+  for (const auto& [name, parameter] : module.named_parameters()) {
+    if (!parameter.requires_grad()) continue;
+    parameters.push_back(parameter);
+    names.push_back(name);
+  }
+  ReducerOptions reducer_options;
+  reducer_options.bucket_bytes = static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024);
+  reducer_options.first_bucket_bytes =
+      static_cast<int64_t>(options.first_bucket_cap_mb * 1024 * 1024);
+  reducer_options.find_unused_parameters = options.find_unused_parameters;
+  reducer_options.compression = options.compression;
+  return std::make_unique<Reducer>(std::move(parameters), std::move(names), std::move(group),
+                                   reducer_options);
+}
+
 DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, ProcessGroupPtr group,
                                                  DdpOptions options)
     : module_(std::move(module)), group_(std::move(group)), options_(options) {
@@ -37,73 +100,17 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, ProcessGr
               "got ",
               options_.bucket_cap_mb, " and ", options_.first_bucket_cap_mb);
   register_module("module", module_);
-  check_same_model_on_every_rank();
+  check_same_model_on_every_rank(*module_, *group_);
   std::vector<Tensor> state;
   for (const auto& [name, tensor] : module_->state_dict())
     state.push_back(tensor);
-  broadcast_from_rank_zero(state);
-
-  std::vector<Tensor> parameters;
-  std::vector<std::string> names;
-  for (const auto& [name, parameter] : module_->named_parameters()) {
-    if (!parameter.requires_grad()) continue;
-    parameters.push_back(parameter);
-    names.push_back(name);
-  }
-  ReducerOptions reducer_options;
-  reducer_options.bucket_bytes = static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024);
-  reducer_options.first_bucket_bytes =
-      static_cast<int64_t>(options_.first_bucket_cap_mb * 1024 * 1024);
-  reducer_options.find_unused_parameters = options_.find_unused_parameters;
-  reducer_options.compression = options_.compression;
-  reducer_ =
-      std::make_unique<Reducer>(std::move(parameters), std::move(names), group_, reducer_options);
-}
-
-void DistributedDataParallel::check_same_model_on_every_rank() {
-  const NamedTensors state = module_->state_dict();
-  Tensor mine = from_vector(std::vector<int64_t>{static_cast<int64_t>(fingerprint(state)),
-                                                 static_cast<int64_t>(state.size())},
-                            {2}, DType::i64);
-  Tensor everyone = zeros({group_->size(), 2}, DType::i64);
-  group_->allgather(everyone, mine)->wait();
-  const int64_t* all = everyone.data<int64_t>();
-  for (int r = 0; r < group_->size(); ++r) {
-    if (all[2 * r] == all[0] && all[2 * r + 1] == all[1]) continue;
-    std::ostringstream first;
-    size_t shown = 0;
-    for (const auto& [name, tensor] : state) {
-      if (shown++ == 3) break;
-      first << (shown > 1 ? ", " : "") << name << " " << describe(tensor);
-    }
-    EMBER_FAIL("DistributedDataParallel: the model differs across ranks: rank ", r, " has ",
-               all[2 * r + 1], " parameters and buffers, rank 0 has ", all[1],
-               ", or their names, shapes or dtypes differ (this is rank ", group_->rank(),
-               ", whose first entries are: ", first.str(),
-               "). Every rank must build the same model");
-  }
-}
-
-void DistributedDataParallel::broadcast_from_rank_zero(const std::vector<Tensor>& tensors) {
-  NoGradGuard no_grad;
-  std::vector<std::pair<Tensor, WorkPtr>> works;
-  for (const Tensor& tensor : tensors) {
-    // Parameters are leaves that require grad: broadcast into a detached handle on the data.
-    Tensor data = tensor.detach();
-    Tensor wire = data.is_contiguous() ? data : data.contiguous();
-    works.emplace_back(wire, group_->broadcast(wire, 0));
-    if (!wire.is_same(data)) works.back().first = wire;
-  }
-  for (size_t i = 0; i < works.size(); ++i) {
-    works[i].second->wait();
-    Tensor data = tensors[i].detach();
-    if (!data.is_contiguous()) data.copy_(works[i].first);
-  }
+  broadcast_from_rank_zero(state, *group_);
+  reducer_ = make_reducer(*module_, group_, options_);
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
   if (options_.broadcast_buffers && is_training() && group_->size() > 1) {
-    broadcast_from_rank_zero(module_->buffers());
+    broadcast_from_rank_zero(module_->buffers(), *group_);
   }
   return module_->forward(input);
 }

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "distributed/reducer.h"
 #include "nn/module.h"
@@ -27,6 +28,16 @@ struct DdpOptions {
   bool broadcast_buffers = true;
   std::optional<DType> compression;  // f16 or bf16 on the wire
 };
+
+// The pieces DistributedDataParallel is made of, for engines that attach DDP to a model without
+// wrapping it (engines/distributed_engines.h). All are collective over `group`.
+// Throws on every rank when the ranks' models differ in names, shapes or dtypes.
+void check_same_model_on_every_rank(const nn::Module& module, ProcessGroup& group);
+// Rank 0's values for every tensor (parameters and buffers).
+void broadcast_from_rank_zero(const std::vector<Tensor>& tensors, ProcessGroup& group);
+// A reducer over the module's parameters that require grad.
+std::unique_ptr<Reducer> make_reducer(nn::Module& module, ProcessGroupPtr group,
+                                      const DdpOptions& options);
 
 class DistributedDataParallel : public nn::Module {
  public:
@@ -58,9 +69,6 @@ class DistributedDataParallel : public nn::Module {
   [[nodiscard]] NoSync no_sync() { return NoSync(*reducer_); }
 
  private:
-  void check_same_model_on_every_rank();
-  void broadcast_from_rank_zero(const std::vector<Tensor>& tensors);
-
   nn::ModulePtr module_;
   ProcessGroupPtr group_;
   DdpOptions options_;

@@ -31,6 +31,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "data/loader.h"
@@ -138,6 +139,13 @@ class IEngine {
   virtual Scope no_sync(nn::Module& model);
   // Mixed-precision region for the forward pass and the loss; a no-op for f32 engines.
   virtual Scope autocast();
+
+  // ---- the runner's epoch, for engines with a schedule (DASO) ----
+  // Before a training loader's first batch: how many batches it holds.
+  virtual void on_train_loader_start(int64_t /*num_batches*/) {}
+  // After every loader of an epoch: the training loss averaged over ranks (none when the
+  // training loader reports no "loss").
+  virtual void on_epoch_end(std::optional<double> /*train_loss*/) {}
 
   // ---- checkpoints ----
   // Tensors "model.<key>", "optimizer.<key>"; metadata "optimizer.<key>", "scheduler.*", the

@@ -3,7 +3,10 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "distributed/nccl/nccl_process_group.h"
+#include "distributed/world.h"
 #include "engines/device_engines.h"
+#include "engines/distributed_engines.h"
 #include "runtime/error.h"
 
 namespace ember::engines {
@@ -18,13 +21,37 @@ DType precision_for(const EngineOptions& options, const Device& device) {
   return device.is_cuda() ? DType::f16 : DType::bf16;
 }
 
-// The launcher's own variables (Open MPI, MPICH/Hydra, Slurm): judged before MPI is initialised.
-bool launched_with_several_processes() {
-  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
-    const char* value = std::getenv(variable);
-    if (value && std::atoi(value) > 1) return true;
+// dp's replicas: every visible GPU (twice the one GPU, when there is one), else two on the CPU.
+std::vector<Device> data_parallel_devices() {
+  const int gpus = cuda_device_count();
+  if (gpus == 0) return {Device::cpu(), Device::cpu()};
+  if (gpus == 1) return {Device::cuda(0), Device::cuda(0)};
+  std::vector<Device> devices;
+  for (int i = 0; i < gpus; ++i)
+    devices.push_back(Device::cuda(i));
+  return devices;
+}
+
+// A data-parallel engine's group and device: under a launcher only; NCCL on this rank's GPU
+// when there are GPUs (and NCCL), else MPI on the CPU.
+struct Ranks {
+  dist::ProcessGroupPtr group;
+  Device device = Device::cpu();
+};
+Ranks ranks_for(const std::string& engine) {
+  EMBER_CHECK(dist::launched_with_several_processes(),
+              "it trains with several processes: start it under a launcher, e.g. mpirun -np 2 "
+              "build/bin/ember train --engine ",
+              engine, " (or pick cpu, cuda, amp or o2 for one process)");
+  Ranks ranks;
+  ranks.group = dist::init();
+  const int gpus = cuda_device_count();
+  if (gpus > 0 && dist::nccl_available()) {
+    const int device = dist::topology().local_rank % gpus;
+    ranks.device = Device::cuda(device);
+    ranks.group = dist::make_nccl_group(ranks.group, device);
   }
-  return false;
+  return ranks;
 }
 
 std::string known_names() {
@@ -57,19 +84,58 @@ const std::vector<EngineEntry>& engine_table() {
          const Device device = best_device();
          return std::make_shared<O2Engine>(device, precision_for(options, device));
        }},
-      {"dp", "one process, the batch split over every visible GPU (DataParallelEngine)", nullptr},
-      {"ddp", "one process per GPU or CPU rank under mpirun (DistributedDataParallelEngine)",
-       nullptr},
-      {"ddp-amp", "ddp with autocast (DistributedDataParallelAMPEngine)", nullptr},
-      {"ddp-o2", "ddp with f16/bf16 model and f32 master weights", nullptr},
-      {"daso", "Heat's DASO: node-local gradient averaging, global parameter averaging", nullptr},
+      {"dp",
+       "one process, the batch split over every visible GPU, or over two CPU replicas "
+       "(DataParallelEngine)",
+       [](const EngineOptions&) -> EnginePtr {
+         return std::make_shared<DataParallelEngine<DeviceEngine>>(data_parallel_devices());
+       }},
+      {"dp-amp", "dp with autocast",
+       [](const EngineOptions& options) -> EnginePtr {
+         const auto devices = data_parallel_devices();
+         return std::make_shared<DataParallelEngine<AMPEngine>>(
+             devices, precision_for(options, devices.front()));
+       }},
+      {"dp-o2", "dp with an f16/bf16 model and f32 master weights",
+       [](const EngineOptions& options) -> EnginePtr {
+         const auto devices = data_parallel_devices();
+         return std::make_shared<DataParallelEngine<O2Engine>>(
+             devices, precision_for(options, devices.front()));
+       }},
+      {"ddp",
+       "one process per rank under mpirun, gradients averaged during backward over NCCL (GPUs) "
+       "or MPI (CPUs) (DistributedDataParallelEngine)",
+       [](const EngineOptions& options) -> EnginePtr {
+         const Ranks ranks = ranks_for("ddp");
+         return std::make_shared<DistributedDataParallelEngine<DeviceEngine>>(
+             ranks.group, options.ddp, ranks.device);
+       }},
+      {"ddp-amp", "ddp with autocast",
+       [](const EngineOptions& options) -> EnginePtr {
+         const Ranks ranks = ranks_for("ddp-amp");
+         return std::make_shared<DistributedDataParallelEngine<AMPEngine>>(
+             ranks.group, options.ddp, ranks.device, precision_for(options, ranks.device));
+       }},
+      {"ddp-o2", "ddp with an f16/bf16 model and f32 master weights",
+       [](const EngineOptions& options) -> EnginePtr {
+         const Ranks ranks = ranks_for("ddp-o2");
+         return std::make_shared<DistributedDataParallelEngine<O2Engine>>(
+             ranks.group, options.ddp, ranks.device, precision_for(options, ranks.device));
+       }},
+      {"daso",
+       "Heat's DASO under mpirun: node-local gradient averaging, global parameter averaging "
+       "(DasoEngine)",
+       [](const EngineOptions& options) -> EnginePtr {
+         const Ranks ranks = ranks_for("daso");
+         return std::make_shared<DasoEngine>(ranks.device, static_cast<int>(options.total_epochs));
+       }},
   };
   return table;
 }
 
 std::string resolve_engine_name(const std::string& name) {
   if (name != "auto") return name;
-  if (launched_with_several_processes()) return "ddp";
+  if (dist::launched_with_several_processes()) return "ddp";
   return cuda_device_count() > 0 ? "cuda" : "cpu";
 }
 

@@ -7,7 +7,9 @@
 //   cpu       DeviceEngine on the CPU                   cuda, cuda:N   DeviceEngine on a GPU
 //   amp       AMPEngine (autocast, GradScaler for f16)  o2             O2Engine (f16/bf16 model,
 //                                                                      f32 master weights)
-//   dp, ddp, ddp-amp, ddp-o2, daso: the data-parallel engines (engines that need distributed/).
+//   dp, dp-amp, dp-o2   DataParallelEngine: one process, replicas on every GPU (two on the CPU)
+//   ddp, ddp-amp, ddp-o2, daso: one process per rank under mpirun (NCCL on GPUs, MPI on CPUs);
+//                       without a launcher they say how to start them
 //
 // amp and o2 run on the GPU when one is visible, else on the CPU; their precision defaults to f16
 // on a GPU and bf16 on the CPU (as PyTorch's autocast).
@@ -18,12 +20,15 @@
 #include <string>
 #include <vector>
 
+#include "distributed/ddp.h"
 #include "engines/engine.h"
 
 namespace ember::engines {
 
 struct EngineOptions {
   std::optional<DType> precision = {};  // amp, o2 and their data-parallel forms: f16 or bf16
+  dist::DdpOptions ddp = {};            // ddp, ddp-amp, ddp-o2: buckets, unused parameters
+  int64_t total_epochs = 0;             // daso: the schedule's length (required)
 };
 
 // Throws for an unknown name (listing the known ones) and for an engine this machine or build

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "engines/callbacks.h"
@@ -133,8 +134,11 @@ void IRunner::run_stage(const std::string& stage_name, bool first) {
   EMBER_CHECK(!loaders.empty(), "runner: stage '", stage,
               "' has no loaders (get_loaders / "
               "loaders is empty)");
-  for (const auto& [name, given] : loaders)
+  for (auto& [name, given] : loaders) {
     EMBER_CHECK(given != nullptr, "runner: loader '", name, "' is empty");
+    // Each rank its shard (a no-op for one process and for loaders already sharded).
+    given = engine->shard_loader(given);
+  }
   callbacks = sorted_callbacks(get_callbacks(stage));
   epoch = 0;
   batch_step = 0;
@@ -152,6 +156,12 @@ void IRunner::run_stage(const std::string& stage_name, bool first) {
       loader = current;
       run_loader();
     }
+    std::optional<double> train_loss;
+    for (const auto& [key, metrics] : epoch_metrics) {
+      auto it = metrics.find("loss");
+      if (!train_loss && key.rfind("train", 0) == 0 && it != metrics.end()) train_loss = it->second;
+    }
+    engine->on_epoch_end(train_loss);
     run_event(&ICallback::on_epoch_end);
     for (auto& [name, logger] : loggers)
       logger->log_epoch(epoch_metrics, *this);
@@ -164,6 +174,7 @@ void IRunner::run_loader() {
   loader->set_epoch(epoch - 1);
   if (model) model->train(is_train_loader);
   loader_batch_len = loader->num_batches();
+  if (is_train_loader) engine->on_train_loader_start(loader_batch_len);
   loader_batch_step = 0;
   loader_sample_step = 0;
   running_.clear();

@@ -1,0 +1,184 @@
+#include "engines/distributed_engines.h"
+
+#include "distributed/data_parallel.h"
+#include "distributed/distributed_sampler.h"
+#include "runtime/random.h"
+
+namespace ember::engines {
+
+std::shared_ptr<data::DataLoader> shard_over_ranks(std::shared_ptr<data::DataLoader> loader,
+                                                   const dist::ProcessGroup& group) {
+  EMBER_CHECK(loader != nullptr, "shard_loader: the loader is empty");
+  if (dynamic_cast<dist::DistributedSampler*>(&loader->sampler()) != nullptr) return loader;
+  const data::DataLoaderOptions& options = loader->options();
+  auto sampler = std::make_shared<dist::DistributedSampler>(
+      loader->dataset().size(), group.size(), group.rank(),
+      dist::DistributedSamplerOptions{.shuffle = options.shuffle, .seed = options.seed});
+  return std::make_shared<data::DataLoader>(loader->dataset_ptr(), options, std::move(sampler));
+}
+
+namespace {
+
+// Checkpoints hold rank 0's generator; rank r runs on seed + r (the runner seeds it so).
+void continue_this_ranks_random_stream(int rank) {
+  GeneratorState state = default_generator().state();
+  state.seed += static_cast<uint64_t>(rank);
+  default_generator().set_state(state);
+}
+
+}  // namespace
+
+// ---- DistributedDataParallelEngine ----
+
+template <typename Base>
+void DistributedDataParallelEngine<Base>::sync_device(nn::Module& module) const {
+  Base::sync_device(module);
+  if (reducers_.count(&module)) return;
+  dist::check_same_model_on_every_rank(module, *group_);
+  std::vector<Tensor> state;
+  for (const auto& [name, tensor] : module.state_dict())
+    state.push_back(tensor);
+  dist::broadcast_from_rank_zero(state, *group_);
+  reducers_[&module] = dist::make_reducer(module, group_, options_);
+}
+
+template <typename Base>
+dist::Reducer* DistributedDataParallelEngine<Base>::reducer_of(const nn::Module& module) const {
+  auto it = reducers_.find(&module);
+  return it == reducers_.end() ? nullptr : it->second.get();
+}
+
+template <typename Base>
+Scope DistributedDataParallelEngine<Base>::no_sync(nn::Module& model) {
+  dist::Reducer* reducer = reducer_of(model);
+  EMBER_CHECK(reducer != nullptr, name(),
+              ": no_sync on a model this engine did not place (pass it through "
+              "init_components or sync_device first)");
+  const bool previous = reducer->sync();
+  reducer->set_sync(false);
+  return Scope([reducer, previous] { reducer->set_sync(previous); });
+}
+
+template <typename Base>
+bool DistributedDataParallelEngine<Base>::optimizer_step(nn::Module& model,
+                                                         optim::Optimizer& optimizer) {
+  const bool stepped = Base::optimizer_step(model, optimizer);
+  if (options_.broadcast_buffers) dist::broadcast_from_rank_zero(model.buffers(), *group_);
+  return stepped;
+}
+
+template <typename Base>
+void DistributedDataParallelEngine<Base>::unpack_checkpoint(const Checkpoint& checkpoint,
+                                                            nn::Module* model,
+                                                            optim::Optimizer* optimizer,
+                                                            optim::LRScheduler* scheduler) {
+  Base::unpack_checkpoint(checkpoint, model, optimizer, scheduler);
+  continue_this_ranks_random_stream(group_->rank());
+}
+
+template <typename Base>
+void DistributedDataParallelEngine<Base>::deinit_components() {
+  group_->barrier()->wait();
+  reducers_.clear();
+  Base::deinit_components();
+}
+
+template class DistributedDataParallelEngine<DeviceEngine>;
+template class DistributedDataParallelEngine<AMPEngine>;
+template class DistributedDataParallelEngine<O2Engine>;
+
+// ---- DataParallelEngine ----
+
+template <typename Base>
+std::string DataParallelEngine<Base>::name() const {
+  return detail::concat("dp-", Base::name(), " x", devices_.size());
+}
+
+template <typename Base>
+Components DataParallelEngine<Base>::init_components(const ModelFn& model_fn,
+                                                     const CriterionFn& criterion_fn,
+                                                     const OptimizerFn& optimizer_fn,
+                                                     const SchedulerFn& scheduler_fn) {
+  EMBER_CHECK(model_fn != nullptr, "init_components: a model_fn is required");
+  const ModelFn wrapped = [&]() -> nn::ModulePtr {
+    nn::ModulePtr model = model_fn();
+    EMBER_CHECK(model != nullptr, "init_components: model_fn returned an empty model");
+    Base::sync_device(*model);  // on devices[0], converted for O2
+    return nn::make<dist::DataParallel>(model, devices_);
+  };
+  return Base::init_components(wrapped, criterion_fn, optimizer_fn, scheduler_fn);
+}
+
+template <typename Base>
+void DataParallelEngine<Base>::sync_device(nn::Module& module) const {
+  if (dynamic_cast<dist::DataParallel*>(&module) != nullptr) return;
+  Base::sync_device(module);
+}
+
+template class DataParallelEngine<DeviceEngine>;
+template class DataParallelEngine<AMPEngine>;
+template class DataParallelEngine<O2Engine>;
+
+// ---- DasoEngine ----
+
+DasoEngine::DasoEngine(Device device, int total_epochs, dist::DasoOptions options,
+                       std::optional<dist::DasoGroups> groups)
+    : DeviceEngine(device),
+      total_epochs_(total_epochs),
+      options_(options),
+      groups_(groups ? *groups : dist::DasoGroups::default_groups()) {
+  EMBER_CHECK(total_epochs_ >= 1, "DasoEngine: total_epochs must be 1 or more, got ", total_epochs_,
+              " (DASO plans its warm-up and cool-down from it)");
+}
+
+Components DasoEngine::init_components(const ModelFn& model_fn, const CriterionFn& criterion_fn,
+                                       const OptimizerFn& optimizer_fn,
+                                       const SchedulerFn& scheduler_fn) {
+  Components parts =
+      DeviceEngine::init_components(model_fn, criterion_fn, optimizer_fn, scheduler_fn);
+  EMBER_CHECK(parts.optimizer != nullptr, name(),
+              ": DASO wraps the optimizer; pass an optimizer (or optimizer_fn)");
+  // Buffers (batch-norm statistics) are not DASO's: rank 0's, once, so every rank starts equal.
+  dist::broadcast_from_rank_zero(parts.model->buffers(), *groups_.world);
+  daso_ = std::make_unique<dist::Daso>(*parts.optimizer, total_epochs_, options_, groups_);
+  daso_->set_model(*parts.model);
+  return parts;
+}
+
+void DasoEngine::zero_grad(nn::Module& model, optim::Optimizer&) {
+  EMBER_CHECK(daso_ != nullptr, name(), ": zero_grad before init_components");
+  model.zero_grad(false);
+  daso_->zero_grad();
+}
+
+bool DasoEngine::optimizer_step(nn::Module&, optim::Optimizer&) {
+  EMBER_CHECK(daso_ != nullptr, name(), ": optimizer_step before init_components");
+  daso_->step();
+  return true;
+}
+
+void DasoEngine::unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* model,
+                                   optim::Optimizer* optimizer, optim::LRScheduler* scheduler) {
+  DeviceEngine::unpack_checkpoint(checkpoint, model, optimizer, scheduler);
+  continue_this_ranks_random_stream(groups_.world->rank());
+}
+
+void DasoEngine::on_train_loader_start(int64_t num_batches) {
+  if (daso_) daso_->set_last_batch(num_batches - 1);
+}
+
+void DasoEngine::on_epoch_end(std::optional<double> train_loss) {
+  if (!daso_) return;
+  EMBER_CHECK(train_loss.has_value(), name(),
+              ": DASO needs the epoch's training loss, and the training loader reported no "
+              "\"loss\" metric (add a CriterionCallback)");
+  daso_->epoch_loss_logic(*train_loss, /*loss_globally_averaged=*/true);
+}
+
+void DasoEngine::deinit_components() {
+  groups_.world->barrier()->wait();
+  daso_.reset();
+  DeviceEngine::deinit_components();
+}
+
+}  // namespace ember::engines

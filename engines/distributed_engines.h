@@ -1,0 +1,136 @@
+// The data-parallel engines (Catalyst's DataParallel, DistributedDataParallel and DASO engines),
+// built on the single-process ones:
+//
+//   DataParallelEngine<Base>             one process, the batch split over several devices
+//                                        (dist::DataParallel; Base = DeviceEngine, AMPEngine or
+//                                        O2Engine for the fp32, AMP and O2 forms)
+//   DistributedDataParallelEngine<Base>  one process per rank under mpirun: DDP's reducer attached
+//                                        to the model, the loaders sharded by DistributedSampler
+//   DasoEngine                           Heat's DASO (dist::Daso) over node-local and global groups
+//
+// The model is not wrapped: a DDP engine attaches the reducer to the model's parameters in
+// sync_device, so the runner and the Accelerator see the model they built and checkpoints keep
+// its plain keys (loadable by every engine, whatever the world size).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "distributed/daso.h"
+#include "distributed/ddp.h"
+#include "engines/device_engines.h"
+
+namespace ember::engines {
+
+// The loader this rank iterates: `loader` itself when its sampler is already a
+// DistributedSampler; otherwise the same dataset and options over a DistributedSampler
+// (shuffling as the loader did, with its seed, padded so that every rank has as many batches).
+std::shared_ptr<data::DataLoader> shard_over_ranks(std::shared_ptr<data::DataLoader> loader,
+                                                   const dist::ProcessGroup& group);
+
+template <typename Base>
+class DistributedDataParallelEngine : public Base {
+ public:
+  // `base_args` construct Base (device, and the precision for AMP/O2).
+  template <typename... BaseArgs>
+  explicit DistributedDataParallelEngine(dist::ProcessGroupPtr group, dist::DdpOptions options = {},
+                                         BaseArgs&&... base_args)
+      : Base(std::forward<BaseArgs>(base_args)...), group_(std::move(group)), options_(options) {
+    EMBER_CHECK(group_ != nullptr, "DistributedDataParallelEngine: the process group is null");
+  }
+
+  std::string name() const override { return "ddp-" + Base::name(); }
+  dist::ProcessGroupPtr process_group() const override { return group_; }
+  bool is_ddp() const override { return true; }
+
+  using Base::sync_device;
+  // Places (and for O2 converts) the module, checks that every rank built the same model,
+  // broadcasts rank 0's parameters and buffers, and attaches the gradient reducer.
+  void sync_device(nn::Module& module) const override;
+  Scope no_sync(nn::Module& model) override;
+  // The step, then rank 0's buffers (batch-norm statistics) to every rank, as PyTorch's
+  // broadcast_buffers does before the next forward.
+  bool optimizer_step(nn::Module& model, optim::Optimizer& optimizer) override;
+  std::shared_ptr<data::DataLoader> shard_loader(
+      std::shared_ptr<data::DataLoader> loader) const override {
+    return shard_over_ranks(std::move(loader), *group_);
+  }
+  // Puts each rank back on its own random stream (seed + rank) after loading rank 0's.
+  void unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* model,
+                         optim::Optimizer* optimizer, optim::LRScheduler* scheduler) override;
+  void deinit_components() override;
+
+  dist::Reducer* reducer_of(const nn::Module& module) const;
+
+ private:
+  dist::ProcessGroupPtr group_;
+  dist::DdpOptions options_;
+  mutable std::map<const nn::Module*, std::unique_ptr<dist::Reducer>> reducers_;
+};
+
+template <typename Base>
+class DataParallelEngine : public Base {
+ public:
+  // devices[0] holds the model; every device gets a replica (a repeated device is allowed).
+  template <typename... BaseArgs>
+  explicit DataParallelEngine(std::vector<Device> devices, BaseArgs&&... base_args)
+      : Base(devices.empty() ? Device::cpu() : devices.front(),
+             std::forward<BaseArgs>(base_args)...),
+        devices_(std::move(devices)) {
+    EMBER_CHECK(!devices_.empty(), "DataParallelEngine: the device list is empty");
+  }
+
+  std::string name() const override;
+  const std::vector<Device>& devices() const { return devices_; }
+  // The model built by model_fn, placed on devices[0], wrapped in dist::DataParallel.
+  Components init_components(const ModelFn& model_fn, const CriterionFn& criterion_fn,
+                             const OptimizerFn& optimizer_fn,
+                             const SchedulerFn& scheduler_fn) override;
+  using Base::sync_device;
+  // A DataParallel places its own replicas; any other module goes to devices[0].
+  void sync_device(nn::Module& module) const override;
+
+ private:
+  std::vector<Device> devices_;
+};
+
+class DasoEngine : public DeviceEngine {
+ public:
+  DasoEngine(Device device, int total_epochs, dist::DasoOptions options = {},
+             std::optional<dist::DasoGroups> groups = std::nullopt);
+
+  std::string name() const override { return "daso-" + DeviceEngine::name(); }
+  dist::ProcessGroupPtr process_group() const override { return groups_.world; }
+  bool is_ddp() const override { return true; }
+
+  // Builds the parts, then DASO around the optimizer (collective: rank 0's parameters).
+  Components init_components(const ModelFn& model_fn, const CriterionFn& criterion_fn,
+                             const OptimizerFn& optimizer_fn,
+                             const SchedulerFn& scheduler_fn) override;
+  void zero_grad(nn::Module& model, optim::Optimizer& optimizer) override;
+  // DASO's step: node-local gradient average, the local step, this batch's global work.
+  bool optimizer_step(nn::Module& model, optim::Optimizer& optimizer) override;
+  std::shared_ptr<data::DataLoader> shard_loader(
+      std::shared_ptr<data::DataLoader> loader) const override {
+    return shard_over_ranks(std::move(loader), *groups_.world);
+  }
+  // Each rank back on its own random stream (seed + rank). DASO's schedule itself is not in the
+  // checkpoint: a resumed run starts it again (warm-up first).
+  void unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* model,
+                         optim::Optimizer* optimizer, optim::LRScheduler* scheduler) override;
+  void on_train_loader_start(int64_t num_batches) override;
+  void on_epoch_end(std::optional<double> train_loss) override;
+  void deinit_components() override;
+
+  dist::Daso* daso() { return daso_.get(); }
+
+ private:
+  int total_epochs_;
+  dist::DasoOptions options_;
+  dist::DasoGroups groups_;
+  std::unique_ptr<dist::Daso> daso_;
+};
+
+}  // namespace ember::engines

@@ -1,0 +1,153 @@
+// The data-parallel engines under the runner: resume continues identically, and DDP trains the
+// same model as one process on the whole batch. Runs alone (a world of one) and under mpirun.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+
+#include "distributed/world.h"
+#include "engines/distributed_engines.h"
+#include "engines/factory.h"
+#include "tests/common/expect_error.h"
+#include "tests/engines/fixtures.h"
+
+namespace ember::engines {
+namespace {
+
+// One directory for all ranks (rank 0's pid names it); only rank 0 writes into it.
+std::string shared_dir(const std::string& name) {
+  auto world = dist::world();
+  Tensor pid = full({1}, static_cast<double>(::getpid()), DType::i64);
+  world->broadcast(pid, 0)->wait();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() /
+       ("ember_dist_engines_" + std::to_string(pid.item<int64_t>()) + "_" + name))
+          .string();
+  if (world->rank() == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  world->barrier()->wait();
+  return dir;
+}
+
+// Two epochs over 32 samples (`batch` per rank), stopping after `stop_after` when > 0. Without
+// dropout the loader does not shuffle either.
+void small_run(const std::function<EnginePtr()>& engine, const std::string& logdir,
+               int64_t stop_after, bool resume, bool dropout = true, int64_t batch = 16) {
+  manual_seed(5);
+  SupervisedRunner runner;
+  TrainOptions options{
+      .model = testing::mlp(dropout),
+      .criterion = [](const Tensor& logits,
+                      const Tensor& targets) { return cross_entropy(logits, targets); },
+      .loaders = {{"train", testing::loader(32, batch, /*shuffle=*/dropout)},
+                  {"valid", testing::loader(24, 8, false, 11)}},
+      .logdir = logdir,
+      .num_epochs = 2,
+      .valid_metric = "loss",
+      .engine_instance = engine(),
+      .seed = 9,
+      .resume = resume ? logdir + "/last.ckpt" : "",
+      .optimizer_fn =
+          [](nn::Module& model) {
+            return std::make_shared<optim::Adam>(model.named_parameters(),
+                                                 optim::AdamOptions{.lr = 1e-2});
+          },
+      .scheduler_fn =
+          [](optim::Optimizer& optimizer) {
+            return std::make_shared<optim::StepLR>(optimizer, 1, 0.5);
+          },
+  };
+  if (stop_after > 0)
+    options.callbacks.emplace_back("stop", std::make_shared<testing::StopAfterEpoch>(stop_after));
+  runner.train(std::move(options));
+}
+
+TEST(DistributedEngines, EveryDataParallelEngineResumesIdentically) {
+  auto world = dist::world();
+  const int ranks = world->size();
+  const std::vector<std::pair<std::string, std::function<EnginePtr()>>> engines = {
+      {"ddp", [&] { return std::make_shared<DistributedDataParallelEngine<DeviceEngine>>(world); }},
+      {"ddp_amp_bf16",
+       [&] {
+         return std::make_shared<DistributedDataParallelEngine<AMPEngine>>(
+             world, dist::DdpOptions{}, Device::cpu(), DType::bf16);
+       }},
+      {"ddp_o2_bf16",
+       [&] {
+         return std::make_shared<DistributedDataParallelEngine<O2Engine>>(
+             world, dist::DdpOptions{}, Device::cpu(), DType::bf16);
+       }},
+      {"dp",
+       [] {
+         return std::make_shared<DataParallelEngine<DeviceEngine>>(
+             std::vector<Device>{Device::cpu(), Device::cpu()});
+       }},
+      {"daso", [] { return std::make_shared<DasoEngine>(Device::cpu(), 2); }},
+  };
+  for (const auto& [name, engine] : engines) {
+    SCOPED_TRACE(name);
+    // dp is one process: under mpirun every rank would write the same logdir.
+    if (name == "dp" && ranks > 1) continue;
+    const std::string straight = shared_dir("straight_" + name);
+    const std::string resumed = shared_dir("resumed_" + name);
+    // DataParallel's replicas draw dropout masks from one generator in parallel threads, in no
+    // fixed order: its runs repeat only without dropout.
+    const bool dropout = name != "dp";
+    small_run(engine, straight, 0, false, dropout, 8 * ranks);
+    small_run(engine, resumed, 1, false, dropout, 8 * ranks);
+    small_run(engine, resumed, 0, true, dropout, 8 * ranks);
+    if (world->rank() == 0) {
+      const Checkpoint last = load_checkpoint(straight + "/last.ckpt");
+      EXPECT_EQ(last.meta("checkpoint.epoch"), "2");
+      EXPECT_EQ(last.meta("engine"), engine()->name());
+      EXPECT_EQ(testing::read_file(straight + "/last.ckpt"),
+                testing::read_file(resumed + "/last.ckpt"))
+          << "the resumed run's last checkpoint differs from the straight run's";
+      std::filesystem::remove_all(straight);
+      std::filesystem::remove_all(resumed);
+    }
+    world->barrier()->wait();
+  }
+}
+
+TEST(DistributedEngines, DdpTrainsTheSameModelAsOneProcessOnTheWholeBatch) {
+  auto world = dist::world();
+  const int ranks = world->size();
+  // No dropout and no shuffling: each step's global batch is the same 16 images either way
+  // (the DistributedSampler deals them out round-robin), so only rounding can differ.
+  const std::string single = shared_dir("single");
+  const std::string parallel = shared_dir("parallel");
+  if (world->rank() == 0) {
+    small_run([] { return std::make_shared<DeviceEngine>(); }, single, 0, false, false, 16);
+  }
+  world->barrier()->wait();
+  small_run([&] { return std::make_shared<DistributedDataParallelEngine<DeviceEngine>>(world); },
+            parallel, 0, false, false, 16 / ranks);
+  if (world->rank() == 0) {
+    const Checkpoint a = load_checkpoint(single + "/last.ckpt");
+    const Checkpoint b = load_checkpoint(parallel + "/last.ckpt");
+    for (const auto& [name, tensor] : a.tensors) {
+      if (name.rfind("model.", 0) != 0) continue;
+      const Tensor& other = b.at(name);
+      EXPECT_LE(max(abs(tensor.to(DType::f64) - other.to(DType::f64))).item<double>(), 1e-5)
+          << name;
+    }
+    EXPECT_NEAR(std::stod(a.meta("checkpoint.value")), std::stod(b.meta("checkpoint.value")), 1e-5)
+        << "the validation loss (averaged over ranks) should agree";
+    std::filesystem::remove_all(single);
+    std::filesystem::remove_all(parallel);
+  }
+  world->barrier()->wait();
+}
+
+TEST(DistributedEngines, DataParallelEnginesWithoutALauncherSayHowToStartThem) {
+  if (dist::launched_with_several_processes()) GTEST_SKIP() << "started by a launcher";
+  for (const char* name : {"ddp", "ddp-amp", "ddp-o2", "daso"}) {
+    EXPECT_ERROR_WITH(make_engine(name, {.total_epochs = 2}), "several processes", "mpirun -np 2");
+  }
+}
+
+}  // namespace
+}  // namespace ember::engines
