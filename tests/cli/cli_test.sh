@@ -41,7 +41,7 @@ check "bad engine" fails_saying "--engine must be one of {auto, cpu, cuda, amp, 
 if "$ember" version 2>&1 | grep -q "CUDA devices visible: 0"; then
   check "cuda engine without a GPU" fails_saying "engine 'cuda'" "$ember" train --engine cuda --data "$work/nowhere"
 fi
-check "ddp engine not yet wired" fails_saying "engine 'ddp' is not available yet" \
+check "ddp engine without a launcher" fails_saying "start it under a launcher, e.g. mpirun -np 2" \
   "$ember" train --engine ddp --data "$work/nowhere"
 check "device contradicts engine" fails_saying "contradicts --engine" \
   "$ember" train --engine cpu --device cuda --data "$work/nowhere"

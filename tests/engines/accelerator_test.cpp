@@ -124,7 +124,7 @@ TEST(Accelerator, BadInputSaysWhatToDo) {
                     "mixed_precision must be no, fp16 or bf16, got 'fp8'");
   EXPECT_ERROR_WITH(Accelerator({.gradient_accumulation_steps = 0}),
                     "gradient_accumulation_steps must be 1 or more");
-  EXPECT_ERROR_WITH(Accelerator({.engine = "ddp"}), "engine 'ddp' is not available yet");
+  EXPECT_ERROR_WITH(Accelerator({.engine = "ddp"}), "engine 'ddp'", "mpirun -np 2");
   Accelerator accelerator;
   EXPECT_ERROR_WITH(accelerator.backward(scalar_tensor(1.0)), "call prepare(model, optimizer");
 }

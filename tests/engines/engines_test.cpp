@@ -39,16 +39,19 @@ TEST(Engines, FactoryNamesAndPrecisionDefaults) {
   EXPECT_EQ(make_engine("amp")->name(), "amp-bf16 cpu");
   EXPECT_EQ(make_engine("amp", {.precision = DType::f16})->name(), "amp-fp16 cpu");
   EXPECT_EQ(make_engine("o2")->name(), "o2-bf16 cpu");
-  EXPECT_EQ(engine_table().size(), 10u);
+  EXPECT_EQ(make_engine("dp")->name(), "dp-cpu x2");
+  EXPECT_EQ(engine_table().size(), 12u);
 }
 
 TEST(Engines, FactoryErrorsSayWhatToDo) {
   EXPECT_ERROR_WITH(make_engine("tpu"), "unknown engine 'tpu'", "expected one of auto, cpu, cuda");
   EXPECT_ERROR_WITH(make_engine("cuda"), "engine 'cuda'", "use the cpu device");
   EXPECT_ERROR_WITH(make_engine("cuda:1"), "engine 'cuda:1'");
-  for (const std::string name : {"dp", "ddp", "ddp-amp", "ddp-o2", "daso"}) {
-    const std::string expected = "engine '" + name + "' is not available yet";
-    EXPECT_ERROR_WITH(make_engine(name), expected.c_str(), "use cpu, cuda, amp or o2");
+  // Not started by a launcher (the test runs alone): the data-parallel engines say how.
+  for (const std::string name : {"ddp", "ddp-amp", "ddp-o2", "daso"}) {
+    const std::string expected = "engine '" + name + "'";
+    EXPECT_ERROR_WITH(make_engine(name), expected.c_str(), "several processes", "mpirun -np 2",
+                      "pick cpu, cuda, amp or o2");
   }
   EXPECT_ERROR_WITH(AMPEngine(Device::cpu(), DType::f32), "f16 or bf16");
 }

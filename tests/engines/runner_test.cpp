@@ -352,7 +352,7 @@ TEST(Runner, BadInputSaysWhatToDo) {
   EXPECT_ERROR_WITH(runner.train({.model = testing::mlp(),
                                   .loaders = {{"train", testing::loader(8, 4, false)}},
                                   .engine = "ddp"}),
-                    "engine 'ddp' is not available yet");
+                    "engine 'ddp'", "mpirun -np 2");
   // An O2 engine needs the optimizer built after the conversion.
   auto model = testing::mlp();
   auto sgd = std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{});
