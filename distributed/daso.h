@@ -45,6 +45,7 @@
 
 #include "distributed/daso_schedule.h"
 #include "distributed/process_group.h"
+#include "distributed/simulated_link.h"
 #include "nn/module.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
@@ -70,18 +71,6 @@ struct DasoGroups {
   ProcessGroupPtr node;    // this node's ranks; node->rank() is the local rank
   ProcessGroupPtr global;  // the ranks with this local rank on every node, one per node
   static DasoGroups default_groups();
-};
-
-// EMBER_SIMULATE_GLOBAL_LINK: see the top of this file.
-struct SimulatedLink {
-  double latency_us = 0.0;
-  double gigabytes_per_second = 0.0;
-  // "latency_us,GBps", e.g. "50,1.5"; throws on anything else.
-  static SimulatedLink parse(const std::string& text);
-  // The variable's value, or nothing when it is unset or empty.
-  static std::optional<SimulatedLink> from_environment();
-  // Seconds the link takes to carry one message of `bytes`.
-  double seconds_for(int64_t bytes) const;
 };
 
 class Daso {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <thread>
 
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/grad_mode.h"
@@ -36,6 +37,7 @@ Reducer::Reducer(std::vector<Tensor> parameters, std::vector<std::string> names,
   for (size_t i = 0; i < order.size(); ++i)
     order[i] = order.size() - 1 - i;
   build_buckets(order);
+  if (options_.simulated_link) link_.emplace(*options_.simulated_link);
   std::weak_ptr<bool> alive = alive_;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     parameters_[i].register_post_accumulate_grad_hook([this, alive, i](const Tensor&) {
@@ -139,6 +141,7 @@ void Reducer::launch_ready_buckets() {
     Bucket& bucket = buckets_[next_to_launch_];
     bucket.wire = options_.compression ? bucket.buffer.to(*options_.compression) : bucket.buffer;
     bucket.work = group_->allreduce(bucket.wire, ReduceOp::sum);
+    bucket.launched = std::chrono::steady_clock::now();
     timeline_.push_back({ReducerEvent::Kind::bucket_launched, static_cast<int>(next_to_launch_),
                          std::chrono::steady_clock::now()});
     ++next_to_launch_;
@@ -189,6 +192,10 @@ void Reducer::finalize() {
   for (size_t k = 0; k < buckets_.size(); ++k) {
     Bucket& bucket = buckets_[k];
     bucket.work->wait();
+    if (link_) {
+      std::this_thread::sleep_until(
+          link_->deliver(bucket.launched, static_cast<int64_t>(bucket.wire.nbytes())));
+    }
     timeline_.push_back(
         {ReducerEvent::Kind::bucket_done, static_cast<int>(k), std::chrono::steady_clock::now()});
     if (!bucket.wire.is_same(bucket.buffer)) bucket.buffer.copy_(bucket.wire);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "distributed/process_group.h"
+#include "distributed/simulated_link.h"
 
 namespace ember::dist {
 
@@ -33,6 +34,9 @@ struct ReducerOptions {
   bool find_unused_parameters = false;
   // f16 or bf16: buckets travel in that dtype (PyTorch's fp16/bf16 compression hooks).
   std::optional<DType> compression;
+  // Delays each bucket as if it crossed this link (EMBER_SIMULATE_GLOBAL_LINK, when the world
+  // spans several nodes): for the DASO-versus-DDP benchmark.
+  std::optional<SimulatedLink> simulated_link;
 };
 
 // What happened when, for tests and the overlap benchmark (steady clock, one backward pass).
@@ -72,6 +76,7 @@ class Reducer {
     Tensor wire;                     // what travels: `buffer`, or its compressed copy
     size_t pending = 0;
     WorkPtr work;
+    std::chrono::steady_clock::time_point launched;
   };
   void build_buckets(const std::vector<size_t>& order);
   void prepare_iteration();
@@ -97,6 +102,7 @@ class Reducer {
   std::vector<ReducerEvent> timeline_;
   int64_t iterations_ = 0;
   std::shared_ptr<bool> alive_;  // hooks outlive the reducer: they check this first
+  std::optional<SimulatedLinkQueue> link_;
 };
 
 }  // namespace ember::dist
