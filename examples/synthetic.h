@@ -3,6 +3,8 @@
 // thing). Every process builds the same data from the same seed.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <initializer_list>
@@ -48,9 +50,12 @@ inline Tensor cross_entropy_loss(const Tensor& logits, const Tensor& targets) {
   return cross_entropy(logits, targets);
 }
 
-// A logdir under the system's temp directory (the tutorial writes ./logdir).
+// A logdir under the system's temp directory (the tutorial writes ./logdir), one per run (the
+// process id: rank 0's is the one that writes), so that runs side by side do not mix.
 inline std::string temp_logdir(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("ember_example_" + name)).string();
+  return (std::filesystem::temp_directory_path() /
+          ("ember_example_" + name + "_" + std::to_string(::getpid())))
+      .string();
 }
 
 }  // namespace ember::examples
