@@ -114,6 +114,6 @@ int main() {
   if (runner.engine->is_master_process())
     std::cout << "catalyst_custom_runner: engine " << runner.engine->name() << ", world "
               << runner.engine->world_size() << ", valid accuracy " << accuracy << ", accuracy03 "
-              << runner.epoch_metric("valid", "accuracy03") << "\n";
+              << runner.epoch_metric("valid", "accuracy03") << std::endl;
   return accuracy > 0.8 ? 0 : 1;
 }

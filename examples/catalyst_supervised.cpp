@@ -41,6 +41,6 @@ int main() {
 
   const double accuracy = runner.epoch_metric("valid", "accuracy");
   if (runner.engine->is_master_process())
-    std::cout << "catalyst_supervised: valid accuracy " << accuracy << "\n";
+    std::cout << "catalyst_supervised: valid accuracy " << accuracy << std::endl;
   return accuracy > 0.8 ? 0 : 1;
 }
