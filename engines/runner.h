@@ -2,17 +2,18 @@
 // tutorial's runner.train(model=..., criterion=..., ...)).
 //
 //   engines::SupervisedRunner runner;
-//   runner.train({.model = model, .criterion = nn::CrossEntropyLoss(), .optimizer = adam,
+//   auto loss = [](const Tensor& x, const Tensor& y) { return cross_entropy(x, y); };
+//   runner.train({.model = model, .criterion = loss, .optimizer = adam,
 //                 .scheduler = scheduler, .loaders = {{"train", train}, {"valid", valid}},
 //                 .logdir = "logdir", .num_epochs = 10, .verbose = true,
 //                 .valid_loader = "valid", .valid_metric = "loss",
 //                 .minimize_valid_metric = true, .engine = "amp"});
 //
-// A custom runner derives from IRunner and overrides the get_* hooks and handle_batch, then calls
-// run(). The runner never branches on the hardware: placement, precision, backward, the step,
-// checkpoint packing and the reduction of metrics across ranks are the engine's. Only the master
-// process logs and writes checkpoints; seeds are seed + rank; each loader's sampler gets
-// set_epoch(epoch - 1) before the loader runs.
+// (examples/catalyst_*.cpp are the tutorial's three programs.) A custom runner derives from IRunner
+// and overrides the get_* hooks and handle_batch, then calls run(). The runner never branches on
+// the hardware: placement, precision, backward, the step, checkpoint packing and the reduction of
+// metrics across ranks are the engine's. Only the master process logs and writes checkpoints; seeds
+// are seed + rank; each loader's sampler gets set_epoch(epoch - 1) before the loader runs.
 #pragma once
 
 #include <chrono>
