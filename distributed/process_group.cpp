@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "distributed/world.h"
 #include "runtime/error.h"
 
 namespace ember::dist {
@@ -29,6 +30,15 @@ double collective_timeout_seconds() {
   EMBER_CHECK(end != text && *end == '\0' && seconds > 0, "EMBER_COLLECTIVE_TIMEOUT='", text,
               "': expected a positive number of seconds (default 600)");
   return seconds;
+}
+
+// The launchers' own variables (Open MPI, MPICH/Hydra, PMIx, Slurm): no MPI call needed.
+bool launched_with_several_processes() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
+    const char* text = std::getenv(name);
+    if (text != nullptr && std::atoi(text) > 1) return true;
+  }
+  return false;
 }
 
 }  // namespace ember::dist

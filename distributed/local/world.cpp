@@ -79,13 +79,6 @@ ProcessGroupPtr world() {
   EMBER_CHECK(g_world != nullptr, "dist::world(): call dist::init() first");
   return g_world;
 }
-bool launched_with_several_processes() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
-    const char* text = std::getenv(name);
-    if (text != nullptr && std::atoi(text) > 1) return true;
-  }
-  return false;
-}
 Topology topology() {
   return Topology{};
 }

@@ -31,39 +31,6 @@ std::string shared_dir(const std::string& name) {
   return dir;
 }
 
-// Two epochs over 32 samples (`batch` per rank), stopping after `stop_after` when > 0. Without
-// dropout the loader does not shuffle either.
-void small_run(const std::function<EnginePtr()>& engine, const std::string& logdir,
-               int64_t stop_after, bool resume, bool dropout = true, int64_t batch = 16) {
-  manual_seed(5);
-  SupervisedRunner runner;
-  TrainOptions options{
-      .model = testing::mlp(dropout),
-      .criterion = [](const Tensor& logits,
-                      const Tensor& targets) { return cross_entropy(logits, targets); },
-      .loaders = {{"train", testing::loader(32, batch, /*shuffle=*/dropout)},
-                  {"valid", testing::loader(24, 8, false, 11)}},
-      .logdir = logdir,
-      .num_epochs = 2,
-      .valid_metric = "loss",
-      .engine_instance = engine(),
-      .seed = 9,
-      .resume = resume ? logdir + "/last.ckpt" : "",
-      .optimizer_fn =
-          [](nn::Module& model) {
-            return std::make_shared<optim::Adam>(model.named_parameters(),
-                                                 optim::AdamOptions{.lr = 1e-2});
-          },
-      .scheduler_fn =
-          [](optim::Optimizer& optimizer) {
-            return std::make_shared<optim::StepLR>(optimizer, 1, 0.5);
-          },
-  };
-  if (stop_after > 0)
-    options.callbacks.emplace_back("stop", std::make_shared<testing::StopAfterEpoch>(stop_after));
-  runner.train(std::move(options));
-}
-
 TEST(DistributedEngines, EveryDataParallelEngineResumesIdentically) {
   auto world = dist::world();
   const int ranks = world->size();
@@ -95,9 +62,9 @@ TEST(DistributedEngines, EveryDataParallelEngineResumesIdentically) {
     // DataParallel's replicas draw dropout masks from one generator in parallel threads, in no
     // fixed order: its runs repeat only without dropout.
     const bool dropout = name != "dp";
-    small_run(engine, straight, 0, false, dropout, 8 * ranks);
-    small_run(engine, resumed, 1, false, dropout, 8 * ranks);
-    small_run(engine, resumed, 0, true, dropout, 8 * ranks);
+    testing::small_run(engine, straight, 0, false, dropout, 8 * ranks);
+    testing::small_run(engine, resumed, 1, false, dropout, 8 * ranks);
+    testing::small_run(engine, resumed, 0, true, dropout, 8 * ranks);
     if (world->rank() == 0) {
       const Checkpoint last = load_checkpoint(straight + "/last.ckpt");
       EXPECT_EQ(last.meta("checkpoint.epoch"), "2");
@@ -120,11 +87,13 @@ TEST(DistributedEngines, DdpTrainsTheSameModelAsOneProcessOnTheWholeBatch) {
   const std::string single = shared_dir("single");
   const std::string parallel = shared_dir("parallel");
   if (world->rank() == 0) {
-    small_run([] { return std::make_shared<DeviceEngine>(); }, single, 0, false, false, 16);
+    testing::small_run([] { return std::make_shared<DeviceEngine>(); }, single, 0, false, false,
+                       16);
   }
   world->barrier()->wait();
-  small_run([&] { return std::make_shared<DistributedDataParallelEngine<DeviceEngine>>(world); },
-            parallel, 0, false, false, 16 / ranks);
+  testing::small_run(
+      [&] { return std::make_shared<DistributedDataParallelEngine<DeviceEngine>>(world); },
+      parallel, 0, false, false, 16 / ranks);
   if (world->rank() == 0) {
     const Checkpoint a = load_checkpoint(single + "/last.ckpt");
     const Checkpoint b = load_checkpoint(parallel + "/last.ckpt");

@@ -131,39 +131,6 @@ TEST(Engines, PackAndUnpackRoundTripEveryPart) {
                     "holds no model");
 }
 
-// Trains `epochs` epochs of 2 batches (stopping early after `stop_after` when > 0), optionally
-// resuming; returns nothing: the checkpoints in `logdir` are the result.
-void small_run(const std::function<EnginePtr()>& engine, const std::string& logdir,
-               int64_t stop_after, bool resume) {
-  manual_seed(5);
-  SupervisedRunner runner;
-  TrainOptions options{
-      .model = testing::mlp(),
-      .criterion = [](const Tensor& logits,
-                      const Tensor& targets) { return cross_entropy(logits, targets); },
-      .loaders = {{"train", testing::loader(32, 16, true)},
-                  {"valid", testing::loader(24, 16, false, 11)}},
-      .logdir = logdir,
-      .num_epochs = 2,
-      .valid_metric = "loss",
-      .engine_instance = engine(),
-      .seed = 9,
-      .resume = resume ? logdir + "/last.ckpt" : "",
-      .optimizer_fn =
-          [](nn::Module& model) {
-            return std::make_shared<optim::Adam>(model.named_parameters(),
-                                                 optim::AdamOptions{.lr = 1e-2});
-          },
-      .scheduler_fn =
-          [](optim::Optimizer& optimizer) {
-            return std::make_shared<optim::StepLR>(optimizer, 1, 0.5);
-          },
-  };
-  if (stop_after > 0)
-    options.callbacks.emplace_back("stop", std::make_shared<testing::StopAfterEpoch>(stop_after));
-  runner.train(std::move(options));
-}
-
 TEST(Engines, EverySingleProcessEngineResumesBitIdentically) {
   const std::vector<std::pair<std::string, std::function<EnginePtr()>>> engines = {
       {"cpu", [] { return std::make_shared<DeviceEngine>(); }},
@@ -176,11 +143,11 @@ TEST(Engines, EverySingleProcessEngineResumesBitIdentically) {
     SCOPED_TRACE(name);
     const std::string straight = fresh_dir("straight_" + name),
                       resumed = fresh_dir("resumed_" + name);
-    small_run(engine, straight, 0, false);
-    small_run(engine, resumed, 1, false);
+    testing::small_run(engine, straight, 0, false);
+    testing::small_run(engine, resumed, 1, false);
     const Checkpoint after_one = load_checkpoint(resumed + "/last.ckpt");
     EXPECT_EQ(after_one.meta("checkpoint.epoch"), "1");
-    small_run(engine, resumed, 0, true);
+    testing::small_run(engine, resumed, 0, true);
     const Checkpoint straight_last = load_checkpoint(straight + "/last.ckpt");
     EXPECT_EQ(straight_last.meta("checkpoint.epoch"), "2");
     EXPECT_EQ(straight_last.meta("engine"), engine()->name());

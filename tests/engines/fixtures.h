@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -71,5 +72,39 @@ class StopAfterEpoch : public ICallback {
  private:
   int64_t last_;
 };
+
+// Trains 2 epochs over 32 samples with Adam and a StepLR (stopping after `stop_after` when > 0),
+// optionally resuming from logdir/last.ckpt; the checkpoints in `logdir` are the result.
+// `batch` is per rank; without dropout the loader does not shuffle either.
+inline void small_run(const std::function<EnginePtr()>& engine, const std::string& logdir,
+                      int64_t stop_after, bool resume, bool dropout = true, int64_t batch = 16) {
+  manual_seed(5);
+  SupervisedRunner runner;
+  TrainOptions options{
+      .model = mlp(dropout),
+      .criterion = [](const Tensor& logits,
+                      const Tensor& targets) { return cross_entropy(logits, targets); },
+      .loaders = {{"train", loader(32, batch, /*shuffle=*/dropout)},
+                  {"valid", loader(24, 8, false, 11)}},
+      .logdir = logdir,
+      .num_epochs = 2,
+      .valid_metric = "loss",
+      .engine_instance = engine(),
+      .seed = 9,
+      .resume = resume ? logdir + "/last.ckpt" : "",
+      .optimizer_fn =
+          [](nn::Module& model) {
+            return std::make_shared<optim::Adam>(model.named_parameters(),
+                                                 optim::AdamOptions{.lr = 1e-2});
+          },
+      .scheduler_fn =
+          [](optim::Optimizer& optimizer) {
+            return std::make_shared<optim::StepLR>(optimizer, 1, 0.5);
+          },
+  };
+  if (stop_after > 0)
+    options.callbacks.emplace_back("stop", std::make_shared<StopAfterEpoch>(stop_after));
+  runner.train(std::move(options));
+}
 
 }  // namespace ember::engines::testing
