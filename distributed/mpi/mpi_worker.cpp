@@ -11,9 +11,10 @@
 
 namespace ember::dist::mpi {
 
-// Waking a sleeping thread costs a scheduler time slice when the cores are oversubscribed
-// (milliseconds): both sides spin, yielding, for this long before they sleep.
-constexpr auto kSpinBeforeSleeping = std::chrono::milliseconds(2);
+// Waking a sleeping thread can cost a scheduler time slice when the cores are oversubscribed:
+// both sides spin, yielding, for this long before they sleep. Short, because a spinning waiter
+// takes a core from the computation it is meant to overlap (2 ms measured no better).
+constexpr auto kSpinBeforeSleeping = std::chrono::microseconds(50);
 
 void MpiWork::wait() {
   const auto spin_until = std::chrono::steady_clock::now() + kSpinBeforeSleeping;
