@@ -64,8 +64,8 @@ std::string known_names() {
 }  // namespace
 
 const std::vector<EngineEntry>& engine_table() {
-  // The data-parallel engines come from distributed/; an entry without `make` answers "not
-  // available yet". Wiring one is filling in its `make`.
+  // One row per engine name; `auto` has no `make` of its own (resolve_engine_name picks a row).
+  // An engine added later without `make` answers "not available yet".
   static const std::vector<EngineEntry> table = {
       {"auto", "ddp under mpirun, else cuda when a GPU is visible, else cpu", nullptr},
       {"cpu", "f32 on the CPU (DeviceEngine)",
