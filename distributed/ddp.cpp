@@ -97,10 +97,6 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, ProcessGr
   EMBER_CHECK(module_ != nullptr, "DistributedDataParallel: the module is null");
   EMBER_CHECK(group_ != nullptr, "DistributedDataParallel: the process group is null (call ",
               "dist::init() and pass dist::world())");
-  EMBER_CHECK(options_.bucket_cap_mb > 0 && options_.first_bucket_cap_mb > 0,
-              "DistributedDataParallel: bucket_cap_mb and first_bucket_cap_mb must be positive, "
-              "got ",
-              options_.bucket_cap_mb, " and ", options_.first_bucket_cap_mb);
   register_module("module", module_);
   check_same_model_on_every_rank(*module_, *group_);
   std::vector<Tensor> state;
