@@ -76,6 +76,9 @@ void PreparedLoader::Iterator::place() {
   current_ = {accelerator.engine_->sync_device(inner_->inputs),
               accelerator.engine_->sync_device(inner_->targets)};
   accelerator.end_of_loader_ = index_ + 1 == owner_->num_batches();
+  // Every rank holds a batch of the same size (the sampler pads the shards to equal length).
+  accelerator.batch_first_sample_ = samples_before_;
+  samples_before_ += current_.size() * accelerator.num_processes();
 }
 
 PreparedLoader::Iterator& PreparedLoader::Iterator::operator++() {
@@ -86,7 +89,7 @@ PreparedLoader::Iterator& PreparedLoader::Iterator::operator++() {
 }
 
 PreparedLoader::Iterator PreparedLoader::begin() {
-  accelerator_.gathered_samples_ = 0;
+  accelerator_.batch_first_sample_ = 0;
   accelerator_.loader_samples_ = loader_->dataset().size();
   accelerator_.accumulation_step_ = 0;
   return Iterator(loader_->begin(), this);
@@ -172,13 +175,22 @@ Tensor Accelerator::clip_grad_norm_(const std::vector<Tensor>& params, double ma
 Tensor Accelerator::gather_for_metrics(const Tensor& tensor) {
   Tensor gathered = gather(tensor);
   if (gathered.dim() == 0) return gathered;
-  int64_t rows = gathered.size(0);
-  if (end_of_loader_ && loader_samples_ > 0 && gathered_samples_ + rows > loader_samples_) {
-    // The sampler repeated samples to give every rank a full share: keep the real ones.
-    rows = std::max<int64_t>(0, loader_samples_ - gathered_samples_);
-    gathered = gathered.narrow(0, 0, rows);
+  const int64_t world = num_processes();
+  if (world > 1 && tensor.dim() > 0 && gathered.size(0) == world * tensor.size(0)) {
+    // gather gives rank 0's rows, then rank 1's, ...; DistributedSampler deals the dataset out
+    // in turn (row j of rank r is sample j * world + r): put the rows back in that order, so that
+    // the repeated samples are the last rows and the metrics see the dataset's order.
+    Shape split = gathered.sizes();
+    split[0] = tensor.size(0);
+    split.insert(split.begin(), world);
+    gathered = gathered.reshape(split).transpose(0, 1).reshape(gathered.sizes());
   }
-  gathered_samples_ += rows;
+  // Counted per batch, not per call: predictions and targets gathered in two calls are cut alike.
+  const int64_t real_rows = loader_samples_ - batch_first_sample_;
+  if (end_of_loader_ && loader_samples_ > 0 && gathered.size(0) > real_rows) {
+    // The sampler repeated samples to give every rank a full share: keep the real ones.
+    gathered = gathered.narrow(0, 0, std::max<int64_t>(0, real_rows));
+  }
   return gathered;
 }
 

@@ -108,6 +108,7 @@ class PreparedLoader {
     data::DataLoader::Iterator inner_;
     PreparedLoader* owner_ = nullptr;
     int64_t index_ = 0;
+    int64_t samples_before_ = 0;  // samples of the earlier batches, over all ranks
     data::Batch current_;
   };
 
@@ -202,8 +203,8 @@ class Accelerator {
   bool sync_gradients_ = true;
   int64_t accumulation_step_ = 0;
   bool end_of_loader_ = false;
-  int64_t loader_samples_ = 0;    // the dataset size of the loader being iterated
-  int64_t gathered_samples_ = 0;  // gathered for metrics so far in this pass
+  int64_t loader_samples_ = 0;      // the dataset size of the loader being iterated
+  int64_t batch_first_sample_ = 0;  // the current batch's first sample, counted over all ranks
   int64_t steps_taken_ = 0;
 };
 

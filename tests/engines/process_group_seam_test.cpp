@@ -151,10 +151,24 @@ TEST(ProcessGroupSeam, GatherForMetricsDropsTheLastBatchsPadding) {
   EXPECT_EQ(accelerator.num_processes(), 2);
   auto loader = accelerator.prepare(testing::loader(9, 4, false));
   EXPECT_EQ(loader->num_batches(), 2);  // 4 + 1 of this rank's 5
-  std::vector<int64_t> rows;
-  for (const data::Batch& batch : *loader)
-    rows.push_back(accelerator.gather_for_metrics(batch.targets).size(0));
+  std::vector<int64_t> rows, target_rows;
+  for (const data::Batch& batch : *loader) {
+    // Two calls per batch (predictions, then targets) are both cut to the batch's real samples.
+    rows.push_back(accelerator.gather_for_metrics(batch.inputs).size(0));
+    target_rows.push_back(accelerator.gather_for_metrics(batch.targets).size(0));
+  }
   EXPECT_EQ(rows, (std::vector<int64_t>{8, 1}));  // 8 + 2 gathered, one of them padding
+  EXPECT_EQ(target_rows, rows);
+}
+
+TEST(ProcessGroupSeam, GatherForMetricsPutsRowsInTheSamplersOrder) {
+  // Rank-major (rank 0's rows, then rank 1's) becomes the sampler's turn order (row j of rank r
+  // is sample j * 2 + r): the mirror group's rank 1 holds the same rows as rank 0.
+  Accelerator accelerator({.engine_instance = std::make_shared<MirrorEngine>(0)});
+  const Tensor local = from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {3, 2});
+  const Tensor gathered = accelerator.gather_for_metrics(local);
+  EXPECT_TRUE(testing::identical(
+      gathered, from_vector(std::vector<float>{1, 2, 1, 2, 3, 4, 3, 4, 5, 6, 5, 6}, {6, 2})));
 }
 
 }  // namespace
