@@ -103,6 +103,8 @@ class Daso {
   // Back to the state after construction (schedule, pending sends, gradients zeroed); the
   // parameters are kept.
   void reset();
+  // Continues a checkpointed schedule (DasoSchedule::load_state; between epochs only).
+  void load_schedule_state(const DasoScheduleState& state) { schedule_.load_state(state); }
 
   const DasoSchedule& schedule() const { return schedule_; }
   const DasoSkips& skips() const { return schedule_.skips(); }

@@ -38,6 +38,14 @@ void PlateauDetector::reset() {
   epochs_without_improvement_ = 0;
 }
 
+void PlateauDetector::restore(double best, int epochs_without_improvement) {
+  EMBER_CHECK(epochs_without_improvement >= 0,
+              "PlateauDetector: epochs without improvement must be >= 0, got ",
+              epochs_without_improvement);
+  best_ = best;
+  epochs_without_improvement_ = epochs_without_improvement;
+}
+
 // ---- DasoSchedule -------------------------------------------------------------------------------
 
 namespace {
@@ -201,6 +209,36 @@ void DasoSchedule::reset() {
   next_send_group_ = 0;
   pending_group_ = -1;
   skips_ = skips_for_epoch_start();
+}
+
+DasoScheduleState DasoSchedule::state() const {
+  EMBER_CHECK(current_batch_ == 0 && pending_group_ < 0,
+              "DASO: the schedule's state is saved "
+              "between epochs, and batch ",
+              current_batch_, " of this epoch is next");
+  return {.skips = skips_,
+          .epochs_completed = epochs_completed_,
+          .plateau_best = plateau_.best(),
+          .plateau_epochs_without_improvement = plateau_.epochs_without_improvement()};
+}
+
+void DasoSchedule::load_state(const DasoScheduleState& state) {
+  EMBER_CHECK(current_batch_ == 0 && pending_group_ < 0,
+              "DASO: load_state between epochs only "
+              "(batch ",
+              current_batch_, " of this epoch is next)");
+  const DasoSkips& s = state.skips;
+  EMBER_CHECK(state.epochs_completed >= 0 && s.global_skip >= 0 &&
+                  s.global_skip <= options_.max_global_skips && s.local_skip >= 0 &&
+                  s.batches_to_wait >= 0 && s.batches_to_wait <= options_.max_global_skips,
+              "DASO: a saved schedule state that these options cannot produce (epoch ",
+              state.epochs_completed, ", global skip ", s.global_skip, ", local skip ",
+              s.local_skip, ", batches to wait ", s.batches_to_wait, "; max global skips ",
+              options_.max_global_skips, ")");
+  skips_ = s;
+  epochs_completed_ = state.epochs_completed;
+  plateau_.restore(state.plateau_best, state.plateau_epochs_without_improvement);
+  next_send_group_ = 0;
 }
 
 }  // namespace ember::dist

@@ -30,6 +30,8 @@ class PlateauDetector {
   bool record(double loss);
   // Forgets the best loss and the count.
   void reset();
+  // Continues from a saved best loss and count (a checkpoint's); throws on a negative count.
+  void restore(double best, int epochs_without_improvement);
 
   double best() const { return best_; }  // +inf before the first loss
   int epochs_without_improvement() const { return epochs_without_improvement_; }
@@ -80,6 +82,16 @@ struct DasoBatchPlan {
   bool blocking() const { return send_group >= 0 && send_wait == 0; }
 };
 
+// What a checkpoint keeps of the schedule between two epochs (nothing is pending then): enough for
+// a resumed run to continue with the skips, epoch count and plateau it had, not a new warm-up.
+struct DasoScheduleState {
+  DasoSkips skips;
+  int64_t epochs_completed = 0;
+  double plateau_best = 0;
+  int plateau_epochs_without_improvement = 0;
+  bool operator==(const DasoScheduleState&) const = default;
+};
+
 class DasoSchedule {
  public:
   // num_groups: ranks per node (the number of global groups), >= 1. Throws on options out of range.
@@ -100,6 +112,11 @@ class DasoSchedule {
 
   // Back to the state after construction.
   void reset();
+
+  // The state between two epochs, and back. Both throw in the middle of an epoch; load_state
+  // also throws on a state these options could not have produced (e.g. skips above the maximum).
+  DasoScheduleState state() const;
+  void load_state(const DasoScheduleState& state);
 
   const DasoSkips& skips() const { return skips_; }
   int64_t epochs_completed() const { return epochs_completed_; }

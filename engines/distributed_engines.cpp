@@ -1,5 +1,7 @@
 #include "engines/distributed_engines.h"
 
+#include <cstdio>
+
 #include "distributed/data_parallel.h"
 #include "distributed/distributed_sampler.h"
 #include "runtime/random.h"
@@ -157,10 +159,47 @@ bool DasoEngine::optimizer_step(nn::Module&, optim::Optimizer&) {
   return true;
 }
 
+Checkpoint DasoEngine::pack_checkpoint(const nn::Module* model, const optim::Optimizer* optimizer,
+                                       const optim::LRScheduler* scheduler,
+                                       const Metadata& extra) const {
+  Checkpoint checkpoint = DeviceEngine::pack_checkpoint(model, optimizer, scheduler, extra);
+  if (daso_ && daso_->schedule().current_batch() == 0) {
+    const dist::DasoScheduleState state = daso_->schedule().state();
+    char best[32];
+    std::snprintf(best, sizeof(best), "%.17g", state.plateau_best);  // exact, and "inf" at first
+    checkpoint.metadata["daso.global_skip"] = std::to_string(state.skips.global_skip);
+    checkpoint.metadata["daso.local_skip"] = std::to_string(state.skips.local_skip);
+    checkpoint.metadata["daso.batches_to_wait"] = std::to_string(state.skips.batches_to_wait);
+    checkpoint.metadata["daso.epochs_completed"] = std::to_string(state.epochs_completed);
+    checkpoint.metadata["daso.plateau_best"] = best;
+    checkpoint.metadata["daso.plateau_epochs_without_improvement"] =
+        std::to_string(state.plateau_epochs_without_improvement);
+  }
+  return checkpoint;
+}
+
 void DasoEngine::unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* model,
                                    optim::Optimizer* optimizer, optim::LRScheduler* scheduler) {
   DeviceEngine::unpack_checkpoint(checkpoint, model, optimizer, scheduler);
   continue_this_ranks_random_stream(groups_.world->rank());
+  if (!daso_ || !checkpoint.metadata.count("daso.epochs_completed")) return;
+  auto number = [&](const char* key) -> double {
+    const std::string& text = checkpoint.meta(key);
+    try {
+      return std::stod(text);
+    } catch (const std::exception&) {
+      EMBER_FAIL(name(), ": checkpoint metadata ", key, " is '", text, "', not a number");
+    }
+  };
+  dist::DasoScheduleState state;
+  state.skips.global_skip = static_cast<int>(number("daso.global_skip"));
+  state.skips.local_skip = static_cast<int>(number("daso.local_skip"));
+  state.skips.batches_to_wait = static_cast<int>(number("daso.batches_to_wait"));
+  state.epochs_completed = static_cast<int64_t>(number("daso.epochs_completed"));
+  state.plateau_best = number("daso.plateau_best");
+  state.plateau_epochs_without_improvement =
+      static_cast<int>(number("daso.plateau_epochs_without_improvement"));
+  daso_->load_schedule_state(state);
 }
 
 void DasoEngine::on_train_loader_start(int64_t num_batches) {

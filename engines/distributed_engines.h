@@ -116,8 +116,13 @@ class DasoEngine : public DeviceEngine {
       std::shared_ptr<data::DataLoader> loader) const override {
     return shard_over_ranks(std::move(loader), *groups_.world);
   }
-  // Each rank back on its own random stream (seed + rank). DASO's schedule itself is not in the
-  // checkpoint: a resumed run starts it again (warm-up first).
+  // DASO's schedule goes into checkpoints written between epochs ("daso.*": skips, epochs done,
+  // the loss plateau), so a resumed run goes on where it was instead of warming up again; a
+  // checkpoint written mid-epoch (Accelerator::save_state) holds none and restarts the schedule.
+  Checkpoint pack_checkpoint(const nn::Module* model, const optim::Optimizer* optimizer,
+                             const optim::LRScheduler* scheduler,
+                             const Metadata& extra = {}) const override;
+  // Also puts each rank back on its own random stream (seed + rank).
   void unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* model,
                          optim::Optimizer* optimizer, optim::LRScheduler* scheduler) override;
   void on_train_loader_start(int64_t num_batches) override;

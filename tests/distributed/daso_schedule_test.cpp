@@ -243,6 +243,41 @@ TEST(DasoSchedule, ResetReturnsToTheStart) {
   EXPECT_EQ(schedule.next_batch().send_group, 0);
 }
 
+TEST(DasoSchedule, SavedStateContinuesTheSameSchedule) {
+  const DasoScheduleOptions options{.total_epochs = 12, .warmup_epochs = 1, .cooldown_epochs = 1};
+  const std::vector<double> losses = {5, 4, 4, 4, 4, 3.9, 3.9, 3.9, 3.9, 3.9, 3.8, 3.8};
+  DasoSchedule straight(options, 2);
+  straight.set_last_batch(9);
+  DasoScheduleState saved;
+  for (int epoch = 0; epoch < 12; ++epoch) {
+    if (epoch == 6) saved = straight.state();
+    run_epoch(straight);
+    straight.epoch_loss_logic(losses[epoch]);
+  }
+  DasoSchedule resumed(options, 2);
+  resumed.set_last_batch(9);
+  resumed.load_state(saved);
+  EXPECT_EQ(resumed.state(), saved);
+  EXPECT_EQ(resumed.epochs_completed(), 6);
+  for (int epoch = 6; epoch < 12; ++epoch) {
+    run_epoch(resumed);
+    resumed.epoch_loss_logic(losses[epoch]);
+  }
+  EXPECT_EQ(resumed.state(), straight.state());
+  EXPECT_NE(saved.skips, DasoSkips{}) << "the test should save a state past the warm-up";
+}
+
+TEST(DasoSchedule, StateOnlyBetweenEpochsAndOnlyOneTheOptionsAllow) {
+  DasoSchedule schedule({.total_epochs = 10, .max_global_skips = 4}, 2);
+  schedule.set_last_batch(3);
+  schedule.next_batch();
+  EXPECT_ERROR_WITH(schedule.state(), "saved between epochs");
+  EXPECT_ERROR_WITH(schedule.load_state({}), "between epochs only");
+  DasoSchedule fresh({.total_epochs = 10, .max_global_skips = 4}, 2);
+  EXPECT_ERROR_WITH(fresh.load_state({.skips = {.global_skip = 8}}), "max global skips 4");
+  EXPECT_ERROR_WITH(fresh.load_state({.skips = {}, .epochs_completed = -1}), "cannot produce");
+}
+
 TEST(DasoSchedule, MisuseGivesClearErrors) {
   EXPECT_ERROR_WITH(DasoSchedule({.total_epochs = 0}, 1), "total_epochs", "> 0");
   EXPECT_ERROR_WITH(DasoSchedule({.total_epochs = 5, .warmup_epochs = -1}, 1), "warmup_epochs");

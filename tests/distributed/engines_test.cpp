@@ -52,6 +52,15 @@ TEST(DistributedEngines, EveryDataParallelEngineResumesIdentically) {
              std::vector<Device>{Device::cpu(), Device::cpu()});
        }},
       {"daso", [] { return std::make_shared<DasoEngine>(Device::cpu(), 2); }},
+      // One warm-up epoch: the second epoch's skips come from the first epoch's loss, and the
+      // resumed run matches only when the checkpoint carried the schedule (skips, epochs done,
+      // plateau).
+      {"daso_skipping",
+       [] {
+         return std::make_shared<DasoEngine>(
+             Device::cpu(), 2,
+             dist::DasoOptions{.warmup_epochs = 1, .cooldown_epochs = 0, .max_global_skips = 2});
+       }},
   };
   for (const auto& [name, engine] : engines) {
     SCOPED_TRACE(name);
