@@ -143,17 +143,26 @@ void OptimizerCallback::on_loader_end(IRunner&) {
 
 // ---- scheduler ----
 
-SchedulerCallback::SchedulerCallback(Mode mode)
-    : ICallback(CallbackOrder::scheduler), mode_(mode) {}
+SchedulerCallback::SchedulerCallback(Mode mode, std::string loader_key, std::string metric_key)
+    : ICallback(CallbackOrder::scheduler),
+      mode_(mode),
+      loader_key_(std::move(loader_key)),
+      metric_key_(std::move(metric_key)) {}
 
 void SchedulerCallback::on_batch_end(IRunner& runner) {
-  if (mode_ == Mode::batch && runner.scheduler && runner.is_train_loader &&
-      runner.optimizer_stepped)
-    runner.scheduler->step();
+  if (mode_ != Mode::batch || !runner.scheduler) return;
+  EMBER_CHECK(!runner.scheduler->steps_on_metric(),
+              "SchedulerCallback: a scheduler that steps on a metric (ReduceLROnPlateau) steps "
+              "once per epoch; use SchedulerCallback(SchedulerCallback::Mode::epoch, ...)");
+  if (runner.is_train_loader && runner.optimizer_stepped) runner.scheduler->step();
 }
 
 void SchedulerCallback::on_epoch_end(IRunner& runner) {
-  if (mode_ == Mode::epoch && runner.scheduler) runner.scheduler->step();
+  if (mode_ != Mode::epoch || !runner.scheduler) return;
+  if (runner.scheduler->steps_on_metric())
+    runner.scheduler->step(runner.epoch_metric(loader_key_, metric_key_));
+  else
+    runner.scheduler->step();
 }
 
 // ---- accuracy ----

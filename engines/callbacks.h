@@ -65,12 +65,16 @@ class OptimizerCallback : public ICallback {
 class SchedulerCallback : public ICallback {
  public:
   enum class Mode { epoch, batch };
-  explicit SchedulerCallback(Mode mode = Mode::epoch);
+  // A scheduler that steps on a metric (ReduceLROnPlateau) gets the epoch's `metric_key` of
+  // `loader_key`, as Catalyst's SchedulerCallback does; it steps per epoch only.
+  explicit SchedulerCallback(Mode mode = Mode::epoch, std::string loader_key = "valid",
+                             std::string metric_key = "loss");
   void on_batch_end(IRunner& runner) override;
   void on_epoch_end(IRunner& runner) override;
 
  private:
   Mode mode_;
+  std::string loader_key_, metric_key_;
 };
 
 // "accuracy" (top-1) and "accuracyNN" for each other k of topk: the share of rows whose target is

@@ -308,7 +308,9 @@ Callbacks SupervisedRunner::get_callbacks(const std::string&) {
     result.emplace_back("optimizer", std::make_shared<OptimizerCallback>());
   }
   if (options_.scheduler || options_.scheduler_fn)
-    result.emplace_back("scheduler", std::make_shared<SchedulerCallback>());
+    result.emplace_back("scheduler", std::make_shared<SchedulerCallback>(
+                                         SchedulerCallback::Mode::epoch, options_.valid_loader,
+                                         options_.valid_metric));
   if (!options_.logdir.empty()) {
     result.emplace_back("checkpoint", std::make_shared<CheckpointCallback>(CheckpointOptions{
                                           .logdir = options_.logdir,

@@ -64,6 +64,12 @@ void LRScheduler::step() {
   last_lr_ = lrs;
 }
 
+void LRScheduler::step(double) {
+  EMBER_FAIL(
+      "LRScheduler.step(metric): this scheduler steps without a metric; call step() "
+      "(only ReduceLROnPlateau steps on a metric)");
+}
+
 Metadata LRScheduler::state_dict() const {
   Metadata out{{"scheduler.last_epoch", std::to_string(last_epoch_)},
                {"scheduler.step_count", std::to_string(step_count_)},
@@ -267,14 +273,26 @@ std::vector<double> OneCycleLR::compute_lr() {
 // ---- ReduceLROnPlateau --------------------------------------------------------------------------
 
 ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, const ReduceLROnPlateauOptions& options)
-    : optimizer_(optimizer), options_(options) {
+    : LRScheduler(optimizer), options_(options) {
   EMBER_CHECK(options.factor < 1.0, "ReduceLROnPlateau: factor should be < 1.0, got ",
               options.factor);
   EMBER_CHECK(options.patience >= 0 && options.cooldown >= 0,
               "ReduceLROnPlateau: patience and cooldown must be >= 0");
   const double inf = std::numeric_limits<double>::infinity();
   best_ = options.mode == ReduceLROnPlateauOptions::Mode::min ? inf : -inf;
-  last_lr_ = group_lrs(optimizer);
+  // No first step here (PyTorch's takes one that changes nothing): last_epoch_ starts at 0.
+  last_epoch_ = 0;
+  base_lrs_ = last_lr_ = group_lrs(optimizer);
+}
+
+std::vector<double> ReduceLROnPlateau::compute_lr() {
+  return group_lrs(optimizer_);
+}
+
+void ReduceLROnPlateau::step() {
+  EMBER_FAIL(
+      "ReduceLROnPlateau.step(): this scheduler steps on a metric, call step(value) (in the "
+      "runner, SchedulerCallback passes the epoch's metric of its loader_key/metric_key)");
 }
 
 bool ReduceLROnPlateau::is_better(double value) const {

@@ -23,15 +23,19 @@ class LRScheduler {
   LRScheduler& operator=(const LRScheduler&) = delete;
 
   // Advances one epoch (or batch) and writes the new lrs into the optimizer's groups.
-  void step();
+  virtual void step();
+  // Schedulers driven by a metric (ReduceLROnPlateau) step on its value instead; the others
+  // throw, saying so.
+  virtual bool steps_on_metric() const { return false; }
+  virtual void step(double metric);
   std::vector<double> get_last_lr() const { return last_lr_; }
   const std::vector<double>& base_lrs() const { return base_lrs_; }
   int64_t last_epoch() const { return last_epoch_; }
 
   // Metadata "scheduler.last_epoch", "scheduler.step_count", "scheduler.base_lr.<g>",
   // "scheduler.last_lr.<g>", numbers with 17 significant digits.
-  Metadata state_dict() const;
-  void load_state_dict(const Metadata& state);
+  virtual Metadata state_dict() const;
+  virtual void load_state_dict(const Metadata& state);
 
  protected:
   explicit LRScheduler(Optimizer& optimizer);
@@ -163,31 +167,34 @@ struct ReduceLROnPlateauOptions {
   double eps = 1e-8;  // changes smaller than this are not applied
 };
 
-// Multiplies the lr by `factor` once the metric has not improved for `patience` steps.
-class ReduceLROnPlateau {
+// Multiplies the lr by `factor` once the metric has not improved for `patience` steps. An
+// LRScheduler (as in PyTorch 2) that steps on a metric: step(value), not step(); in the runner,
+// SchedulerCallback gives it the epoch's metric of its loader_key/metric_key ("valid"/"loss").
+class ReduceLROnPlateau : public LRScheduler {
  public:
   explicit ReduceLROnPlateau(Optimizer& optimizer, const ReduceLROnPlateauOptions& options = {});
 
-  void step(double metric);
-  std::vector<double> get_last_lr() const { return last_lr_; }
+  bool steps_on_metric() const override { return true; }
+  void step(double metric) override;
+  void step() override;  // throws: this scheduler needs the metric
   int64_t num_bad_epochs() const { return num_bad_epochs_; }
   double best() const { return best_; }
 
   // Metadata "plateau.best", "plateau.num_bad_epochs", "plateau.cooldown_counter",
   // "plateau.last_epoch".
-  Metadata state_dict() const;
-  void load_state_dict(const Metadata& state);
+  Metadata state_dict() const override;
+  void load_state_dict(const Metadata& state) override;
+
+ protected:
+  std::vector<double> compute_lr() override;  // the groups' lrs as they are
 
  private:
   bool is_better(double value) const;
 
-  Optimizer& optimizer_;
   ReduceLROnPlateauOptions options_;
   double best_;
   int64_t num_bad_epochs_ = 0;
   int64_t cooldown_counter_ = 0;
-  int64_t last_epoch_ = 0;
-  std::vector<double> last_lr_;
 };
 
 }  // namespace ember::optim

@@ -259,6 +259,61 @@ TEST(Runner, BatchSchedulerStepsOncePerOptimizerStep) {
   EXPECT_EQ(scheduler->last_epoch(), 4);  // 2 epochs x 4 batches / 2 accumulated
 }
 
+TEST(Runner, ReduceLROnPlateauStepsOnTheValidMetric) {
+  // The default scheduler callback passes valid/loss. A threshold this large (rel, mode min)
+  // counts every epoch as bad: with patience 0 the lr halves at the end of every epoch.
+  manual_seed(4);
+  std::shared_ptr<optim::LRScheduler> scheduler;
+  std::shared_ptr<optim::Optimizer> optimizer;
+  SupervisedRunner runner;
+  runner.train(
+      {.model = testing::mlp(),
+       .criterion = cross_entropy_loss,
+       .loaders = {{"train", testing::loader(16, 4, true)},
+                   {"valid", testing::loader(8, 4, false, 3)}},
+       .num_epochs = 3,
+       .engine = "cpu",
+       .optimizer_fn =
+           [&](nn::Module& m) {
+             optimizer =
+                 std::make_shared<optim::SGD>(m.named_parameters(), optim::SGDOptions{.lr = 0.1});
+             return optimizer;
+           },
+       .scheduler_fn =
+           [&](optim::Optimizer& o) {
+             scheduler = std::make_shared<optim::ReduceLROnPlateau>(
+                 o, optim::ReduceLROnPlateauOptions{.factor = 0.5, .patience = 0, .threshold = 10});
+             return scheduler;
+           }});
+  EXPECT_DOUBLE_EQ(optimizer->param_groups()[0].lr, 0.1 * 0.5 * 0.5 * 0.5);
+  EXPECT_EQ(scheduler->last_epoch(), 3);
+
+  // A metric the loaders do not report, and a plateau stepped per batch, are refused clearly.
+  auto plateau_run = [&](std::shared_ptr<SchedulerCallback> callback) {
+    SupervisedRunner again;
+    again.train(
+        {.model = testing::mlp(),
+         .criterion = cross_entropy_loss,
+         .loaders = {{"train", testing::loader(16, 4, true)}},
+         .num_epochs = 1,
+         .engine = "cpu",
+         .callbacks = {{"scheduler", callback}},
+         .optimizer_fn =
+             [](nn::Module& m) {
+               return std::make_shared<optim::SGD>(m.named_parameters(),
+                                                   optim::SGDOptions{.lr = 0.1});
+             },
+         .scheduler_fn =
+             [](optim::Optimizer& o) { return std::make_shared<optim::ReduceLROnPlateau>(o); }});
+  };
+  EXPECT_ERROR_WITH(plateau_run(std::make_shared<SchedulerCallback>(SchedulerCallback::Mode::epoch,
+                                                                    "valid", "loss")),
+                    "valid");
+  EXPECT_ERROR_WITH(
+      plateau_run(std::make_shared<SchedulerCallback>(SchedulerCallback::Mode::batch)),
+      "steps once per epoch");
+}
+
 TEST(Runner, AccuracyTopKAndCheckpointTopKAndEarlyStopping) {
   const std::string logdir = fresh_dir("topk");
   manual_seed(6);

@@ -7,6 +7,7 @@
 
 #include "optim/optim.h"
 #include "runtime/ops.h"
+#include "tests/common/expect_error.h"
 
 namespace ember::optim {
 namespace {
@@ -195,6 +196,24 @@ TEST(ReduceLROnPlateau, RelativeThresholdMaxModeAndMinLr) {
   ReduceLROnPlateau restored(sgd, {.mode = ReduceLROnPlateauOptions::Mode::max});
   restored.load_state_dict(plateau.state_dict());
   EXPECT_EQ(restored.best(), 1.02);
+}
+
+TEST(ReduceLROnPlateau, IsAnLRSchedulerThatNeedsItsMetric) {
+  SGD sgd(params(), {.lr = 1.0});
+  StepLR step_lr(sgd, 1, 0.5);
+  EXPECT_FALSE(step_lr.steps_on_metric());
+  EXPECT_ERROR_WITH(step_lr.step(1.0), "steps without a metric");
+  ReduceLROnPlateau plateau(sgd, {.factor = 0.5, .patience = 0});
+  LRScheduler& scheduler = plateau;
+  EXPECT_TRUE(scheduler.steps_on_metric());
+  EXPECT_ERROR_WITH(scheduler.step(), "steps on a metric, call step(value)");
+  EXPECT_EQ(scheduler.last_epoch(), 0);
+  scheduler.step(2.0);
+  scheduler.step(3.0);  // worse: halves the lr
+  EXPECT_EQ(scheduler.last_epoch(), 2);
+  EXPECT_DOUBLE_EQ(scheduler.get_last_lr()[0], sgd.param_groups()[0].lr);
+  // The virtual state_dict is the plateau's, so checkpoints through an LRScheduler keep it.
+  EXPECT_EQ(scheduler.state_dict().count("plateau.best"), 1u);
 }
 
 TEST(Schedulers, BadArgumentsAreRefused) {
