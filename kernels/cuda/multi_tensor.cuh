@@ -46,7 +46,7 @@ struct TensorListEntry {
 // Calls `launch(args, blocks)` once per batch; `launch` queues a kernel of `blocks` blocks.
 template <int Lists, typename Launch>
 void multi_tensor_apply(const std::vector<TensorListEntry<Lists>>& tensors, Launch&& launch) {
-  TensorListArgs<Lists> args;
+  TensorListArgs<Lists> args{};
   int tensor_count = 0, block_count = 0;
   for (const TensorListEntry<Lists>& entry : tensors) {
     if (entry.size == 0) continue;

@@ -69,6 +69,7 @@ IndexPlan plan_indexing(const Shape& sizes, int64_t dim, const std::vector<Shape
   return plan;
 }
 
+#if EMBER_WITH_CUDA
 // Copies the plan's offset tables to `device` and points its operands at the copies, for the
 // CUDA kernels; the returned tensor owns the copies (it must outlive the queued kernel, which the
 // stream-ordered caching allocator guarantees once it is freed after the launch).
@@ -89,6 +90,7 @@ Tensor move_plan_tables_to(IndexPlan& plan, const Device& device) {
   }
   return on_device;
 }
+#endif
 
 // The strides of a dense 1-D index (k) broadcast over every dim of an `ndim` iteration but `dim`.
 Shape broadcast_index_strides(int64_t ndim, int64_t dim) {
