@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/multi_tensor_plan.h"
 #include "optim/optim.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
@@ -122,6 +123,63 @@ void expect_same_steps(
             << where << " (" << name << ")";
       }
     }
+  }
+}
+
+// ---- the multi-tensor launch plan (host code: runs without a GPU) -------------------------------
+
+// Every chunk of every non-empty tensor is handed to exactly one block, within the table's limits,
+// through batches cut by too many tensors, too many blocks, or both in the middle of a tensor.
+TEST(CudaMultiTensorPlan, EveryChunkOfEveryTensorOnce) {
+  using kernels::cuda::kMultiTensorChunkSize;
+  using kernels::cuda::kMultiTensorMaxBlocks;
+  using kernels::cuda::kMultiTensorMaxTensors;
+  const std::vector<std::vector<int64_t>> cases = {
+      {1},
+      {0, 3, 0},
+      {1, 3, 1023, 4097, kMultiTensorChunkSize, kMultiTensorChunkSize + 1},
+      std::vector<int64_t>(50, 7),                                     // > 24 tensors
+      {kMultiTensorChunkSize * 700 + 5},                               // > 320 blocks in one
+      {5, kMultiTensorChunkSize * 400, 9, kMultiTensorChunkSize * 3},  // a tensor carried over
+      std::vector<int64_t>(30, kMultiTensorChunkSize * 11 + 1),        // both limits
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const std::vector<int64_t>& sizes = cases[c];
+    // Tensor t's "pointer" is a fake address naming it; the second list points elsewhere.
+    std::vector<kernels::cuda::TensorListEntry<2>> entries;
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      kernels::cuda::TensorListEntry<2> entry;
+      entry.pointers = {reinterpret_cast<void*>((t + 1) * 16),
+                        reinterpret_cast<void*>((t + 1) * 16 + 8)};
+      entry.size = sizes[t];
+      entries.push_back(entry);
+    }
+    std::vector<std::vector<int>> seen(sizes.size());  // per tensor: times each chunk was seen
+    for (size_t t = 0; t < sizes.size(); ++t)
+      seen[t].assign(
+          static_cast<size_t>((sizes[t] + kMultiTensorChunkSize - 1) / kMultiTensorChunkSize), 0);
+    int launches = 0;
+    kernels::cuda::multi_tensor_apply<2>(
+        entries, [&](const kernels::cuda::TensorListArgs<2>& args, int blocks) {
+          ++launches;
+          ASSERT_GT(blocks, 0);
+          ASSERT_LE(blocks, kMultiTensorMaxBlocks);
+          for (int b = 0; b < blocks; ++b) {
+            const int slot = args.block_tensor[b];
+            ASSERT_LT(slot, kMultiTensorMaxTensors);
+            const size_t t = reinterpret_cast<uintptr_t>(args.pointers[0][slot]) / 16 - 1;
+            ASSERT_LT(t, sizes.size()) << "case " << c;
+            EXPECT_EQ(reinterpret_cast<uintptr_t>(args.pointers[1][slot]), (t + 1) * 16 + 8);
+            EXPECT_EQ(args.sizes[slot], sizes[t]);
+            const int chunk = args.block_chunk[b];
+            ASSERT_LT(static_cast<size_t>(chunk), seen[t].size()) << "case " << c;
+            ++seen[t][static_cast<size_t>(chunk)];
+          }
+        });
+    for (size_t t = 0; t < sizes.size(); ++t)
+      for (size_t chunk = 0; chunk < seen[t].size(); ++chunk)
+        EXPECT_EQ(seen[t][chunk], 1) << "case " << c << ", tensor " << t << ", chunk " << chunk;
+    EXPECT_GE(launches, 1) << "case " << c;
   }
 }
 
