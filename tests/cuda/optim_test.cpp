@@ -9,6 +9,7 @@
 // tolerance below is a small multiple of f32 rounding and a failure means a formula drifted.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -98,7 +99,9 @@ void expect_same_steps(
   Generator g(42);
   TwinParams p = make_params(shapes, dtype, g);
   const std::unique_ptr<optim::Optimizer> on_cpu = make(p.cpu), on_cuda = make(p.cuda);
-  const double param_tolerance = dtype == DType::f32 ? kF32Tolerance : 1e-2;
+  const double param_tolerance = dtype == DType::f64   ? 1e-12
+                                 : dtype == DType::f32 ? kF32Tolerance
+                                                       : 1e-2;
   for (int step = 1; step <= steps; ++step) {
     set_random_grads(p, g);
     on_cpu->step();
@@ -109,7 +112,8 @@ void expect_same_steps(
                                 shape_str(shapes[k]);
       ASSERT_TRUE(p.cuda[k].is_cuda()) << where;
       EXPECT_EQ(mismatch(p.cuda[k], p.cpu[k], param_tolerance), "") << where;
-      EXPECT_EQ(mismatch(on_cuda->master_param(0, k), on_cpu->master_param(0, k), kF32Tolerance),
+      EXPECT_EQ(mismatch(on_cuda->master_param(0, k), on_cpu->master_param(0, k),
+                         std::min(param_tolerance, kF32Tolerance)),
                 "")
           << where << " (master)";
       const optim::ParamState& cpu_state = on_cpu->state(0, k);
@@ -119,7 +123,9 @@ void expect_same_steps(
       for (const auto& [name, tensor] : cpu_state.tensors) {
         ASSERT_TRUE(cuda_state.tensors.count(name)) << where << ": no " << name;
         EXPECT_TRUE(cuda_state.tensors.at(name).is_cuda()) << where << ": " << name;
-        EXPECT_EQ(mismatch(cuda_state.tensors.at(name), tensor, kF32Tolerance), "")
+        EXPECT_EQ(
+            mismatch(cuda_state.tensors.at(name), tensor, std::min(param_tolerance, kF32Tolerance)),
+            "")
             << where << " (" << name << ")";
       }
     }
@@ -235,6 +241,29 @@ TEST(CudaOptim, AdamAndAdamWMatchTheCpu) {
           return std::make_unique<optim::AdamW>(std::move(params), adamw_options(1e-2, 1e-2, 0.3));
         },
         kOddShapes, dtype, 3);
+  }
+}
+
+// fused = false (the reference path written with ember ops) and f64 parameters (which always
+// take it) run on CUDA too, through the CUDA elementwise ops.
+TEST(CudaOptim, ReferencePathMatchesTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
+    expect_same_steps(
+        "SGD (reference path)",
+        [](std::vector<Tensor> params) {
+          return std::make_unique<optim::SGD>(
+              std::move(params),
+              optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true, .fused = false});
+        },
+        {{3}, {1023}}, dtype, 3);
+    expect_same_steps(
+        "Adam (reference path, amsgrad)",
+        [](std::vector<Tensor> params) {
+          return std::make_unique<optim::Adam>(
+              std::move(params), optim::AdamOptions{.lr = 1e-2, .amsgrad = true, .fused = false});
+        },
+        {{3}, {1023}}, dtype, 3);
   }
 }
 
