@@ -21,6 +21,12 @@ __device__ __forceinline__ int64_t grid_step() {
   return static_cast<int64_t>(blockDim.x) * gridDim.x;
 }
 
+// Offset of outer position o in an operand: a null table means a single outer position (the
+// runtime then sends no table at all).
+__device__ __forceinline__ int64_t outer_offset(const IndexedOperand& at, int64_t o) {
+  return at.outer_offsets != nullptr ? at.outer_offsets[o] : 0;
+}
+
 // Offset of inner position i in an operand: a multiply for a dense run or a broadcast, else its
 // table.
 __device__ __forceinline__ int64_t inner_offset(const IndexedOperand& at, int64_t i) {
@@ -44,10 +50,10 @@ __global__ void gather_kernel(IndexIteration it, T* out, IndexedOperand out_at, 
   for (int64_t linear = grid_start(); linear < total; linear += grid_step()) {
     const Position p = position_of(it, linear);
     const int64_t at =
-        static_cast<int64_t>(index[index_at.outer_offsets[p.o] + p.j * index_at.along_stride +
+        static_cast<int64_t>(index[outer_offset(index_at, p.o) + p.j * index_at.along_stride +
                                    inner_offset(index_at, p.i)]);
-    out[out_at.outer_offsets[p.o] + p.j * out_at.along_stride + inner_offset(out_at, p.i)] =
-        x[x_at.outer_offsets[p.o] + at * x_at.along_stride + inner_offset(x_at, p.i)];
+    out[outer_offset(out_at, p.o) + p.j * out_at.along_stride + inner_offset(out_at, p.i)] =
+        x[outer_offset(x_at, p.o) + at * x_at.along_stride + inner_offset(x_at, p.i)];
   }
 }
 
@@ -74,11 +80,11 @@ __global__ void scatter_add_atomic_kernel(IndexIteration it, T* out, IndexedOper
   for (int64_t linear = grid_start(); linear < total; linear += grid_step()) {
     const Position p = position_of(it, linear);
     const int64_t at =
-        static_cast<int64_t>(index[index_at.outer_offsets[p.o] + p.j * index_at.along_stride +
+        static_cast<int64_t>(index[outer_offset(index_at, p.o) + p.j * index_at.along_stride +
                                    inner_offset(index_at, p.i)]);
     atomic_add(
-        out + out_at.outer_offsets[p.o] + at * out_at.along_stride + inner_offset(out_at, p.i),
-        src[src_at.outer_offsets[p.o] + p.j * src_at.along_stride + inner_offset(src_at, p.i)]);
+        out + outer_offset(out_at, p.o) + at * out_at.along_stride + inner_offset(out_at, p.i),
+        src[outer_offset(src_at, p.o) + p.j * src_at.along_stride + inner_offset(src_at, p.i)]);
   }
 }
 
@@ -91,9 +97,9 @@ __global__ void scatter_add_columns_kernel(IndexIteration it, T* out, IndexedOpe
   const int64_t columns = it.outer * it.inner;
   for (int64_t column = grid_start(); column < columns; column += grid_step()) {
     const int64_t o = column / it.inner, i = column % it.inner;
-    T* out_column = out + out_at.outer_offsets[o] + inner_offset(out_at, i);
-    const T* src_column = src + src_at.outer_offsets[o] + inner_offset(src_at, i);
-    const I* index_column = index + index_at.outer_offsets[o] + inner_offset(index_at, i);
+    T* out_column = out + outer_offset(out_at, o) + inner_offset(out_at, i);
+    const T* src_column = src + outer_offset(src_at, o) + inner_offset(src_at, i);
+    const I* index_column = index + outer_offset(index_at, o) + inner_offset(index_at, i);
     for (int64_t j = 0; j < it.along; ++j) {
       const int64_t at = static_cast<int64_t>(index_column[j * index_at.along_stride]);
       T& slot = out_column[at * out_at.along_stride];

@@ -1,6 +1,8 @@
 // CUDA gather / scatter-add along one dim of strided operands: kernels/cpu/indexing.h on the GPU,
 // queued on `stream`, with the same (outer, along, inner) iteration and IndexedOperand plans; the
-// plans' offset tables (outer_offsets, inner_offsets) must be device pointers.
+// plans' offset tables (outer_offsets, inner_offsets) must be device pointers. outer_offsets may
+// be null when iteration.outer == 1, and inner_offsets when the operand's inner_step >= 0: the
+// common embedding / index_select (dim 0) case then needs no table on the device.
 //
 //   index_select: x (outer, n, inner), index (k) broadcast -> out (outer, k, inner)
 //   gather:       x (..., n, ...), index (..., k, ...)     -> out (..., k, ...)

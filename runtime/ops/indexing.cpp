@@ -72,21 +72,35 @@ IndexPlan plan_indexing(const Shape& sizes, int64_t dim, const std::vector<Shape
 #if EMBER_WITH_CUDA
 // Copies the plan's offset tables to `device` and points its operands at the copies, for the
 // CUDA kernels; the returned tensor owns the copies (it must outlive the queued kernel, which the
-// stream-ordered caching allocator guarantees once it is freed after the launch).
+// stream-ordered caching allocator guarantees once it is freed after the launch). Tables the
+// kernels can do without (one outer position; an inner run with a step) stay behind as null
+// pointers, so embedding and index_select on dim 0 copy nothing to the device.
 Tensor move_plan_tables_to(IndexPlan& plan, const Device& device) {
+  const bool one_outer = plan.iteration.outer == 1;
   std::vector<int64_t> tables;
-  std::vector<std::pair<size_t, size_t>> starts;  // (outer, inner) of each operand
+  std::vector<std::pair<int64_t, int64_t>> starts;  // (outer, inner) of each operand; -1: none
   for (size_t k = 0; k < plan.operands.size(); ++k) {
-    starts.emplace_back(tables.size(), tables.size() + plan.outer[k].size());
-    tables.insert(tables.end(), plan.outer[k].begin(), plan.outer[k].end());
-    tables.insert(tables.end(), plan.inner[k].begin(), plan.inner[k].end());
+    std::pair<int64_t, int64_t> start{-1, -1};
+    if (!one_outer) {
+      start.first = static_cast<int64_t>(tables.size());
+      tables.insert(tables.end(), plan.outer[k].begin(), plan.outer[k].end());
+    }
+    if (plan.operands[k].inner_step < 0) {
+      start.second = static_cast<int64_t>(tables.size());
+      tables.insert(tables.end(), plan.inner[k].begin(), plan.inner[k].end());
+    }
+    starts.push_back(start);
   }
-  Tensor on_device =
-      from_vector(tables, {static_cast<int64_t>(tables.size())}, TensorOptions(DType::i64, device));
-  const int64_t* base = on_device.data<int64_t>();
+  Tensor on_device;
+  const int64_t* base = nullptr;
+  if (!tables.empty()) {
+    on_device = from_vector(tables, {static_cast<int64_t>(tables.size())},
+                            TensorOptions(DType::i64, device));
+    base = on_device.data<int64_t>();
+  }
   for (size_t k = 0; k < plan.operands.size(); ++k) {
-    plan.operands[k].outer_offsets = base + starts[k].first;
-    plan.operands[k].inner_offsets = base + starts[k].second;
+    plan.operands[k].outer_offsets = starts[k].first < 0 ? nullptr : base + starts[k].first;
+    plan.operands[k].inner_offsets = starts[k].second < 0 ? nullptr : base + starts[k].second;
   }
   return on_device;
 }
