@@ -6,6 +6,14 @@
 #include "optim/fused_dispatch.h"
 #include "runtime/ops.h"
 
+#if EMBER_WITH_CUDA
+#include <map>
+#include <tuple>
+
+#include "kernels/cuda/optimizers.h"
+#include "runtime/cuda/stream.h"
+#endif
+
 namespace ember::optim {
 
 namespace {
@@ -100,6 +108,40 @@ void Adam::update_fused(const ParamGroup& group, Tensor& master, const Tensor& g
         kernels::cpu::adam_step<Grad, Model>(master.data<float>(), g, exp_avg, exp_avg_sq,
                                              max_exp_avg_sq, m, master.numel(), hyper);
       });
+}
+
+void Adam::update_fused_cuda(const ParamGroup& group, std::vector<FusedParam>& params) {
+#if EMBER_WITH_CUDA
+  // One launch sequence per (device, gradient dtype, step count): the bias corrections are
+  // shared by every parameter of a launch.
+  using Batch = std::vector<kernels::cuda::OptimizerTensors>;
+  std::map<std::tuple<int, DType, int64_t>, Batch> batches;
+  for (FusedParam& p : params) {
+    kernels::cuda::OptimizerTensors t;
+    t.master = p.master.data<float>();
+    t.grad = p.grad.data_ptr();
+    t.model = p.model.defined() ? p.model.data_ptr() : nullptr;
+    t.states[0] = state_tensor(*p.state, "exp_avg", p.master).data<float>();
+    t.states[1] = state_tensor(*p.state, "exp_avg_sq", p.master).data<float>();
+    t.states[2] =
+        group.amsgrad ? state_tensor(*p.state, "max_exp_avg_sq", p.master).data<float>() : nullptr;
+    t.size = p.master.numel();
+    batches[{p.master.device().index, p.grad.dtype(), p.state->step}].push_back(t);
+  }
+  for (const auto& [key, batch_in] : batches) {
+    const auto& [device_index, grad_dtype, step] = key;
+    const Batch& batch = batch_in;  // a plain reference: lambdas may not capture bindings
+    const kernels::cpu::AdamHyper hyper = adam_hyper(group, step, decoupled_);
+    const cudaStream_t stream = cuda::current_stream(device_index);
+    dispatch_fused_cuda(grad_dtype, "Adam.step", [&]<typename Grad, typename Model>() {
+      kernels::cuda::adam_step<Grad, Model>(batch, hyper, stream);
+    });
+  }
+#else
+  (void)group;
+  EMBER_FAIL(name(), ".step: this build of ember has no CUDA support, but got ",
+             describe(params.at(0).master));
+#endif
 }
 
 void Adam::update_reference(const ParamGroup& group, Tensor& master, const Tensor& grad,

@@ -25,4 +25,20 @@ void dispatch_fused(const Tensor& grad, const Tensor& model, const char* op, Fn&
   }
 }
 
+// `fn.template operator()<Grad, Model>()` for a fused step on CUDA: Model is float (no
+// low-precision parameter) for an f32 gradient, else the gradient's type.
+template <typename Fn>
+void dispatch_fused_cuda(DType grad_dtype, const char* op, Fn&& fn) {
+  switch (grad_dtype) {
+    case DType::f32:
+      return fn.template operator()<float, float>();
+    case DType::f16:
+      return fn.template operator()<Half, Half>();
+    case DType::bf16:
+      return fn.template operator()<BFloat16, BFloat16>();
+    default:
+      EMBER_FAIL(op, ": the fused path takes f32, f16 or bf16 gradients, got ", grad_dtype);
+  }
+}
+
 }  // namespace ember::optim

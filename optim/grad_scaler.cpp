@@ -7,6 +7,11 @@
 #include "kernels/cpu/amp.h"
 #include "runtime/ops.h"
 
+#if EMBER_WITH_CUDA
+#include "kernels/cuda/amp.h"
+#include "runtime/cuda/stream.h"
+#endif
+
 namespace ember::optim {
 
 namespace {
@@ -31,8 +36,6 @@ double read_number(const Metadata& state, const std::string& key) {
 
 // Unscales one gradient in place; returns whether it held Inf or NaN.
 bool unscale_grad(Tensor& grad, float inv_scale) {
-  EMBER_CHECK(grad.is_cpu(), "GradScaler.unscale_: not implemented for CUDA tensors yet (",
-              describe(grad), ")");
   Tensor dense = grad.contiguous();
   bool found_inf = false;
   switch (dense.dtype()) {
@@ -71,8 +74,9 @@ GradScaler::GradScaler(const GradScalerOptions& options)
 
 Tensor GradScaler::scale(const Tensor& loss) const {
   if (!options_.enabled) return loss;
-  return mul(loss,
-             scalar_tensor(static_cast<double>(scale_), TensorOptions(DType::f32, loss.device())));
+  if (device_scale_.defined() && loss.device() == device_scale_.device())
+    return mul(loss, device_scale_);
+  return mul(loss, scalar_tensor(get_scale(), TensorOptions(DType::f32, loss.device())));
 }
 
 void GradScaler::unscale_(Optimizer& optimizer) {
@@ -84,18 +88,86 @@ void GradScaler::unscale_(Optimizer& optimizer) {
   EMBER_CHECK(record.stage != Stage::stepped,
               "GradScaler.unscale_: unscale_() is being called after step(); call update() first");
   NoGradGuard no_grad;
-  // PyTorch: the reciprocal in double, then rounded to f32.
-  const float inv_scale = static_cast<float>(1.0 / static_cast<double>(scale_));
-  bool found_inf = false;
+  std::vector<Tensor> cpu_grads, cuda_grads;
   for (ParamGroup& group : optimizer.param_groups()) {
     for (Tensor& param : group.params) {
       Tensor grad = param.grad();
       if (!grad.defined()) continue;
-      found_inf = unscale_grad(grad, inv_scale) || found_inf;
+      (grad.is_cuda() ? cuda_grads : cpu_grads).push_back(grad);
     }
   }
-  record.found_inf = found_inf;
+  record.found_inf = false;
+  record.device_found_inf = Tensor();
+  if (!cuda_grads.empty()) unscale_cuda(cuda_grads, record);
+  if (!cpu_grads.empty()) {
+    // PyTorch: the reciprocal in double, then rounded to f32.
+    const float inv_scale = static_cast<float>(1.0 / get_scale());
+    bool found_inf = false;
+    for (Tensor& grad : cpu_grads)
+      found_inf = unscale_grad(grad, inv_scale) || found_inf;
+    record.found_inf = found_inf;
+  }
   record.stage = Stage::unscaled;
+}
+
+void GradScaler::use_device(const Device& device) {
+  if (device_scale_.defined()) {
+    EMBER_CHECK(device_scale_.device() == device, "GradScaler: the scale lives on ",
+                device_scale_.device().str(), " but a gradient is on ", device.str(),
+                "; one GradScaler serves the gradients of one CUDA device");
+    return;
+  }
+  device_scale_ = scalar_tensor(static_cast<double>(scale_), TensorOptions(DType::f32, device));
+  device_growth_tracker_ = scalar_tensor(growth_tracker_, TensorOptions(DType::i64, device));
+}
+
+void GradScaler::unscale_cuda(std::vector<Tensor>& grads, OptimizerRecord& record) {
+#if EMBER_WITH_CUDA
+  const Device device = grads[0].device();
+  use_device(device);
+  record.device_found_inf = zeros({}, TensorOptions(DType::f32, device));
+  // The kernel needs dense gradients: a strided one is unscaled in a dense copy, copied back.
+  std::vector<std::pair<Tensor, Tensor>> copied_back;  // (grad, dense)
+  std::vector<kernels::cuda::GradTensor> by_dtype[3];  // f32, f16, bf16
+  for (Tensor& grad : grads) {
+    EMBER_CHECK(grad.device() == device, "GradScaler.unscale_: gradients on ", device.str(),
+                " and ", describe(grad), "; one GradScaler serves one CUDA device");
+    Tensor dense = grad.contiguous();
+    if (!dense.is_same(grad)) copied_back.emplace_back(grad, dense);
+    const kernels::cuda::GradTensor entry{dense.data_ptr(), dense.numel()};
+    switch (dense.dtype()) {
+      case DType::f32:
+        by_dtype[0].push_back(entry);
+        break;
+      case DType::f16:
+        by_dtype[1].push_back(entry);
+        break;
+      case DType::bf16:
+        by_dtype[2].push_back(entry);
+        break;
+      default:
+        EMBER_FAIL("GradScaler.unscale_: expected f32, f16 or bf16 gradients, got ",
+                   describe(grad));
+    }
+  }
+  float* found_inf = record.device_found_inf.data<float>();
+  const float* scale = device_scale_.data<float>();
+  const cudaStream_t stream = cuda::current_stream(device.index);
+  if (!by_dtype[0].empty())
+    kernels::cuda::amp_unscale_and_check<float>(by_dtype[0], found_inf, scale, stream);
+  if (!by_dtype[1].empty())
+    kernels::cuda::amp_unscale_and_check<Half>(by_dtype[1], found_inf, scale, stream);
+  if (!by_dtype[2].empty())
+    kernels::cuda::amp_unscale_and_check<BFloat16>(by_dtype[2], found_inf, scale, stream);
+  for (auto& [grad, dense] : copied_back)
+    grad.copy_(dense);
+  for (Tensor& grad : grads)
+    grad.bump_version();
+#else
+  (void)record;
+  EMBER_FAIL("GradScaler.unscale_: this build of ember has no CUDA support, but got ",
+             describe(grads.at(0)));
+#endif
 }
 
 bool GradScaler::step(Optimizer& optimizer) {
@@ -107,7 +179,9 @@ bool GradScaler::step(Optimizer& optimizer) {
   EMBER_CHECK(record.stage != Stage::stepped,
               "GradScaler.step: step() has already been called since the last update()");
   if (record.stage == Stage::ready) unscale_(optimizer);
-  const bool run = !record.found_inf;
+  // The one host synchronisation of a CUDA step: whether it runs.
+  const bool run = !record.found_inf && !(record.device_found_inf.defined() &&
+                                          record.device_found_inf.item<float>() != 0.0f);
   if (run) optimizer.step();
   record.stage = Stage::stepped;
   return run;
@@ -119,42 +193,77 @@ void GradScaler::update(std::optional<double> new_scale) {
     EMBER_CHECK(*new_scale > 0.0, "GradScaler.update: new_scale must be positive, got ",
                 *new_scale);
     scale_ = static_cast<float>(*new_scale);
+    if (device_scale_.defined()) {
+      NoGradGuard no_grad;
+      device_scale_.fill_(static_cast<double>(scale_));
+    }
   } else {
     EMBER_CHECK(!per_optimizer_.empty(),
                 "GradScaler.update: no inf checks were recorded prior to update(); call "
                 "step(optimizer) or unscale_(optimizer) first");
     bool found_inf = false;
-    for (const auto& [optimizer, record] : per_optimizer_)
+    Tensor device_found_inf;  // the sum of the optimizers' device flags
+    for (const auto& [optimizer, record] : per_optimizer_) {
       found_inf = found_inf || record.found_inf;
-    // torch._amp_update_scale_, in f32 like PyTorch's scale tensor.
-    if (found_inf) {
-      scale_ = scale_ * static_cast<float>(options_.backoff_factor);
-      growth_tracker_ = 0;
+      if (!record.device_found_inf.defined()) continue;
+      NoGradGuard no_grad;
+      device_found_inf = device_found_inf.defined() ? add(device_found_inf, record.device_found_inf)
+                                                    : record.device_found_inf;
+    }
+    if (device_scale_.defined()) {
+      update_on_device(found_inf, device_found_inf);
     } else {
-      const int64_t successful = growth_tracker_ + 1;
-      if (successful == options_.growth_interval) {
-        const float grown = scale_ * static_cast<float>(options_.growth_factor);
-        if (std::isfinite(grown)) scale_ = grown;
+      // torch._amp_update_scale_, in f32 like PyTorch's scale tensor.
+      if (found_inf) {
+        scale_ = scale_ * static_cast<float>(options_.backoff_factor);
         growth_tracker_ = 0;
       } else {
-        growth_tracker_ = successful;
+        const int64_t successful = growth_tracker_ + 1;
+        if (successful == options_.growth_interval) {
+          const float grown = scale_ * static_cast<float>(options_.growth_factor);
+          if (std::isfinite(grown)) scale_ = grown;
+          growth_tracker_ = 0;
+        } else {
+          growth_tracker_ = successful;
+        }
       }
     }
   }
   per_optimizer_.clear();
 }
 
+void GradScaler::update_on_device(bool host_found_inf, const Tensor& device_found_inf) {
+#if EMBER_WITH_CUDA
+  kernels::cuda::amp_update_scale(
+      device_scale_.data<float>(), device_growth_tracker_.data<int64_t>(),
+      device_found_inf.defined() ? device_found_inf.data<float>() : nullptr, host_found_inf,
+      static_cast<float>(options_.growth_factor), static_cast<float>(options_.backoff_factor),
+      options_.growth_interval, cuda::current_stream(device_scale_.device().index));
+#else
+  (void)host_found_inf;
+  (void)device_found_inf;
+  EMBER_FAIL("GradScaler.update: this build of ember has no CUDA support");
+#endif
+}
+
 double GradScaler::get_scale() const {
-  return options_.enabled ? static_cast<double>(scale_) : 1.0;
+  if (!options_.enabled) return 1.0;
+  if (device_scale_.defined()) return static_cast<double>(device_scale_.item<float>());
+  return static_cast<double>(scale_);
+}
+
+int64_t GradScaler::growth_tracker() const {
+  if (device_growth_tracker_.defined()) return device_growth_tracker_.item<int64_t>();
+  return growth_tracker_;
 }
 
 Metadata GradScaler::state_dict() const {
   if (!options_.enabled) return {};
-  return {{"scaler.scale", format_double(scale_)},
+  return {{"scaler.scale", format_double(get_scale())},
           {"scaler.growth_factor", format_double(options_.growth_factor)},
           {"scaler.backoff_factor", format_double(options_.backoff_factor)},
           {"scaler.growth_interval", std::to_string(options_.growth_interval)},
-          {"scaler.growth_tracker", std::to_string(growth_tracker_)}};
+          {"scaler.growth_tracker", std::to_string(growth_tracker())}};
 }
 
 void GradScaler::load_state_dict(const Metadata& state) {
@@ -176,6 +285,11 @@ void GradScaler::load_state_dict(const Metadata& state) {
   options_.backoff_factor = backoff_factor;
   options_.growth_interval = static_cast<int64_t>(growth_interval);
   growth_tracker_ = static_cast<int64_t>(growth_tracker);
+  if (device_scale_.defined()) {
+    NoGradGuard no_grad;
+    device_scale_.fill_(static_cast<double>(scale_));
+    device_growth_tracker_.fill_(growth_tracker_);
+  }
 }
 
 }  // namespace ember::optim

@@ -154,12 +154,14 @@ void Optimizer::step() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     ParamGroup& group = groups_[g];
+    // CUDA parameters of the group that take the fused path: one multi-tensor update at the end.
+    std::vector<FusedParam> cuda_batch;
     for (size_t i = 0; i < group.params.size(); ++i) {
       Tensor param = group.params[i];
       const Tensor grad_in = param.grad();
       if (!grad_in.defined()) continue;
-      EMBER_CHECK(param.is_cpu() && grad_in.is_cpu(), name(),
-                  ".step: not implemented for CUDA tensors yet (", describe(param), ")");
+      EMBER_CHECK(grad_in.device() == param.device(), name(), ".step: the gradient (",
+                  describe(grad_in), ") is not on its parameter's device (", describe(param), ")");
       EMBER_CHECK(grad_in.sizes() == param.sizes() && grad_in.dtype() == param.dtype(), name(),
                   ".step: the gradient (", describe(grad_in), ") does not match its parameter (",
                   describe(param), ")");
@@ -172,6 +174,10 @@ void Optimizer::step() {
       // the reference path, which handles every layout.
       const bool can_fuse = fused_ && master.dtype() == DType::f32 && master.is_contiguous() &&
                             (!low_precision || param.is_contiguous());
+      if (can_fuse && param.is_cuda()) {
+        cuda_batch.push_back({master, grad, low_precision ? param : Tensor(), &st});
+        continue;
+      }
       if (can_fuse) {
         Tensor model = low_precision ? param : Tensor();
         update_fused(group, master, grad, model, st);
@@ -182,6 +188,12 @@ void Optimizer::step() {
         if (low_precision) param.copy_(master);
       }
       master.bump_version();
+    }
+    if (cuda_batch.empty()) continue;
+    update_fused_cuda(group, cuda_batch);
+    for (FusedParam& p : cuda_batch) {
+      p.master.bump_version();
+      if (p.model.defined()) p.model.bump_version();
     }
   }
 }

@@ -66,6 +66,17 @@ struct StateDict {
   Metadata metadata;
 };
 
+// One parameter of a fused step on CUDA, handed to update_fused_cuda with the others of its
+// group: `master` the dense f32 tensor to update, `grad` the dense gradient, `model` the f16/bf16
+// parameter (undefined when master is the parameter), `state` its state (step already
+// incremented).
+struct FusedParam {
+  Tensor master;
+  Tensor grad;
+  Tensor model;
+  ParamState* state = nullptr;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -91,8 +102,9 @@ class Optimizer {
   // The f32 copy the optimizer updates: the master of an f16/bf16 parameter, else the parameter.
   Tensor master_param(size_t group, size_t index) const;
 
-  // Whether steps run the fused kernels (kernels/cpu/optimizers.h) or the reference path
-  // written with ember ops. Both give bit-identical results.
+  // Whether steps run the fused kernels (kernels/cpu/optimizers.h, and on CUDA the multi-tensor
+  // kernels/cuda/optimizers.h) or the reference path written with ember ops. Both give
+  // bit-identical results.
   bool fused() const { return fused_; }
 
   StateDict state_dict() const;
@@ -112,6 +124,9 @@ class Optimizer {
   // master into (undefined when master is the parameter). `state.step` is already incremented.
   virtual void update_fused(const ParamGroup& group, Tensor& master, const Tensor& grad,
                             Tensor& model, ParamState& state) = 0;
+  // The fused update of a group's CUDA parameters, in a few multi-tensor launches
+  // (kernels/cuda/optimizers.h); the same numbers as update_fused.
+  virtual void update_fused_cuda(const ParamGroup& group, std::vector<FusedParam>& params) = 0;
   // The same update written with ember ops, on an f32/f64 gradient; the base writes the master
   // back into a low-precision parameter afterwards.
   virtual void update_reference(const ParamGroup& group, Tensor& master, const Tensor& grad,

@@ -4,6 +4,14 @@
 #include "optim/fused_dispatch.h"
 #include "runtime/ops.h"
 
+#if EMBER_WITH_CUDA
+#include <map>
+#include <tuple>
+
+#include "kernels/cuda/optimizers.h"
+#include "runtime/cuda/stream.h"
+#endif
+
 namespace ember::optim {
 
 namespace {
@@ -84,6 +92,50 @@ void SGD::update_fused(const ParamGroup& group, Tensor& master, const Tensor& gr
                    kernels::cpu::sgd_step<Grad, Model>(master.data<float>(), g, buffer, m,
                                                        master.numel(), hyper);
                  });
+}
+
+void SGD::update_fused_cuda(const ParamGroup& group, std::vector<FusedParam>& params) {
+#if EMBER_WITH_CUDA
+  // One launch sequence per (device, gradient dtype, first step or not): the kernel's constants
+  // are shared by every parameter of a launch.
+  using Batch = std::vector<kernels::cuda::OptimizerTensors>;
+  std::map<std::tuple<int, DType, bool>, Batch> batches;
+  for (FusedParam& p : params) {
+    float* buffer = nullptr;
+    bool first_step = false;
+    if (group.momentum != 0.0) {
+      auto it = p.state->tensors.find("momentum_buffer");
+      if (it == p.state->tensors.end()) {
+        it = p.state->tensors
+                 .emplace("momentum_buffer",
+                          empty(p.master.sizes(), TensorOptions(DType::f32, p.master.device())))
+                 .first;
+        first_step = true;
+      }
+      buffer = it->second.data<float>();
+    }
+    kernels::cuda::OptimizerTensors t;
+    t.master = p.master.data<float>();
+    t.grad = p.grad.data_ptr();
+    t.model = p.model.defined() ? p.model.data_ptr() : nullptr;
+    t.states[0] = buffer;
+    t.size = p.master.numel();
+    batches[{p.master.device().index, p.grad.dtype(), first_step}].push_back(t);
+  }
+  for (const auto& [key, batch_in] : batches) {
+    const auto& [device_index, grad_dtype, first_step] = key;
+    const Batch& batch = batch_in;  // a plain reference: lambdas may not capture bindings
+    const kernels::cpu::SgdHyper hyper = sgd_hyper(group, first_step);
+    const cudaStream_t stream = cuda::current_stream(device_index);
+    dispatch_fused_cuda(grad_dtype, "SGD.step", [&]<typename Grad, typename Model>() {
+      kernels::cuda::sgd_step<Grad, Model>(batch, hyper, stream);
+    });
+  }
+#else
+  (void)group;
+  EMBER_FAIL("SGD.step: this build of ember has no CUDA support, but got ",
+             describe(params.at(0).master));
+#endif
 }
 
 void SGD::update_reference(const ParamGroup& group, Tensor& master, const Tensor& grad,

@@ -37,6 +37,7 @@ class SGD : public Optimizer {
   void check_hyper_parameters(const ParamGroup& group) const override;
   void update_fused(const ParamGroup& group, Tensor& master, const Tensor& grad, Tensor& model,
                     ParamState& state) override;
+  void update_fused_cuda(const ParamGroup& group, std::vector<FusedParam>& params) override;
   void update_reference(const ParamGroup& group, Tensor& master, const Tensor& grad,
                         ParamState& state) override;
   std::vector<std::string> hyper_parameter_names() const override;

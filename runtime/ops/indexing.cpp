@@ -1,6 +1,7 @@
 // Joining, splitting, indexing and padding: checks, dispatch to the gather / scatter-add kernels,
 // autograd. cat, stack, split, chunk and pad are built from views and copies, so they work on
-// every device and dtype; the index ops run the kernels of kernels/cpu/indexing.h.
+// every device and dtype; the index ops run the kernels of kernels/cpu/indexing.h, or on CUDA
+// those of kernels/cuda/indexing.h (with the plan's offset tables copied to the device).
 #include "runtime/ops/indexing.h"
 
 #include <algorithm>
@@ -11,6 +12,11 @@
 #include "runtime/autograd/node.h"
 #include "runtime/dispatch.h"
 #include "runtime/ops.h"
+
+#if EMBER_WITH_CUDA
+#include "kernels/cuda/indexing.h"
+#include "runtime/cuda/stream.h"
+#endif
 
 namespace ember {
 namespace {
@@ -63,6 +69,43 @@ IndexPlan plan_indexing(const Shape& sizes, int64_t dim, const std::vector<Shape
   return plan;
 }
 
+#if EMBER_WITH_CUDA
+// Copies the plan's offset tables to `device` and points its operands at the copies, for the
+// CUDA kernels; the returned tensor owns the copies (it must outlive the queued kernel, which the
+// stream-ordered caching allocator guarantees once it is freed after the launch). Tables the
+// kernels can do without (one outer position; an inner run with a step) stay behind as null
+// pointers, so embedding and index_select on dim 0 copy nothing to the device.
+Tensor move_plan_tables_to(IndexPlan& plan, const Device& device) {
+  const bool one_outer = plan.iteration.outer == 1;
+  std::vector<int64_t> tables;
+  std::vector<std::pair<int64_t, int64_t>> starts;  // (outer, inner) of each operand; -1: none
+  for (size_t k = 0; k < plan.operands.size(); ++k) {
+    std::pair<int64_t, int64_t> start{-1, -1};
+    if (!one_outer) {
+      start.first = static_cast<int64_t>(tables.size());
+      tables.insert(tables.end(), plan.outer[k].begin(), plan.outer[k].end());
+    }
+    if (plan.operands[k].inner_step < 0) {
+      start.second = static_cast<int64_t>(tables.size());
+      tables.insert(tables.end(), plan.inner[k].begin(), plan.inner[k].end());
+    }
+    starts.push_back(start);
+  }
+  Tensor on_device;
+  const int64_t* base = nullptr;
+  if (!tables.empty()) {
+    on_device = from_vector(tables, {static_cast<int64_t>(tables.size())},
+                            TensorOptions(DType::i64, device));
+    base = on_device.data<int64_t>();
+  }
+  for (size_t k = 0; k < plan.operands.size(); ++k) {
+    plan.operands[k].outer_offsets = starts[k].first < 0 ? nullptr : base + starts[k].first;
+    plan.operands[k].inner_offsets = starts[k].second < 0 ? nullptr : base + starts[k].second;
+  }
+  return on_device;
+}
+#endif
+
 // The strides of a dense 1-D index (k) broadcast over every dim of an `ndim` iteration but `dim`.
 Shape broadcast_index_strides(int64_t ndim, int64_t dim) {
   Shape strides(static_cast<size_t>(ndim), 0);
@@ -72,8 +115,13 @@ Shape broadcast_index_strides(int64_t ndim, int64_t dim) {
 
 // ---- checks ------------------------------------------------------------------------------------
 
-void check_cpu(const char* op, const Tensor& t) {
-  if (t.is_cuda()) EMBER_FAIL(op, ": not implemented for CUDA tensors yet (", describe(t), ")");
+// Every operand on the first one's device.
+void check_same_device(const char* op, const Tensor& first,
+                       std::initializer_list<const Tensor*> others) {
+  for (const Tensor* t : others)
+    EMBER_CHECK(t->device() == first.device(), op, ": expected every tensor on ",
+                first.device().str(), ", like the input (", describe(first), "), but got ",
+                describe(*t), "; move them to one device with .to()");
 }
 
 void check_index_dtype(const char* op, const Tensor& index) {
@@ -82,13 +130,34 @@ void check_index_dtype(const char* op, const Tensor& index) {
 }
 
 // Every value of the dense `index` must lie in [0, limit): an error naming the op otherwise.
+// On CUDA a small kernel finds the first bad position and the host reads it back (one
+// synchronisation per op), so a bad index is an ember error rather than a device-side assert.
 void check_indices(const char* op, const Tensor& index, int64_t limit, const char* what) {
   dispatch_index(index.dtype(), op, [&]<typename I>() {
-    const I* values = static_cast<const I*>(index.data_ptr());
-    const int64_t bad = kernels::cpu::first_out_of_range<I>(values, index.numel(), limit);
-    EMBER_CHECK(bad < 0, op, ": index ", static_cast<int64_t>(values[bad < 0 ? 0 : bad]),
-                " (at position ", bad, " of the index) is out of range for ", what, " of size ",
-                limit, "; valid indices are [0, ", limit, ")");
+    int64_t bad = -1;
+    int64_t value = 0;
+    if (index.is_cuda()) {
+#if EMBER_WITH_CUDA
+      // Positions are below numel(), which a double (item's path) holds exactly: it means none.
+      const int64_t none = index.numel();
+      Tensor first_bad = scalar_tensor(none, TensorOptions(DType::i64, index.device()));
+      kernels::cuda::first_out_of_range<I>(static_cast<const I*>(index.data_ptr()), index.numel(),
+                                           limit, first_bad.data<int64_t>(),
+                                           cuda::current_stream(index.device().index));
+      const int64_t found = first_bad.item<int64_t>();
+      if (found != none) {
+        bad = found;
+        value = index.reshape({index.numel()}).narrow(0, bad, 1).item<int64_t>();
+      }
+#endif
+    } else {
+      const I* values = static_cast<const I*>(index.data_ptr());
+      bad = kernels::cpu::first_out_of_range<I>(values, index.numel(), limit);
+      if (bad >= 0) value = static_cast<int64_t>(values[bad]);
+    }
+    EMBER_CHECK(bad < 0, op, ": index ", value, " (at position ", bad,
+                " of the index) is out of range for ", what, " of size ", limit,
+                "; valid indices are [0, ", limit, ")");
   });
 }
 
@@ -99,8 +168,33 @@ void check_indices(const char* op, const Tensor& index, int64_t limit, const cha
 void run_gather(const char* op, const Tensor& out, const Tensor& x, const Tensor& index,
                 const Shape& index_strides, int64_t dim) {
   if (out.numel() == 0) return;
-  const IndexPlan plan =
-      plan_indexing(out.sizes(), dim, {out.strides(), x.strides(), index_strides});
+  IndexPlan plan = plan_indexing(out.sizes(), dim, {out.strides(), x.strides(), index_strides});
+  if (out.is_cuda()) {
+#if EMBER_WITH_CUDA
+    const Tensor tables = move_plan_tables_to(plan, out.device());
+    auto launch = [&]<typename T>() {
+      dispatch_index(index.dtype(), op, [&]<typename I>() {
+        kernels::cuda::gather<T, I>(plan.iteration, static_cast<T*>(out.data_ptr()),
+                                    plan.operands[0], static_cast<const T*>(x.data_ptr()),
+                                    plan.operands[1], static_cast<const I*>(index.data_ptr()),
+                                    plan.operands[2], cuda::current_stream(out.device().index));
+      });
+    };
+    // A gather only moves elements: one kernel per element width serves every dtype.
+    switch (out.element_size()) {
+      case 1:
+        return launch.template operator()<uint8_t>();
+      case 2:
+        return launch.template operator()<uint16_t>();
+      case 4:
+        return launch.template operator()<uint32_t>();
+      case 8:
+        return launch.template operator()<uint64_t>();
+      default:
+        EMBER_FAIL(op, ": no CUDA gather for elements of ", out.element_size(), " bytes");
+    }
+#endif
+  }
   dispatch_all(x.dtype(), op, [&]<typename T>() {
     dispatch_index(index.dtype(), op, [&]<typename I>() {
       kernels::cpu::gather<T, I>(plan.iteration, static_cast<T*>(out.data_ptr()), plan.operands[0],
@@ -114,7 +208,22 @@ void run_gather(const char* op, const Tensor& out, const Tensor& x, const Tensor
 void run_scatter_add(const char* op, const Tensor& out, const Tensor& src, const Tensor& index,
                      const Shape& sizes, const Shape& index_strides, int64_t dim) {
   if (shape_numel(sizes) == 0) return;
-  const IndexPlan plan = plan_indexing(sizes, dim, {out.strides(), src.strides(), index_strides});
+  IndexPlan plan = plan_indexing(sizes, dim, {out.strides(), src.strides(), index_strides});
+  if (out.is_cuda()) {
+#if EMBER_WITH_CUDA
+    const Tensor tables = move_plan_tables_to(plan, out.device());
+    dispatch_numeric(out.dtype(), op, [&]<typename T>() {
+      dispatch_index(index.dtype(), op, [&]<typename I>() {
+        kernels::cuda::scatter_add<T, I>(plan.iteration, static_cast<T*>(out.data_ptr()),
+                                         plan.operands[0], static_cast<const T*>(src.data_ptr()),
+                                         plan.operands[1], static_cast<const I*>(index.data_ptr()),
+                                         plan.operands[2],
+                                         cuda::current_stream(out.device().index));
+      });
+    });
+    return;
+#endif
+  }
   dispatch_numeric(out.dtype(), op, [&]<typename T>() {
     dispatch_index(index.dtype(), op, [&]<typename I>() {
       kernels::cpu::scatter_add<T, I>(plan.iteration, static_cast<T*>(out.data_ptr()),
@@ -299,8 +408,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim_in) {
 
 Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
   const char* op = "index_select";
-  check_cpu(op, x);
-  check_cpu(op, index_in);
+  check_same_device(op, x, {&index_in});
   check_index_dtype(op, index_in);
   EMBER_CHECK(x.dim() > 0, op, ": expected a tensor of at least 1 dim, got ", describe(x));
   EMBER_CHECK(index_in.dim() <= 1, op, ": expected a 1-D index, got ", describe(index_in));
@@ -323,8 +431,7 @@ Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
 
 Tensor gather(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
   const char* op = "gather";
-  check_cpu(op, x);
-  check_cpu(op, index_in);
+  check_same_device(op, x, {&index_in});
   check_index_dtype(op, index_in);
   EMBER_CHECK(x.dim() > 0, op, ": expected a tensor of at least 1 dim, got ", describe(x));
   EMBER_CHECK(index_in.dim() == x.dim(), op, ": index must have as many dims as the input, got ",
@@ -350,9 +457,7 @@ Tensor gather(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
 
 Tensor scatter_add(const Tensor& x, int64_t dim_in, const Tensor& index_in, const Tensor& src) {
   const char* op = "scatter_add";
-  check_cpu(op, x);
-  check_cpu(op, index_in);
-  check_cpu(op, src);
+  check_same_device(op, x, {&index_in, &src});
   check_index_dtype(op, index_in);
   EMBER_CHECK(x.dtype() == src.dtype(), op, ": expected src of the input's dtype, got input ",
               describe(x), " and src ", describe(src));
@@ -440,8 +545,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& padding, double value) {
 
 Tensor embedding(const Tensor& indices, const Tensor& weight) {
   const char* op = "embedding";
-  check_cpu(op, indices);
-  check_cpu(op, weight);
+  check_same_device(op, weight, {&indices});
   check_index_dtype(op, indices);
   EMBER_CHECK(weight.dim() == 2, op, ": expected a weight of shape (num_embeddings, dim), got ",
               describe(weight));

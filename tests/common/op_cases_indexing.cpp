@@ -120,6 +120,87 @@ EMBER_OP_CASES(indexing) {
                     random_input({5, 3}, dtype, device, g)};
           },
           [](const Inputs& in) { return embedding(in[0], in[1]); }, {false, true}),
+      // Odd sizes (1, 3, 1023): partial vectors and blocks in the CUDA kernels, i32 indices, and
+      // many repeats for the backward's atomic adds.
+      make_case(
+          "embedding/1023_tokens_7_rows", OpId::embedding,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {randint(0, 7, {1023}, DType::i64, &g).to(device),
+                    random_input({7, 3}, dtype, device, g)};
+          },
+          [](const Inputs& in) { return embedding(in[0], in[1]); }, {false, true}),
+      make_case(
+          "embedding/one_row_i32", OpId::embedding,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {randint(0, 1, {3, 1}, DType::i32, &g).to(device),
+                    random_input({1, 3}, dtype, device, g)};
+          },
+          [](const Inputs& in) { return embedding(in[0], in[1]); }, {false, true}),
+      make_case(
+          "index_select/1023_rows_i32", OpId::index_select,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({1023, 3}, dtype, device, g),
+                    randint(0, 1023, {5}, DType::i32, &g).to(device)};
+          },
+          [](const Inputs& in) { return index_select(in[0], 0, in[1]); }, {true, false}),
+      make_case(
+          "index_select/last_dim_of_a_transpose", OpId::index_select,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({3, 17}, dtype, device, g),
+                    randint(0, 3, {1023}, DType::i64, &g).to(device)};
+          },
+          [](const Inputs& in) { return index_select(in[0].t(), 1, in[1]); }, {true, false}),
+      make_case(
+          "gather/one_element", OpId::gather,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({1}, dtype, device, g), index_tensor({0, 0, 0}, {3}, device)};
+          },
+          [](const Inputs& in) { return gather(in[0], 0, in[1]); }, {true, false}),
+      make_case(
+          "gather/dim1_odd_1023", OpId::gather,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({3, 1023}, dtype, device, g),
+                    randint(0, 1023, {3, 1023}, DType::i64, &g).to(device)};
+          },
+          [](const Inputs& in) { return gather(in[0], 1, in[1]); }, {true, false}),
+      make_case(
+          "scatter_add/dim1_odd_1023_repeats", OpId::scatter_add,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            // Few repeats per slot: CUDA's 16-bit atomic adds round in their own order.
+            return {random_input({3, 301}, dtype, device, g),
+                    randint(0, 301, {3, 1023}, DType::i32, &g).to(device),
+                    random_input({3, 1023}, dtype, device, g)};
+          },
+          [](const Inputs& in) { return scatter_add(in[0], 1, in[1], in[2]); },
+          {true, false, true}),
+      make_case(
+          "cat/odd_lengths_1_3_1023", OpId::cat,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({1, 3}, dtype, device, g), random_input({3, 3}, dtype, device, g),
+                    random_input({1023, 3}, dtype, device, g)};
+          },
+          [](const Inputs& in) {
+            return cat({in[0], in[1], in[2]}, 0);
+          },
+          {true, true, true}),
+      make_case(
+          "stack/middle_dim_odd", OpId::cat,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({4097}, dtype, device, g), random_input({4097}, dtype, device, g)};
+          },
+          [](const Inputs& in) {
+            return stack({in[0], in[1]}, 1);
+          },
+          {true, true}),
+      make_case(
+          "pad/odd_1023_last_dim", OpId::pad,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({3, 1023}, dtype, device, g)};
+          },
+          [](const Inputs& in) {
+            return pad(in[0], {3, 1});
+          },
+          {true}),
   };
 }
 
