@@ -11,6 +11,7 @@
 //   on_experiment_end                     on_exception: when anything above threw
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -50,6 +51,11 @@ class ICallback {
   virtual void on_stage_end(IRunner&) {}
   virtual void on_experiment_end(IRunner&) {}
   virtual void on_exception(IRunner&) {}
+
+  // State a resumed run needs (EarlyStoppingCallback's best value and count): CheckpointCallback
+  // stores it as "callback.<name>.<key>" and gives it back on resume. Empty for most callbacks.
+  virtual std::map<std::string, std::string> state_dict() const { return {}; }
+  virtual void load_state_dict(const std::map<std::string, std::string>& /*state*/) {}
 
  private:
   CallbackOrder order_;

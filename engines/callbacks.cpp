@@ -252,6 +252,13 @@ void CheckpointCallback::on_stage_start(IRunner& runner) {
     if (colon != std::string::npos)
       best_.emplace_back(std::stoll(item.substr(0, colon)), std::stod(item.substr(colon + 1)));
   }
+  for (const auto& [name, callback] : runner.callbacks) {
+    const std::string prefix = "callback." + name + ".";
+    std::map<std::string, std::string> state;
+    for (const auto& [key, value] : checkpoint.metadata)
+      if (key.rfind(prefix, 0) == 0) state[key.substr(prefix.size())] = value;
+    if (!state.empty()) callback->load_state_dict(state);
+  }
   if (options_.out && runner.engine->is_master_process())
     *options_.out << "resuming from " << path << " after epoch " << runner.epoch << "\n";
 }
@@ -289,6 +296,9 @@ void CheckpointCallback::on_epoch_end(IRunner& runner) {
     list.append(std::to_string(epoch)).append(":").append(exact(metric));
   }
   metadata["checkpoint.best"] = list;
+  for (const auto& [name, callback] : runner.callbacks)
+    for (const auto& [key, value] : callback->state_dict())
+      metadata["callback." + name + "." + key] = value;
   const Checkpoint checkpoint = runner.engine->pack_checkpoint(
       runner.model.get(), runner.optimizer.get(), runner.scheduler.get(), metadata);
   runner.engine->save_checkpoint(checkpoint, options_.logdir + "/last.ckpt");
@@ -305,7 +315,8 @@ void CheckpointCallback::on_epoch_end(IRunner& runner) {
 EarlyStoppingCallback::EarlyStoppingCallback(int64_t patience, std::string loader_key,
                                              std::string metric_key, bool minimize,
                                              double min_delta)
-    : ICallback(CallbackOrder::external),
+    // Before the checkpoint (order checkpoint): the epoch it saves includes this epoch's count.
+    : ICallback(CallbackOrder::scheduler),
       patience_(patience),
       loader_key_(std::move(loader_key)),
       metric_key_(std::move(metric_key)),
@@ -325,6 +336,24 @@ void EarlyStoppingCallback::on_epoch_end(IRunner& runner) {
     return;
   }
   if (++bad_epochs_ >= patience_) runner.need_early_stop = true;
+}
+
+std::map<std::string, std::string> EarlyStoppingCallback::state_dict() const {
+  return {{"has_best", has_best_ ? "1" : "0"},
+          {"best", exact(best_)},
+          {"bad_epochs", std::to_string(bad_epochs_)}};
+}
+
+void EarlyStoppingCallback::load_state_dict(const std::map<std::string, std::string>& state) {
+  auto value_of = [&](const char* key) -> const std::string& {
+    const auto found = state.find(key);
+    EMBER_CHECK(found != state.end(), "EarlyStoppingCallback: the checkpoint's state has no \"",
+                key, "\"");
+    return found->second;
+  };
+  has_best_ = value_of("has_best") == "1";
+  best_ = std::stod(value_of("best"));
+  bad_epochs_ = std::stoll(value_of("bad_epochs"));
 }
 
 // ---- progress ----

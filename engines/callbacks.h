@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -135,6 +136,9 @@ class EarlyStoppingCallback : public ICallback {
                         std::string metric_key = "loss", bool minimize = true,
                         double min_delta = 1e-6);
   void on_epoch_end(IRunner& runner) override;
+  // "best", "bad_epochs" (and "has_best"): a resumed run stops where the straight one would.
+  std::map<std::string, std::string> state_dict() const override;
+  void load_state_dict(const std::map<std::string, std::string>& state) override;
 
  private:
   int64_t patience_;

@@ -314,6 +314,39 @@ TEST(Runner, ReduceLROnPlateauStepsOnTheValidMetric) {
       "steps once per epoch");
 }
 
+TEST(Runner, EarlyStoppingCountsCarryAcrossAResume) {
+  // lr 0: the valid loss never improves after epoch 1, so patience 2 stops the run at epoch 3,
+  // also when it was interrupted after epoch 2 (the count of bad epochs is in the checkpoint).
+  auto run = [](const std::string& logdir, int64_t stop_after, bool resume) {
+    manual_seed(4);
+    Callbacks callbacks = {
+        {"early_stopping", std::make_shared<EarlyStoppingCallback>(2, "valid", "loss")}};
+    if (stop_after > 0)
+      callbacks.emplace_back("stop", std::make_shared<testing::StopAfterEpoch>(stop_after));
+    SupervisedRunner runner;
+    runner.train({.model = testing::mlp(false),
+                  .criterion = cross_entropy_loss,
+                  .loaders = {{"train", testing::loader(16, 4, false)},
+                              {"valid", testing::loader(8, 4, false, 3)}},
+                  .logdir = logdir,
+                  .num_epochs = 6,
+                  .engine = "cpu",
+                  .callbacks = callbacks,
+                  .resume = resume ? logdir + "/last.ckpt" : "",
+                  .optimizer_fn = [](nn::Module& m) {
+                    return std::make_shared<optim::SGD>(m.named_parameters(),
+                                                        optim::SGDOptions{.lr = 0.0});
+                  }});
+    return load_checkpoint(logdir + "/last.ckpt");
+  };
+  const std::string straight = fresh_dir("early_straight"), resumed = fresh_dir("early_resumed");
+  EXPECT_EQ(run(straight, 0, false).meta("checkpoint.epoch"), "3");
+  const Checkpoint interrupted = run(resumed, 2, false);
+  EXPECT_EQ(interrupted.meta("checkpoint.epoch"), "2");
+  EXPECT_EQ(interrupted.meta("callback.early_stopping.bad_epochs"), "1");
+  EXPECT_EQ(run(resumed, 0, true).meta("checkpoint.epoch"), "3");
+}
+
 TEST(Runner, AccuracyTopKAndCheckpointTopKAndEarlyStopping) {
   const std::string logdir = fresh_dir("topk");
   manual_seed(6);
