@@ -99,7 +99,8 @@ Run run_on(Device device, const Fn& fn, const Inputs& host_inputs,
            const std::vector<bool>& wants_grad) {
   Inputs inputs;
   for (size_t i = 0; i < host_inputs.size(); ++i) {
-    Tensor t = host_inputs[i].to(device);
+    // A fresh leaf on each device (to() returns the same tensor when it is already there).
+    Tensor t = host_inputs[i].to(device).clone();
     if (wants_grad[i]) t.requires_grad_(true);
     inputs.push_back(t);
   }
@@ -411,7 +412,7 @@ TEST(CudaRows, DropoutMatchesTheCpuBitForBit) {
         rand({7}, DType::f32, &cpu_generator);
         rand({7}, DType::f32, &cuda_generator);
         Tensor cpu_x = x.clone().requires_grad_(true);
-        Tensor cuda_x = x.to(Device::cuda(0)).requires_grad_(true);
+        Tensor cuda_x = x.to(Device::cuda(0)).clone().requires_grad_(true);
         const Tensor cpu = dropout(cpu_x, p, true, &cpu_generator);
         const Tensor cuda = dropout(cuda_x, p, true, &cuda_generator);
         EXPECT_EQ(bytes_of(cuda), bytes_of(cpu)) << "dropout p " << p << " of " << describe(x);
