@@ -4,8 +4,13 @@
 // holding -inf, +inf and NaN, targets that are all ignore_index, dropout's mask bit for bit, and
 // the errors for inputs on different devices.
 //
-// Without a visible GPU every test here skips, saying why; the error-message tests that need no
-// GPU run everywhere.
+// Without a visible GPU every test here skips, saying why.
+//
+// Written without a GPU: the first GPU run must check, besides these tests passing,
+//   ember_cuda_tests --gtest_filter='CudaRows*:*softmax*:*layer_norm*:*cross_entropy*:*nll*'
+// (the op cases of tests/common/op_cases_rows.cpp cover each kernel strategy: warp / block per row,
+// 16-byte / scalar loads, strided lines) and compute-sanitizer on the same filter (memcheck,
+// racecheck: the block reductions share memory between calls).
 #include <gtest/gtest.h>
 
 #include <cmath>
