@@ -1,5 +1,7 @@
-// Losses and dropout: checks, the fused class-index kernels of kernels/cpu/loss.h, autograd.
-// Under autocast the losses run in f32.
+// Losses and dropout: checks, the fused class-index kernels of kernels/cpu/loss.h (and
+// kernels/cuda/loss.h for CUDA tensors), autograd. Under autocast the losses run in f32. mse_loss,
+// binary_cross_entropy_with_logits and dropout are composed of ember ops, so they run wherever
+// those do (dropout's mask comes from bernoulli, whose CUDA numbers equal the CPU's bit for bit).
 #include "runtime/ops/loss.h"
 
 #include "kernels/cpu/loss.h"
@@ -8,6 +10,11 @@
 #include "runtime/autograd/node.h"
 #include "runtime/dispatch.h"
 #include "runtime/ops.h"
+
+#if EMBER_WITH_CUDA
+#include "kernels/cuda/loss.h"
+#include "runtime/cuda/stream.h"
+#endif
 
 namespace ember {
 namespace {
@@ -20,10 +27,9 @@ struct ClassLayout {
 
 ClassLayout check_class_inputs(const char* op, const Tensor& scores, const Tensor& target,
                                int64_t ignore_index) {
-  if (scores.is_cuda() || target.is_cuda()) {
-    EMBER_FAIL(op, ": not implemented for CUDA tensors yet (", describe(scores), ", ",
-               describe(target), ")");
-  }
+  EMBER_CHECK(scores.device() == target.device(), op, ": expected scores and target on the same ",
+              "device, got ", describe(scores), " and ", describe(target),
+              "; move the target with .to(", scores.device().str(), ")");
   EMBER_CHECK(is_floating(scores.dtype()), op, ": expected floating-point scores, got ",
               describe(scores));
   EMBER_CHECK(target.dtype() == DType::i64 || target.dtype() == DType::i32, op,
@@ -39,8 +45,11 @@ ClassLayout check_class_inputs(const char* op, const Tensor& scores, const Tenso
   layout.batch = scores.size(0);
   layout.classes = scores.size(1);
   layout.inner = shape_numel(Shape(scores.sizes().begin() + 2, scores.sizes().end()));
-  dispatch_index(target.dtype(), op, [&]<typename I>() {
-    const I* values = static_cast<const I*>(target.data_ptr());
+  // Targets are checked on the host: a CUDA target is copied there first (this waits for the
+  // GPU, the price of an error that names the bad value and of the count that mean divides by).
+  const Tensor host_target = target.is_cuda() ? target.to(Device::cpu()) : target;
+  dispatch_index(host_target.dtype(), op, [&]<typename I>() {
+    const I* values = static_cast<const I*>(host_target.data_ptr());
     const kernels::cpu::TargetCheck check =
         kernels::cpu::check_targets<I>(values, target.numel(), layout.classes, ignore_index);
     EMBER_CHECK(check.first_invalid < 0, op, ": target value ",
@@ -52,6 +61,17 @@ ClassLayout check_class_inputs(const char* op, const Tensor& scores, const Tenso
   });
   return layout;
 }
+
+// The target as the kernels of its device read it: the CUDA kernels take i64 only.
+Tensor kernel_target(const Tensor& target) {
+  return target.is_cuda() ? target.to(DType::i64) : target;
+}
+
+#if EMBER_WITH_CUDA
+cudaStream_t stream_of(const Tensor& t) {
+  return cuda::current_stream(t.device().index);
+}
+#endif
 
 // Per-position losses (acc dtype, target's shape) -> the reduced result in `dtype`. mean divides
 // by `count` (the non-ignored targets, or every element).
@@ -113,12 +133,23 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
   EMBER_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0, op,
               ": label_smoothing must be in [0, 1], got ", options.label_smoothing);
   const Tensor logits = autocast_fp32(logits_in).contiguous();
-  const Tensor target = target_in.contiguous();
-  const ClassLayout layout = check_class_inputs(op, logits, target, options.ignore_index);
+  const Tensor target_dense = target_in.contiguous();
+  const ClassLayout layout = check_class_inputs(op, logits, target_dense, options.ignore_index);
+  const Tensor target = kernel_target(target_dense);
   const DType dtype = logits.dtype(), acc = accumulate_dtype(dtype);
   Tensor losses = empty(target.sizes(), TensorOptions(acc, logits.device()));
   Tensor lse = empty(target.sizes(), TensorOptions(acc, logits.device()));
   dispatch_floating(dtype, op, [&]<typename T>() {
+    if (logits.is_cuda()) {
+#if EMBER_WITH_CUDA
+      kernels::cuda::cross_entropy_forward<T>(
+          static_cast<const T*>(logits.data_ptr()), target.data<int64_t>(), layout.batch,
+          layout.classes, layout.inner, options.ignore_index, options.label_smoothing,
+          static_cast<acc_t<T>*>(losses.data_ptr()), static_cast<acc_t<T>*>(lse.data_ptr()),
+          stream_of(logits));
+#endif
+      return;
+    }
     dispatch_index(target.dtype(), op, [&]<typename I>() {
       kernels::cpu::cross_entropy_forward<T, I>(
           static_cast<const T*>(logits.data_ptr()), static_cast<const I*>(target.data_ptr()),
@@ -141,6 +172,17 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
              const UpstreamGrad u = upstream_grad(g, options.reduction, s[2].dtype(), count);
              Tensor grad = empty(x.sizes(), TensorOptions(x.dtype(), x.device()));
              dispatch_floating(x.dtype(), "cross_entropy backward", [&]<typename T>() {
+               if (x.is_cuda()) {
+#if EMBER_WITH_CUDA
+                 kernels::cuda::cross_entropy_backward<T>(
+                     static_cast<const T*>(x.data_ptr()), t.data<int64_t>(),
+                     static_cast<const acc_t<T>*>(s[2].data_ptr()),
+                     static_cast<const acc_t<T>*>(u.values.data_ptr()), u.step, u.multiplier,
+                     layout.batch, layout.classes, layout.inner, options.ignore_index,
+                     options.label_smoothing, static_cast<T*>(grad.data_ptr()), stream_of(x));
+#endif
+                 return;
+               }
                dispatch_index(t.dtype(), "cross_entropy backward", [&]<typename I>() {
                  kernels::cpu::cross_entropy_backward<T, I>(
                      static_cast<const T*>(x.data_ptr()), static_cast<const I*>(t.data_ptr()),
@@ -165,11 +207,21 @@ Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target_in, int64_t ign
     return reduction == Reduction::none ? out.squeeze(0) : out;
   }
   const Tensor log_probs = autocast_fp32(log_probs_in).contiguous();
-  const Tensor target = target_in.contiguous();
-  const ClassLayout layout = check_class_inputs(op, log_probs, target, ignore_index);
+  const Tensor target_dense = target_in.contiguous();
+  const ClassLayout layout = check_class_inputs(op, log_probs, target_dense, ignore_index);
+  const Tensor target = kernel_target(target_dense);
   const DType dtype = log_probs.dtype(), acc = accumulate_dtype(dtype);
   Tensor losses = empty(target.sizes(), TensorOptions(acc, log_probs.device()));
   dispatch_floating(dtype, op, [&]<typename T>() {
+    if (log_probs.is_cuda()) {
+#if EMBER_WITH_CUDA
+      kernels::cuda::nll_forward<T>(
+          static_cast<const T*>(log_probs.data_ptr()), target.data<int64_t>(), layout.batch,
+          layout.classes, layout.inner, ignore_index, static_cast<acc_t<T>*>(losses.data_ptr()),
+          stream_of(log_probs));
+#endif
+      return;
+    }
     dispatch_index(target.dtype(), op, [&]<typename I>() {
       kernels::cpu::nll_forward<T, I>(static_cast<const T*>(log_probs.data_ptr()),
                                       static_cast<const I*>(target.data_ptr()), layout.batch,
@@ -192,6 +244,15 @@ Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target_in, int64_t ign
              const UpstreamGrad u = upstream_grad(g, reduction, acc, count);
              Tensor grad = empty(shape, TensorOptions(dtype, g.device()));
              dispatch_floating(dtype, "nll_loss backward", [&]<typename T>() {
+               if (t.is_cuda()) {
+#if EMBER_WITH_CUDA
+                 kernels::cuda::nll_backward<T>(
+                     t.data<int64_t>(), static_cast<const acc_t<T>*>(u.values.data_ptr()), u.step,
+                     u.multiplier, layout.batch, layout.classes, layout.inner, ignore_index,
+                     static_cast<T*>(grad.data_ptr()), stream_of(t));
+#endif
+                 return;
+               }
                dispatch_index(t.dtype(), "nll_loss backward", [&]<typename I>() {
                  kernels::cpu::nll_backward<T, I>(static_cast<const I*>(t.data_ptr()),
                                                   static_cast<const acc_t<T>*>(u.values.data_ptr()),

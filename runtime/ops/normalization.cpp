@@ -8,6 +8,11 @@
 #include "runtime/dispatch.h"
 #include "runtime/ops.h"
 
+#if EMBER_WITH_CUDA
+#include "kernels/cuda/layer_norm.h"
+#include "runtime/cuda/stream.h"
+#endif
+
 namespace ember {
 namespace {
 
@@ -42,8 +47,11 @@ Tensor dense_or_undefined(const Tensor& t) {
 Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,
                   const Tensor& bias_in, double eps) {
   const Tensor x = autocast_fp32(x_in);
-  for (const Tensor* t : {&x, &weight_in, &bias_in})
-    require_cpu(*t, "layer_norm");
+  for (const auto& [t, what] : {std::pair{&weight_in, "weight"}, std::pair{&bias_in, "bias"}}) {
+    EMBER_CHECK(!t->defined() || t->device() == x.device(), "layer_norm: input ", describe(x),
+                " and ", what, " ", describe(*t), " are on different devices; move the ", what,
+                " to ", x.device().str(), " (e.g. with .to(", x.device().str(), "))");
+  }
   EMBER_CHECK(is_floating(x.dtype()), "layer_norm: expected a floating-point input, got ",
               describe(x), " (convert it with to(DType::f32) first)");
   const int64_t norm_dims = static_cast<int64_t>(normalized_shape.size());
@@ -84,10 +92,20 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   Tensor mean = empty({rows}, stat_options), rstd = empty({rows}, stat_options);
   dispatch_floating(x.dtype(), "layer_norm", [&]<typename T>() {
     using Acc = acc_t<T>;
-    kernels::cpu::layer_norm<T>(static_cast<const T*>(input.data_ptr()),
-                                data_or_null<T>(weight_dense), data_or_null<T>(bias_dense),
-                                static_cast<T*>(out.data_ptr()), static_cast<Acc*>(mean.data_ptr()),
-                                static_cast<Acc*>(rstd.data_ptr()), rows, cols, eps);
+    const T* x_data = static_cast<const T*>(input.data_ptr());
+    T* y_data = static_cast<T*>(out.data_ptr());
+    Acc* mean_data = static_cast<Acc*>(mean.data_ptr());
+    Acc* rstd_data = static_cast<Acc*>(rstd.data_ptr());
+    if (x.is_cuda()) {
+#if EMBER_WITH_CUDA
+      kernels::cuda::layer_norm<T>(x_data, data_or_null<T>(weight_dense),
+                                   data_or_null<T>(bias_dense), y_data, mean_data, rstd_data, rows,
+                                   cols, eps, cuda::current_stream(x.device().index));
+#endif
+      return;
+    }
+    kernels::cpu::layer_norm<T>(x_data, data_or_null<T>(weight_dense), data_or_null<T>(bias_dense),
+                                y_data, mean_data, rstd_data, rows, cols, eps);
   });
   if (any_requires_grad({&x, &weight, &bias})) {
     const bool has_weight = weight.defined(), has_bias = bias.defined();
@@ -103,10 +121,22 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
              Tensor grad_bias = has_bias ? empty(norm_shape, options) : Tensor();
              dispatch_floating(in.dtype(), "layer_norm", [&]<typename T>() {
                using Acc = acc_t<T>;
+               const T* g_data = static_cast<const T*>(g.data_ptr());
+               const T* x_data = static_cast<const T*>(in.data_ptr());
+               const Acc* mean_data = static_cast<const Acc*>(s[2].data_ptr());
+               const Acc* rstd_data = static_cast<const Acc*>(s[3].data_ptr());
+               if (in.is_cuda()) {
+#if EMBER_WITH_CUDA
+                 kernels::cuda::layer_norm_backward<T>(
+                     g_data, x_data, mean_data, rstd_data, data_or_null<T>(s[1]),
+                     static_cast<T*>(grad_x.data_ptr()), mutable_data_or_null<T>(grad_weight),
+                     mutable_data_or_null<T>(grad_bias), rows, cols,
+                     cuda::current_stream(in.device().index));
+#endif
+                 return;
+               }
                kernels::cpu::layer_norm_backward<T>(
-                   static_cast<const T*>(g.data_ptr()), static_cast<const T*>(in.data_ptr()),
-                   static_cast<const Acc*>(s[2].data_ptr()),
-                   static_cast<const Acc*>(s[3].data_ptr()), data_or_null<T>(s[1]),
+                   g_data, x_data, mean_data, rstd_data, data_or_null<T>(s[1]),
                    static_cast<T*>(grad_x.data_ptr()), mutable_data_or_null<T>(grad_weight),
                    mutable_data_or_null<T>(grad_bias), rows, cols);
              });
