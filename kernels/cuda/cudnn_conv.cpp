@@ -176,8 +176,10 @@ Algorithm pick(const Descriptors& d, ConvDataType dtype, ConvDirection direction
   query(kRequested, &returned, results);
   for (int i = 0; i < returned; ++i) {
     if (results[i].status != CUDNN_STATUS_SUCCESS) continue;
-    // f32 and f64 keep FMA math: an algorithm that needs tensor cores (TF32) is skipped.
-    if (!is_16_bit(dtype) && results[i].mathType == CUDNN_TENSOR_OP_MATH) continue;
+    // f32 and f64 keep FMA math: an algorithm that would use tensor cores (TF32, or a conversion
+    // to f16) is skipped.
+    const cudnnMathType_t math = results[i].mathType;
+    if (!is_16_bit(dtype) && math != CUDNN_FMA_MATH && math != CUDNN_DEFAULT_MATH) continue;
     Algorithm chosen;
     chosen.algorithm = static_cast<int>(results[i].algo);
     chosen.math = is_16_bit(dtype) ? results[i].mathType : CUDNN_FMA_MATH;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/models.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
 #include "tests/common/op_cases.h"
@@ -383,6 +384,50 @@ TEST(CudaConvPool, ReductionsMatchTheCpuOnSpecialValuesAndLongRows) {
       const std::string error = mismatch(f(x.to(Device::cuda(0))), f(x), 0.0);
       EXPECT_TRUE(error.empty()) << name << " of " << describe(x) << ": " << error;
     }
+  }
+}
+
+// ---- the whole model ----------------------------------------------------------------------------
+
+TEST(CudaConvPool, ResNet9ForwardAndBackwardMatchTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  const std::shared_ptr<nn::Sequential> cpu_model = nn::resnet9(3, 10, 8);
+  cpu_model->train();
+  (*cpu_model)[8]->eval();  // the Dropout: its masks would come from two generators
+  const std::shared_ptr<nn::Module> cuda_model = cpu_model->clone();
+  cuda_model->to(Device::cuda(0));
+  Generator generator(3);
+  const Tensor x = uniform({4, 3, 32, 32}, -1.0, 1.0, DType::f32, &generator);
+  const Tensor cpu_out = (*cpu_model)(x);
+  sum(cpu_out * distinct_weights(cpu_out)).backward();
+  Tensor cuda_out;
+  try {
+    cuda_out = (*cuda_model)(x.to(Device::cuda(0)));
+    sum(cuda_out * distinct_weights(cuda_out)).backward();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    if (message.find("not implemented for CUDA") != std::string::npos)
+      GTEST_SKIP() << "an op of resnet9 has no CUDA kernel in this build: " << message;
+    FAIL() << message;
+  }
+  // Nine layers deep in f32: the summation orders of cuDNN and the CPU drift apart a little.
+  const double tol = 1e-3;
+  EXPECT_EQ(mismatch(cuda_out, cpu_out, tol), "");
+  const NamedTensors cpu_parameters = cpu_model->named_parameters();
+  const NamedTensors cuda_parameters = cuda_model->named_parameters();
+  ASSERT_EQ(cpu_parameters.size(), cuda_parameters.size());
+  for (size_t i = 0; i < cpu_parameters.size(); ++i) {
+    const Tensor& cpu_grad = cpu_parameters[i].second.grad();
+    const Tensor& cuda_grad = cuda_parameters[i].second.grad();
+    ASSERT_TRUE(cuda_grad.defined()) << cuda_parameters[i].first;
+    EXPECT_EQ(mismatch(cuda_grad, cpu_grad, tol), "") << cpu_parameters[i].first;
+  }
+  const NamedTensors cpu_buffers = cpu_model->named_buffers();
+  const NamedTensors cuda_buffers = cuda_model->named_buffers();
+  ASSERT_EQ(cpu_buffers.size(), cuda_buffers.size());
+  for (size_t i = 0; i < cpu_buffers.size(); ++i) {
+    EXPECT_EQ(mismatch(cuda_buffers[i].second, cpu_buffers[i].second, tol), "")
+        << cpu_buffers[i].first;  // the batch norms' running statistics
   }
 }
 
