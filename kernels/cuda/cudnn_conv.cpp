@@ -223,8 +223,10 @@ struct Scaling {
   const void* beta() const { return use_double ? static_cast<const void*>(&beta_d) : &beta_f; }
 };
 
+// Nothing to compute (the runtime fills such results itself): cuDNN rejects zero sizes.
 bool is_empty(const Conv2dParams& p) {
-  return p.batch == 0 || p.out_channels == 0 || p.in_channels == 0;
+  return p.batch == 0 || p.out_channels == 0 || p.in_channels == 0 || p.in_height == 0 ||
+         p.in_width == 0;
 }
 
 }  // namespace

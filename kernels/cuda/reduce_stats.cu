@@ -68,27 +68,32 @@ __device__ __forceinline__ Acc merge(Fold op, Acc a, Acc b) {
 // Adds one element to a partial fold.
 template <typename Acc>
 __device__ __forceinline__ Acc step(Fold op, Acc acc, Acc x, Acc param, Acc power) {
-  switch (op) {
-    case Fold::max:
-    case Fold::min:
-      return merge(op, acc, x);
-    case Fold::abs_max:
-    case Fold::abs_min:
-      return merge(op, acc, absolute(x));
-    case Fold::sum:
-      return acc + x;
-    case Fold::squared_deviation:
-      return acc + (x - param) * (x - param);
-    case Fold::sum_exp:
-      return acc + device_math::exp(static_cast<Acc>(x - param));
-    case Fold::abs_sum:
-      return acc + absolute(x);
-    case Fold::square_sum:
-      return acc + x * x;
-    case Fold::nonzero_count:
-      return acc + (x != Acc(0) ? Acc(1) : Acc(0));
-    case Fold::abs_power_sum:
-      return acc + device_math::pow(absolute(x), power);
+  // Integers are only folded by max and min: the other folds are not compiled for them.
+  if constexpr (!std::is_floating_point_v<Acc>) {
+    return merge(op, acc, x);
+  } else {
+    switch (op) {
+      case Fold::max:
+      case Fold::min:
+        return merge(op, acc, x);
+      case Fold::abs_max:
+      case Fold::abs_min:
+        return merge(op, acc, absolute(x));
+      case Fold::sum:
+        return acc + x;
+      case Fold::squared_deviation:
+        return acc + (x - param) * (x - param);
+      case Fold::sum_exp:
+        return acc + device_math::exp(static_cast<Acc>(x - param));
+      case Fold::abs_sum:
+        return acc + absolute(x);
+      case Fold::square_sum:
+        return acc + x * x;
+      case Fold::nonzero_count:
+        return acc + (x != Acc(0) ? Acc(1) : Acc(0));
+      case Fold::abs_power_sum:
+        return acc + device_math::pow(absolute(x), power);
+    }
   }
   return acc;
 }
@@ -200,24 +205,26 @@ __global__ void finish_kernel(Finish how, const Acc* folded, const Acc* shift, O
        k += step_size) {
     const Acc v = folded[k];
     Acc result = v;
-    switch (how) {
-      case Finish::identity:
-        break;
-      case Finish::divide:
-        result = v / scalar;
-        break;
-      case Finish::sqrt:
-        result = device_math::sqrt(v);
-        break;
-      case Finish::power:
-        result = device_math::pow(v, scalar);
-        break;
-      case Finish::zero_infinite:
-        if constexpr (std::is_floating_point_v<Acc>) result = isinf(v) ? Acc(0) : v;
-        break;
-      case Finish::log_plus_shift:
-        result = shift[k] + device_math::log(v);
-        break;
+    if constexpr (std::is_floating_point_v<Acc>) {  // integers: max and min, stored as they are
+      switch (how) {
+        case Finish::identity:
+          break;
+        case Finish::divide:
+          result = v / scalar;
+          break;
+        case Finish::sqrt:
+          result = device_math::sqrt(v);
+          break;
+        case Finish::power:
+          result = device_math::pow(v, scalar);
+          break;
+        case Finish::zero_infinite:
+          result = isinf(v) ? Acc(0) : v;
+          break;
+        case Finish::log_plus_shift:
+          result = shift[k] + device_math::log(v);
+          break;
+      }
     }
     out[k] = convert<Out>(result);
   }

@@ -168,8 +168,10 @@ void conv2d_backward_cuda(const kernels::Conv2dParams& params, const Tensor& x, 
   }
 }
 
+// A convolution with no input or no output values: cuDNN's descriptors reject zero sizes.
 bool is_empty_convolution(const kernels::Conv2dParams& p) {
-  return p.batch == 0 || p.out_channels == 0 || p.in_channels == 0;
+  return p.batch == 0 || p.out_channels == 0 || p.in_channels == 0 || p.in_height == 0 ||
+         p.in_width == 0;
 }
 #endif
 
@@ -224,10 +226,12 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
              if (x.is_cuda()) {
 #if EMBER_WITH_CUDA
                if (is_empty_convolution(params)) {
-                 // Nothing to sum: every gradient is zero (cuDNN rejects empty tensors).
+                 // No products to sum (cuDNN rejects empty tensors): dx and dw are zero; db is
+                 // still the sum of dy.
                  NoGradGuard no_grad;
-                 for (Tensor* t : {&dx, &dw, &db})
-                   if (t->defined()) t->fill_(0.0);
+                 if (dx.defined()) dx.fill_(0.0);
+                 if (dw.defined()) dw.fill_(0.0);
+                 if (db.defined()) db.copy_(sum(dy, {0, 2, 3}));
                } else {
                  conv2d_backward_cuda(params, x, w, dy, dx, dw, db);
                }
