@@ -70,6 +70,13 @@ bool is_16_bit(ConvDataType dtype) {
   return dtype == ConvDataType::f16 || dtype == ConvDataType::bf16;
 }
 
+// 16-bit types may use tensor cores; f32 stays f32 (FMA only, no TF32), so that CUDA results
+// match the CPU's within f32 rounding; f64 has no tensor-core path to rule out.
+cudnnMathType_t requested_math(ConvDataType dtype) {
+  if (is_16_bit(dtype)) return CUDNN_TENSOR_OP_MATH;
+  return dtype == ConvDataType::f32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+}
+
 int as_int(int64_t value, const char* what) {
   if (value > 0x7fffffff)
     throw CudaError(std::string("conv2d on CUDA: ") + what + " (" + std::to_string(value) +
@@ -109,9 +116,7 @@ struct Descriptors {
         as_int(p.stride_w, "stride"), as_int(p.dilation_h, "dilation"),
         as_int(p.dilation_w, "dilation"), CUDNN_CROSS_CORRELATION, compute));
     EMBER_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, as_int(p.groups, "groups")));
-    // f32 stays f32 (no TF32): CUDA results then match the CPU's within f32 rounding.
-    EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(
-        conv, is_16_bit(dtype) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+    EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, requested_math(dtype)));
   }
   ~Descriptors() {
     // Destroying a descriptor only frees host memory; a failure here has nothing to report to.
@@ -167,6 +172,8 @@ const char* direction_name(ConvDirection direction) {
 
 // The first (best-ranked) algorithm the heuristics say is supported, and its workspace with the
 // math type it needs. The descriptors' math type is set to it as a side effect.
+constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;
+
 template <typename Perf, typename Query, typename WorkspaceQuery>
 Algorithm pick(const Descriptors& d, ConvDataType dtype, ConvDirection direction, Query query,
                WorkspaceQuery workspace_query) {
@@ -176,20 +183,23 @@ Algorithm pick(const Descriptors& d, ConvDataType dtype, ConvDirection direction
   query(kRequested, &returned, results);
   for (int i = 0; i < returned; ++i) {
     if (results[i].status != CUDNN_STATUS_SUCCESS) continue;
-    // f32 and f64 keep FMA math: an algorithm that would use tensor cores (TF32, or a conversion
-    // to f16) is skipped.
+    // f32 and f64 skip an algorithm that would use tensor cores (TF32, or a conversion to f16);
+    // f32 runs the others with FMA math only.
     const cudnnMathType_t math = results[i].mathType;
     if (!is_16_bit(dtype) && math != CUDNN_FMA_MATH && math != CUDNN_DEFAULT_MATH) continue;
     Algorithm chosen;
     chosen.algorithm = static_cast<int>(results[i].algo);
-    chosen.math = is_16_bit(dtype) ? results[i].mathType : CUDNN_FMA_MATH;
+    chosen.math = dtype == ConvDataType::f32 ? CUDNN_FMA_MATH : math;
     EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, chosen.math));
     chosen.workspace_bytes = workspace_query(results[i].algo);
+    // A workspace of gigabytes (some FFT algorithms) would crowd out the activations: take the
+    // next candidate.
+    if (chosen.workspace_bytes > kMaxWorkspaceBytes) continue;
     return chosen;
   }
   throw CudaError(std::string("conv2d on CUDA: cuDNN offers no ") + direction_name(direction) +
                   " algorithm for this convolution (" + std::to_string(returned) +
-                  " candidates, none supported)");
+                  " candidates, none supported within FMA math (f32) and 1 GiB of workspace)");
 }
 
 // The cached algorithm for the problem, chosen now on a miss; sets the descriptors' math type.

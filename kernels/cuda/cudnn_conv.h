@@ -3,11 +3,12 @@
 //   x (N, C, H, W), w (K, C / groups, R, S) -> y (N, K, P, Q)     (kernels/common/conv_params.h)
 //
 // forward: y = conv(x, w); backward_data: dx = conv^T(dy, w); backward_filter: dw from x and dy.
-// Each overwrites its output. f16 and bf16 compute in f32 (tensor cores allowed); f32 and f64 use
-// FMA math only (no TF32), so a CUDA result matches the CPU's to f32 rounding.
+// Each overwrites its output. f16 and bf16 compute in f32 (tensor cores allowed); f32 uses FMA
+// math only (no TF32), so a CUDA result matches the CPU's to f32 rounding; f64 computes in f64.
 //
 // The algorithm of each (geometry, dtype, direction, device) is chosen once, by cuDNN's heuristics
-// (cudnnGetConvolution*Algorithm_v7: no benchmark runs, no memory of its own), and cached;
+// (cudnnGetConvolution*Algorithm_v7: no benchmark runs, no memory of its own; the best-ranked
+// supported one whose workspace is at most 1 GiB), and cached;
 // cudnn_conv_algorithm_searches() counts the choices made, so a test can see the cache work.
 // Workspace comes from the caller (the runtime hands out blocks of its caching allocator).
 //
