@@ -38,11 +38,25 @@ __device__ Acc block_sum(Acc value) {
   return result;
 }
 
-// The position of the i-th of channel c's batch * spatial values in x (batch, channels, spatial).
-__device__ __forceinline__ int64_t channel_offset(int64_t i, int64_t c, int64_t channels,
-                                                  int64_t spatial) {
-  const int64_t n = i / spatial, k = i - n * spatial;
-  return (n * channels + c) * spatial + k;
+// body(offset) for each of channel c's batch * spatial values in x (batch, channels, spatial),
+// shared among the block's threads. Planes at least a block wide are walked row by row (no
+// division per value); smaller ones (batch_norm1d: spatial = 1) as one flat range.
+template <typename Body>
+__device__ __forceinline__ void for_channel_values(int64_t c, int64_t batch, int64_t channels,
+                                                   int64_t spatial, Body body) {
+  if (spatial >= blockDim.x) {
+    for (int64_t n = 0; n < batch; ++n) {
+      const int64_t plane = (n * channels + c) * spatial;
+      for (int64_t k = threadIdx.x; k < spatial; k += blockDim.x)
+        body(plane + k);
+    }
+    return;
+  }
+  const int64_t count = batch * spatial;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    const int64_t n = i / spatial, k = i - n * spatial;
+    body((n * channels + c) * spatial + k);
+  }
 }
 
 // Block c: mean[c], variance[c] (two passes: the mean, then squared deviations from it).
@@ -53,14 +67,14 @@ __global__ void statistics_kernel(const T* x, acc_t<T>* mean, acc_t<T>* variance
   const int64_t count = batch * spatial;
   for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {
     Acc total = 0;
-    for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
-      total += convert<Acc>(x[channel_offset(i, c, channels, spatial)]);
+    for_channel_values(c, batch, channels, spatial,
+                       [&](int64_t at) { total += convert<Acc>(x[at]); });
     const Acc m = count > 0 ? block_sum(total) / static_cast<Acc>(count) : Acc(0);
     Acc squares = 0;
-    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
-      const Acc d = convert<Acc>(x[channel_offset(i, c, channels, spatial)]) - m;
+    for_channel_values(c, batch, channels, spatial, [&](int64_t at) {
+      const Acc d = convert<Acc>(x[at]) - m;
       squares += d * d;
-    }
+    });
     squares = block_sum(squares);
     if (threadIdx.x == 0) {
       mean[c] = m;
@@ -93,12 +107,11 @@ __global__ void backward_kernel(const T* grad_out, const T* x, const acc_t<T>* m
     const Acc m = mean[c], s = rstd[c];
     const Acc w = weight ? convert<Acc>(weight[c]) : Acc(1);
     Acc sum_g = 0, sum_g_xhat = 0;
-    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
-      const int64_t at = channel_offset(i, c, channels, spatial);
+    for_channel_values(c, batch, channels, spatial, [&](int64_t at) {
       const Acc g = convert<Acc>(grad_out[at]);
       sum_g += g;
       sum_g_xhat += g * (convert<Acc>(x[at]) - m) * s;
-    }
+    });
     sum_g = block_sum(sum_g);
     sum_g_xhat = block_sum(sum_g_xhat);
     if (threadIdx.x == 0) {
@@ -108,11 +121,10 @@ __global__ void backward_kernel(const T* grad_out, const T* x, const acc_t<T>* m
     if (!grad_x) continue;
     const Acc mean_g = training && count > 0 ? sum_g / static_cast<Acc>(count) : Acc(0);
     const Acc mean_g_xhat = training && count > 0 ? sum_g_xhat / static_cast<Acc>(count) : Acc(0);
-    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
-      const int64_t at = channel_offset(i, c, channels, spatial);
+    for_channel_values(c, batch, channels, spatial, [&](int64_t at) {
       const Acc xhat = (convert<Acc>(x[at]) - m) * s;
       grad_x[at] = convert<T>(w * s * (convert<Acc>(grad_out[at]) - mean_g - xhat * mean_g_xhat));
-    }
+    });
   }
 }
 
