@@ -38,8 +38,8 @@ void argmin(const T* in, int64_t* out, int64_t outer, int64_t reduce, int64_t in
             cudaStream_t stream);
 // f32, f64, f16, bf16.
 template <typename T>
-void variance(const T* in, T* out, int64_t outer, int64_t reduce, int64_t inner,
-              int64_t correction, cudaStream_t stream);
+void variance(const T* in, T* out, int64_t outer, int64_t reduce, int64_t inner, int64_t correction,
+              cudaStream_t stream);
 template <typename T>
 void logsumexp(const T* in, T* out, int64_t outer, int64_t reduce, int64_t inner,
                cudaStream_t stream);

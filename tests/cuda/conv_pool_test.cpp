@@ -182,6 +182,17 @@ TEST(CudaConvPool, Conv2dChoosesEachAlgorithmOnce) {
   // y (1, 5, 13, 19): output (6, 8) of channel 0 sees all 27 taps inside the input.
   EXPECT_DOUBLE_EQ(to_vector<double>(y.to(Device::cpu()))[6 * 19 + 8], 27.0);
 }
+
+TEST(CudaConvPool, Conv2dWithoutCudnnSaysThatTheBuildHasNone) {
+  EMBER_SKIP_WITHOUT_GPU();
+  if (kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has cuDNN";
+  const TensorOptions options(DType::f32, Device::cuda(0));
+  const std::string message = error_of([&] {
+    conv2d(ones({1, 2, 5, 5}, options), ones({3, 2, 3, 3}, options), {}, {});
+  });
+  EXPECT_NE(message.find("this build of ember has no cuDNN"), std::string::npos) << message;
+  EXPECT_NE(message.find("CUDNN_ROOT"), std::string::npos) << message;
+}
 #endif
 
 TEST(CudaConvPool, Conv2dSaysWhichTensorIsOnAnotherDevice) {
