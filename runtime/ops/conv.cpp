@@ -1,6 +1,8 @@
 // conv2d: checks, the kernel geometry, autograd through dedicated backward kernels.
 #include "runtime/ops/conv.h"
 
+#include <cstdint>
+
 #include "kernels/common/conv_params.h"
 #include "kernels/cpu/conv2d.h"
 #include "runtime/autocast.h"
@@ -130,10 +132,20 @@ struct CudaWorkspace {
   }
 };
 
-void conv2d_forward_cuda(const kernels::Conv2dParams& params, const Tensor& input,
-                         const Tensor& weight, const Tensor& bias, const Tensor& out) {
-  const int device = input.device().index;
+// t's data, 16-byte aligned as cuDNN's vectorised kernels want: a dense view that starts inside
+// its storage (x.narrow(0, 1, n) in f16, say) is copied into a fresh block first. Every block of
+// the caching allocator is a cudaMalloc of its own, so fresh tensors are aligned.
+Tensor aligned_for_cudnn(const Tensor& t) {
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0) return t;
+  NoGradGuard no_grad;
+  return t.clone();
+}
+
+void conv2d_forward_cuda(const kernels::Conv2dParams& params, const Tensor& input_in,
+                         const Tensor& weight_in, const Tensor& bias, const Tensor& out) {
+  const int device = input_in.device().index;
   cuda::DeviceGuard guard(device);
+  const Tensor input = aligned_for_cudnn(input_in), weight = aligned_for_cudnn(weight_in);
   CudaWorkspace workspace{input.device(), {}};
   kernels::cuda::cudnn_conv2d_forward(params, cudnn_dtype(input.dtype()), input.data_ptr(),
                                       weight.data_ptr(), out.data_ptr(), workspace.allocator(),
@@ -145,10 +157,13 @@ void conv2d_forward_cuda(const kernels::Conv2dParams& params, const Tensor& inpu
   }
 }
 
-void conv2d_backward_cuda(const kernels::Conv2dParams& params, const Tensor& x, const Tensor& w,
-                          const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) {
-  const int device = x.device().index;
+void conv2d_backward_cuda(const kernels::Conv2dParams& params, const Tensor& x_in,
+                          const Tensor& w_in, const Tensor& dy_in, const Tensor& dx,
+                          const Tensor& dw, const Tensor& db) {
+  const int device = x_in.device().index;
   cuda::DeviceGuard guard(device);
+  const Tensor x = aligned_for_cudnn(x_in), w = aligned_for_cudnn(w_in);
+  const Tensor dy = aligned_for_cudnn(dy_in);
   const cudaStream_t stream = cuda::current_stream(device);
   CudaWorkspace workspace{x.device(), {}};
   if (dx.defined()) {

@@ -195,6 +195,19 @@ TEST(CudaConvPool, Conv2dWithoutCudnnSaysThatTheBuildHasNone) {
 }
 #endif
 
+TEST(CudaConvPool, Conv2dOnAViewStartingInsideItsStorage) {
+  EMBER_SKIP_WITHOUT_GPU();
+  // Batch item 1 of an f16 (3, 3, 5, 5) tensor starts 150 bytes in: not 16-byte aligned, which
+  // cuDNN's vectorised kernels need (the runtime copies such inputs first).
+  Generator generator(5);
+  const Tensor whole = uniform({3, 3, 5, 5}, -1.0, 1.0, DType::f16, &generator);
+  const Tensor w = uniform({4, 3, 3, 3}, -1.0, 1.0, DType::f16, &generator);
+  const Tensor cpu = conv2d(whole.narrow(0, 1, 2), w, Tensor(), {.padding = 1});
+  const Tensor cuda = conv2d(whole.to(Device::cuda(0)).narrow(0, 1, 2), w.to(Device::cuda(0)),
+                             Tensor(), {.padding = 1});
+  EXPECT_EQ(mismatch(cuda, cpu, tolerance_of(DType::f16)), "");
+}
+
 TEST(CudaConvPool, Conv2dSaysWhichTensorIsOnAnotherDevice) {
   EMBER_SKIP_WITHOUT_GPU();
   const Tensor x = ones({1, 2, 5, 5}, TensorOptions(DType::f32, Device::cuda(0)));
