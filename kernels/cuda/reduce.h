@@ -20,4 +20,31 @@ template <typename T>
 void sum(const T* in, sum_output_t<T>* out, int64_t outer, int64_t reduce, int64_t inner,
          cudaStream_t stream);
 
+// ---- kernels/cuda/reduce_stats.cu: the rest of kernels/cpu/reduce.h, same contracts ----
+// All of them fold lines with one shared kernel and a runtime switch on the fold (max, min, sums
+// of transformed values); reduce >= 1 for the extremes.
+
+// All numeric dtypes. NaN propagates.
+template <typename T>
+void amax(const T* in, T* out, int64_t outer, int64_t reduce, int64_t inner, cudaStream_t stream);
+template <typename T>
+void amin(const T* in, T* out, int64_t outer, int64_t reduce, int64_t inner, cudaStream_t stream);
+// All numeric dtypes: the index of the first extreme; the first NaN wins.
+template <typename T>
+void argmax(const T* in, int64_t* out, int64_t outer, int64_t reduce, int64_t inner,
+            cudaStream_t stream);
+template <typename T>
+void argmin(const T* in, int64_t* out, int64_t outer, int64_t reduce, int64_t inner,
+            cudaStream_t stream);
+// f32, f64, f16, bf16.
+template <typename T>
+void variance(const T* in, T* out, int64_t outer, int64_t reduce, int64_t inner, int64_t correction,
+              cudaStream_t stream);
+template <typename T>
+void logsumexp(const T* in, T* out, int64_t outer, int64_t reduce, int64_t inner,
+               cudaStream_t stream);
+template <typename T>
+void norm(const T* in, T* out, int64_t outer, int64_t reduce, int64_t inner, double p,
+          cudaStream_t stream);
+
 }  // namespace ember::kernels::cuda

@@ -1,6 +1,8 @@
 // conv2d: checks, the kernel geometry, autograd through dedicated backward kernels.
 #include "runtime/ops/conv.h"
 
+#include <cstdint>
+
 #include "kernels/common/conv_params.h"
 #include "kernels/cpu/conv2d.h"
 #include "runtime/autocast.h"
@@ -9,13 +11,21 @@
 #include "runtime/dispatch.h"
 #include "runtime/ops.h"
 
+#if EMBER_WITH_CUDA
+#include "kernels/cuda/cudnn_conv.h"
+#include "runtime/cuda/device_guard.h"
+#include "runtime/cuda/stream.h"
+#endif
+
 namespace ember {
 
 namespace {
 
-void check_cpu(const Tensor& t, const char* op) {
-  if (t.defined() && t.is_cuda())
-    EMBER_FAIL(op, ": not implemented for CUDA tensors yet (", describe(t), ")");
+void check_same_device(const Tensor& input, const Tensor& other, const char* what) {
+  if (!other.defined()) return;
+  EMBER_CHECK(other.device() == input.device(), "conv2d: expected the input, weight and bias on ",
+              "the same device, but the input is ", describe(input), " and the ", what, " is ",
+              describe(other), "; move them with .to(", input.device(), ")");
 }
 
 // "(2,3)". Built by appending: GCC 12 warns falsely (-Wrestrict) on "(" + std::string.
@@ -48,9 +58,8 @@ kernels::Conv2dParams conv_params(const Tensor& input, const Tensor& weight,
 void check_conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
                   const Conv2dOptions& o) {
   EMBER_CHECK(input.defined() && weight.defined(), "conv2d: got an undefined input or weight");
-  check_cpu(input, "conv2d");
-  check_cpu(weight, "conv2d");
-  check_cpu(bias, "conv2d");
+  check_same_device(input, weight, "weight");
+  check_same_device(input, bias, "bias");
   EMBER_CHECK(input.dim() == 4, "conv2d: expected a 4-D input (N, C, H, W), got ", describe(input));
   EMBER_CHECK(weight.dim() == 4, "conv2d: expected a 4-D weight (K, C / groups, R, S), got ",
               describe(weight));
@@ -87,6 +96,100 @@ void check_conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
   }
 }
 
+#if EMBER_WITH_CUDA
+// The cuDNN path. dx, dw and db are computed only where wanted (defined outputs).
+kernels::cuda::ConvDataType cudnn_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::f64:
+      return kernels::cuda::ConvDataType::f64;
+    case DType::f16:
+      return kernels::cuda::ConvDataType::f16;
+    case DType::bf16:
+      return kernels::cuda::ConvDataType::bf16;
+    default:
+      return kernels::cuda::ConvDataType::f32;
+  }
+}
+
+void require_cudnn(const Tensor& input) {
+  EMBER_CHECK(kernels::cuda::cudnn_available(), "conv2d: ", describe(input),
+              " is on CUDA, and conv2d on CUDA needs cuDNN, but this build of ember has no "
+              "cuDNN (CMake did not find cuDNN 9: set CUDNN_ROOT or install the nvidia-cudnn "
+              "wheel, then reconfigure); run the convolution on the cpu device");
+}
+
+// Workspace blocks from ember's caching allocator, held until the owner goes out of scope (after
+// the cuDNN call has been queued: a freed block is reused only by work queued later on the same
+// stream).
+struct CudaWorkspace {
+  Device device;
+  std::vector<Tensor> blocks;
+  kernels::cuda::WorkspaceAllocator allocator() {
+    return [this](size_t bytes) -> void* {
+      blocks.push_back(empty({static_cast<int64_t>(bytes)}, TensorOptions(DType::u8, device)));
+      return blocks.back().data_ptr();
+    };
+  }
+};
+
+// t's data, 16-byte aligned as cuDNN's vectorised kernels want: a dense view that starts inside
+// its storage (x.narrow(0, 1, n) in f16, say) is copied into a fresh block first. Every block of
+// the caching allocator is a cudaMalloc of its own, so fresh tensors are aligned.
+Tensor aligned_for_cudnn(const Tensor& t) {
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0) return t;
+  NoGradGuard no_grad;
+  return t.clone();
+}
+
+void conv2d_forward_cuda(const kernels::Conv2dParams& params, const Tensor& input_in,
+                         const Tensor& weight_in, const Tensor& bias, const Tensor& out) {
+  const int device = input_in.device().index;
+  cuda::DeviceGuard guard(device);
+  const Tensor input = aligned_for_cudnn(input_in), weight = aligned_for_cudnn(weight_in);
+  CudaWorkspace workspace{input.device(), {}};
+  kernels::cuda::cudnn_conv2d_forward(params, cudnn_dtype(input.dtype()), input.data_ptr(),
+                                      weight.data_ptr(), out.data_ptr(), workspace.allocator(),
+                                      cuda::current_stream(device));
+  if (bias.defined()) {
+    NoGradGuard no_grad;  // out is not recorded yet: adding the bias is part of this op
+    Tensor out_ref = out;
+    out_ref.add_(bias.reshape({1, params.out_channels, 1, 1}));
+  }
+}
+
+void conv2d_backward_cuda(const kernels::Conv2dParams& params, const Tensor& x_in,
+                          const Tensor& w_in, const Tensor& dy_in, const Tensor& dx,
+                          const Tensor& dw, const Tensor& db) {
+  const int device = x_in.device().index;
+  cuda::DeviceGuard guard(device);
+  const Tensor x = aligned_for_cudnn(x_in), w = aligned_for_cudnn(w_in);
+  const Tensor dy = aligned_for_cudnn(dy_in);
+  const cudaStream_t stream = cuda::current_stream(device);
+  CudaWorkspace workspace{x.device(), {}};
+  if (dx.defined()) {
+    kernels::cuda::cudnn_conv2d_backward_data(params, cudnn_dtype(x.dtype()), dy.data_ptr(),
+                                              w.data_ptr(), dx.data_ptr(), workspace.allocator(),
+                                              stream);
+  }
+  if (dw.defined()) {
+    kernels::cuda::cudnn_conv2d_backward_filter(params, cudnn_dtype(x.dtype()), x.data_ptr(),
+                                                dy.data_ptr(), dw.data_ptr(), workspace.allocator(),
+                                                stream);
+  }
+  if (db.defined()) {
+    NoGradGuard no_grad;
+    Tensor db_ref = db;
+    db_ref.copy_(sum(dy, {0, 2, 3}));  // f32 accumulation for f16 / bf16 (the sum kernel's)
+  }
+}
+
+// A convolution with no input or no output values: cuDNN's descriptors reject zero sizes.
+bool is_empty_convolution(const kernels::Conv2dParams& p) {
+  return p.batch == 0 || p.out_channels == 0 || p.in_channels == 0 || p.in_height == 0 ||
+         p.in_width == 0;
+}
+#endif
+
 }  // namespace
 
 Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
@@ -99,13 +202,26 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   check_conv2d(input, weight, bias, options);
   const kernels::Conv2dParams params = conv_params(input, weight, options);
   Tensor out = empty({params.batch, params.out_channels, params.out_height(), params.out_width()},
-                     input.dtype());
-  dispatch_floating(input.dtype(), "conv2d", [&]<typename T>() {
-    kernels::cpu::conv2d_forward<T>(
-        params, static_cast<const T*>(input.data_ptr()), static_cast<const T*>(weight.data_ptr()),
-        bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr,
-        static_cast<T*>(out.data_ptr()));
-  });
+                     TensorOptions(input.dtype(), input.device()));
+  if (input.is_cuda()) {
+#if EMBER_WITH_CUDA
+    require_cudnn(input);
+    if (is_empty_convolution(params)) {
+      NoGradGuard no_grad;
+      out.fill_(0.0);
+      if (bias.defined() && out.numel() > 0) out.add_(bias.reshape({1, params.out_channels, 1, 1}));
+    } else {
+      conv2d_forward_cuda(params, input, weight, bias, out);
+    }
+#endif
+  } else {
+    dispatch_floating(input.dtype(), "conv2d", [&]<typename T>() {
+      kernels::cpu::conv2d_forward<T>(
+          params, static_cast<const T*>(input.data_ptr()), static_cast<const T*>(weight.data_ptr()),
+          bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr,
+          static_cast<T*>(out.data_ptr()));
+    });
+  }
   if (any_requires_grad({&input, &weight, &bias})) {
     const bool grad_input = input.requires_grad(), grad_weight = weight.requires_grad();
     const bool grad_bias = bias.defined() && bias.requires_grad();
@@ -117,10 +233,26 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
              const Tensor dy = g.to(s[0].dtype()).contiguous();
              const Tensor& x = s[0];
              const Tensor& w = s[1];
+             const TensorOptions grad_options(x.dtype(), x.device());
              Tensor dx, dw, db;
-             if (grad_input) dx = empty(x.sizes(), x.dtype());
-             if (grad_weight) dw = empty(w.sizes(), w.dtype());
-             if (grad_bias) db = empty({params.out_channels}, w.dtype());
+             if (grad_input) dx = empty(x.sizes(), grad_options);
+             if (grad_weight) dw = empty(w.sizes(), grad_options);
+             if (grad_bias) db = empty({params.out_channels}, grad_options);
+             if (x.is_cuda()) {
+#if EMBER_WITH_CUDA
+               if (is_empty_convolution(params)) {
+                 // No products to sum (cuDNN rejects empty tensors): dx and dw are zero; db is
+                 // still the sum of dy.
+                 NoGradGuard no_grad;
+                 if (dx.defined()) dx.fill_(0.0);
+                 if (dw.defined()) dw.fill_(0.0);
+                 if (db.defined()) db.copy_(sum(dy, {0, 2, 3}));
+               } else {
+                 conv2d_backward_cuda(params, x, w, dy, dx, dw, db);
+               }
+#endif
+               return {dx, dw, db};
+             }
              dispatch_floating(x.dtype(), "conv2d backward", [&]<typename T>() {
                auto data = [](const Tensor& t) {
                  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;

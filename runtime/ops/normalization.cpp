@@ -9,17 +9,13 @@
 #include "runtime/ops.h"
 
 #if EMBER_WITH_CUDA
+#include "kernels/cuda/batch_norm.h"
 #include "kernels/cuda/layer_norm.h"
 #include "runtime/cuda/stream.h"
 #endif
 
 namespace ember {
 namespace {
-
-void require_cpu(const Tensor& t, const char* op) {
-  if (t.defined() && t.is_cuda())
-    EMBER_FAIL(op, ": not implemented for CUDA tensors yet (", describe(t), ")");
-}
 
 // The dtype statistics are kept in: f32 for 16-bit inputs (as acc_t), else the input's.
 DType statistics_dtype(DType dtype) {
@@ -151,8 +147,23 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight_in, const Tensor& bias_in, bool training, double momentum,
                   double eps) {
-  for (const Tensor* t : {&x, &running_mean, &running_var, &weight_in, &bias_in})
-    require_cpu(*t, "batch_norm");
+  for (const auto& [t, what] :
+       {std::pair{&running_mean, "running_mean"}, std::pair{&running_var, "running_var"},
+        std::pair{&weight_in, "weight"}, std::pair{&bias_in, "bias"}}) {
+    EMBER_CHECK(!t->defined() || t->device() == x.device(),
+                "batch_norm: expected every tensor on the input's device, but the input is ",
+                describe(x), " and the ", what, " is ", describe(*t), "; move it with .to(",
+                x.device(), ")");
+  }
+  // The stream the CUDA kernels run on (unused on the CPU).
+  const auto stream_of = [](const Tensor& t) {
+#if EMBER_WITH_CUDA
+    return t.is_cuda() ? cuda::current_stream(t.device().index) : nullptr;
+#else
+    static_cast<void>(t);
+    return nullptr;
+#endif
+  };
   EMBER_CHECK(is_floating(x.dtype()), "batch_norm: expected a floating-point input, got ",
               describe(x), " (convert it with to(DType::f32) first)");
   EMBER_CHECK(x.dim() >= 2,
@@ -196,9 +207,18 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
       Tensor variance = empty({channels}, stat_options);
       dispatch_floating(x.dtype(), "batch_norm", [&]<typename T>() {
         using Acc = acc_t<T>;
-        kernels::cpu::batch_norm_statistics<T>(
-            static_cast<const T*>(input.data_ptr()), static_cast<Acc*>(mean.data_ptr()),
-            static_cast<Acc*>(variance.data_ptr()), batch, channels, spatial);
+        const T* in = static_cast<const T*>(input.data_ptr());
+        Acc* mean_data = static_cast<Acc*>(mean.data_ptr());
+        Acc* variance_data = static_cast<Acc*>(variance.data_ptr());
+#if EMBER_WITH_CUDA
+        if (x.is_cuda()) {
+          kernels::cuda::batch_norm_statistics<T>(in, mean_data, variance_data, batch, channels,
+                                                  spatial, stream_of(x));
+          return;
+        }
+#endif
+        kernels::cpu::batch_norm_statistics<T>(in, mean_data, variance_data, batch, channels,
+                                               spatial);
       });
       rstd = rsqrt(variance + eps);
       if (running_mean.defined()) {
@@ -222,15 +242,24 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   Tensor out = empty(x.sizes(), TensorOptions(x.dtype(), x.device()));
   dispatch_floating(x.dtype(), "batch_norm", [&]<typename T>() {
     using Acc = acc_t<T>;
-    kernels::cpu::batch_norm_apply<T>(static_cast<const T*>(input.data_ptr()),
-                                      static_cast<const Acc*>(scale.data_ptr()),
-                                      static_cast<const Acc*>(shift.data_ptr()),
-                                      static_cast<T*>(out.data_ptr()), batch, channels, spatial);
+    const T* in = static_cast<const T*>(input.data_ptr());
+    const Acc* scale_data = static_cast<const Acc*>(scale.data_ptr());
+    const Acc* shift_data = static_cast<const Acc*>(shift.data_ptr());
+    T* out_data = static_cast<T*>(out.data_ptr());
+#if EMBER_WITH_CUDA
+    if (x.is_cuda()) {
+      kernels::cuda::batch_norm_apply<T>(in, scale_data, shift_data, out_data, batch, channels,
+                                         spatial, stream_of(x));
+      return;
+    }
+#endif
+    kernels::cpu::batch_norm_apply<T>(in, scale_data, shift_data, out_data, batch, channels,
+                                      spatial);
   });
   if (any_requires_grad({&x, &weight, &bias})) {
     const bool has_weight = weight.defined(), has_bias = bias.defined();
     record(OpId::batch_norm, {x, weight, bias}, out, {input, weight_dense, mean, rstd},
-           [batch, channels, spatial, training, has_weight, has_bias](
+           [batch, channels, spatial, training, has_weight, has_bias, stream_of](
                const Tensor& g_in, const std::vector<Tensor>& s) -> std::vector<Tensor> {
              const Tensor& in = s[0];
              const Tensor g = g_in.to(in.dtype()).contiguous();
@@ -240,12 +269,24 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
              Tensor grad_bias = has_bias ? empty({channels}, options) : Tensor();
              dispatch_floating(in.dtype(), "batch_norm", [&]<typename T>() {
                using Acc = acc_t<T>;
+               const auto* mean_data = static_cast<const Acc*>(s[2].data_ptr());
+               const auto* rstd_data = static_cast<const Acc*>(s[3].data_ptr());
+#if EMBER_WITH_CUDA
+               if (in.is_cuda()) {
+                 kernels::cuda::batch_norm_backward<T>(
+                     static_cast<const T*>(g.data_ptr()), static_cast<const T*>(in.data_ptr()),
+                     mean_data, rstd_data, data_or_null<T>(s[1]),
+                     static_cast<T*>(grad_x.data_ptr()), mutable_data_or_null<T>(grad_weight),
+                     mutable_data_or_null<T>(grad_bias), batch, channels, spatial, training,
+                     stream_of(in));
+                 return;
+               }
+#endif
                kernels::cpu::batch_norm_backward<T>(
                    static_cast<const T*>(g.data_ptr()), static_cast<const T*>(in.data_ptr()),
-                   static_cast<const Acc*>(s[2].data_ptr()),
-                   static_cast<const Acc*>(s[3].data_ptr()), data_or_null<T>(s[1]),
-                   static_cast<T*>(grad_x.data_ptr()), mutable_data_or_null<T>(grad_weight),
-                   mutable_data_or_null<T>(grad_bias), batch, channels, spatial, training);
+                   mean_data, rstd_data, data_or_null<T>(s[1]), static_cast<T*>(grad_x.data_ptr()),
+                   mutable_data_or_null<T>(grad_weight), mutable_data_or_null<T>(grad_bias), batch,
+                   channels, spatial, training);
              });
              return {grad_x, grad_weight, grad_bias};
            });

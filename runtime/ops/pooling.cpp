@@ -7,6 +7,11 @@
 #include "runtime/ops.h"
 #include "runtime/ops/conv.h"
 
+#if EMBER_WITH_CUDA
+#include "kernels/cuda/pooling.h"
+#include "runtime/cuda/stream.h"
+#endif
+
 namespace ember {
 
 namespace {
@@ -20,7 +25,6 @@ std::string pair_str(Size2 s) {
 
 void check_pool_input(const Tensor& x, const char* op) {
   EMBER_CHECK(x.defined(), op, ": got an undefined tensor");
-  if (x.is_cuda()) EMBER_FAIL(op, ": not implemented for CUDA tensors yet (", describe(x), ")");
   EMBER_CHECK(x.dim() == 4, op, ": expected a 4-D input (N, C, H, W), got ", describe(x));
   EMBER_CHECK(is_floating(x.dtype()), op, ": expected a floating-point input, got ", describe(x));
 }
@@ -60,29 +64,69 @@ Shape output_shape(const Tensor& x, const kernels::cpu::Pool2dGeometry& g) {
   return {x.size(0), x.size(1), g.out_height, g.out_width};
 }
 
+#if EMBER_WITH_CUDA
+using Stream = cudaStream_t;
+#else
+using Stream = void*;  // never used: there are no CUDA tensors without CUDA
+#endif
+
+// Runs `cpu()` or, for a CUDA tensor, `cuda(stream)`, in the dtype of `like`.
+template <typename Cpu, typename Cuda>
+void run_pooling(const Tensor& like, const char* op, Cpu cpu, Cuda cuda_kernel) {
+  dispatch_floating(like.dtype(), op, [&]<typename T>() {
+    if (like.is_cuda()) {
+#if EMBER_WITH_CUDA
+      cuda_kernel.template operator()<T>(cuda::current_stream(like.device().index));
+#else
+      static_cast<void>(cuda_kernel);
+#endif
+      return;
+    }
+    cpu.template operator()<T>();
+  });
+}
+
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x_in, const Pool2dOptions& options) {
   check_pool_input(x_in, "max_pool2d");
   const Tensor x = x_in.contiguous();
   const kernels::cpu::Pool2dGeometry g = pool_geometry(x, options, "max_pool2d");
-  Tensor out = empty(output_shape(x, g), x.dtype());
-  Tensor indices = empty(output_shape(x, g), DType::i64);
-  dispatch_floating(x.dtype(), "max_pool2d", [&]<typename T>() {
-    kernels::cpu::max_pool2d_forward<T>(g, static_cast<const T*>(x.data_ptr()),
-                                        static_cast<T*>(out.data_ptr()), indices.data<int64_t>());
-  });
+  Tensor out = empty(output_shape(x, g), TensorOptions(x.dtype(), x.device()));
+  Tensor indices = empty(output_shape(x, g), TensorOptions(DType::i64, x.device()));
+  auto* index_data = static_cast<int64_t*>(indices.data_ptr());
+  run_pooling(
+      x, "max_pool2d",
+      [&]<typename T>() {
+        kernels::cpu::max_pool2d_forward<T>(g, static_cast<const T*>(x.data_ptr()),
+                                            static_cast<T*>(out.data_ptr()), index_data);
+      },
+      [&]<typename T>([[maybe_unused]] Stream stream) {
+#if EMBER_WITH_CUDA
+        kernels::cuda::max_pool2d_forward<T>(g, static_cast<const T*>(x.data_ptr()),
+                                             static_cast<T*>(out.data_ptr()), index_data, stream);
+#endif
+      });
   if (any_requires_grad({&x})) {
     record(OpId::max_pool2d, {x}, out, {indices},
            [g, input_shape = x.sizes()](const Tensor& grad,
                                         const std::vector<Tensor>& s) -> std::vector<Tensor> {
              const Tensor dy = grad.contiguous();
-             Tensor dx = empty(input_shape, dy.dtype());
-             dispatch_floating(dy.dtype(), "max_pool2d backward", [&]<typename T>() {
-               kernels::cpu::max_pool2d_backward<T>(g, static_cast<const T*>(dy.data_ptr()),
-                                                    s[0].data<int64_t>(),
-                                                    static_cast<T*>(dx.data_ptr()));
-             });
+             Tensor dx = empty(input_shape, TensorOptions(dy.dtype(), dy.device()));
+             const auto* index_data = static_cast<const int64_t*>(s[0].data_ptr());
+             run_pooling(
+                 dy, "max_pool2d backward",
+                 [&]<typename T>() {
+                   kernels::cpu::max_pool2d_backward<T>(g, static_cast<const T*>(dy.data_ptr()),
+                                                        index_data, static_cast<T*>(dx.data_ptr()));
+                 },
+                 [&]<typename T>([[maybe_unused]] Stream stream) {
+#if EMBER_WITH_CUDA
+                   kernels::cuda::max_pool2d_backward<T>(g, static_cast<const T*>(dy.data_ptr()),
+                                                         index_data, static_cast<T*>(dx.data_ptr()),
+                                                         stream);
+#endif
+                 });
              return {dx};
            });
   }
@@ -94,22 +138,39 @@ Tensor avg_pool2d(const Tensor& x_in, const Pool2dOptions& options) {
   const Tensor x = x_in.contiguous();
   const kernels::cpu::Pool2dGeometry g = pool_geometry(x, options, "avg_pool2d");
   const bool include_pad = options.count_include_pad;
-  Tensor out = empty(output_shape(x, g), x.dtype());
-  dispatch_floating(x.dtype(), "avg_pool2d", [&]<typename T>() {
-    kernels::cpu::avg_pool2d_forward<T>(g, include_pad, static_cast<const T*>(x.data_ptr()),
-                                        static_cast<T*>(out.data_ptr()));
-  });
+  Tensor out = empty(output_shape(x, g), TensorOptions(x.dtype(), x.device()));
+  run_pooling(
+      x, "avg_pool2d",
+      [&]<typename T>() {
+        kernels::cpu::avg_pool2d_forward<T>(g, include_pad, static_cast<const T*>(x.data_ptr()),
+                                            static_cast<T*>(out.data_ptr()));
+      },
+      [&]<typename T>([[maybe_unused]] Stream stream) {
+#if EMBER_WITH_CUDA
+        kernels::cuda::avg_pool2d_forward<T>(g, include_pad, static_cast<const T*>(x.data_ptr()),
+                                             static_cast<T*>(out.data_ptr()), stream);
+#endif
+      });
   if (any_requires_grad({&x})) {
     record(OpId::avg_pool2d, {x}, out, {},
            [g, include_pad, input_shape = x.sizes()](
                const Tensor& grad, const std::vector<Tensor>&) -> std::vector<Tensor> {
              const Tensor dy = grad.contiguous();
-             Tensor dx = empty(input_shape, dy.dtype());
-             dispatch_floating(dy.dtype(), "avg_pool2d backward", [&]<typename T>() {
-               kernels::cpu::avg_pool2d_backward<T>(g, include_pad,
-                                                    static_cast<const T*>(dy.data_ptr()),
-                                                    static_cast<T*>(dx.data_ptr()));
-             });
+             Tensor dx = empty(input_shape, TensorOptions(dy.dtype(), dy.device()));
+             run_pooling(
+                 dy, "avg_pool2d backward",
+                 [&]<typename T>() {
+                   kernels::cpu::avg_pool2d_backward<T>(g, include_pad,
+                                                        static_cast<const T*>(dy.data_ptr()),
+                                                        static_cast<T*>(dx.data_ptr()));
+                 },
+                 [&]<typename T>([[maybe_unused]] Stream stream) {
+#if EMBER_WITH_CUDA
+                   kernels::cuda::avg_pool2d_backward<T>(g, include_pad,
+                                                         static_cast<const T*>(dy.data_ptr()),
+                                                         static_cast<T*>(dx.data_ptr()), stream);
+#endif
+                 });
              return {dx};
            });
   }
@@ -129,21 +190,38 @@ Tensor adaptive_avg_pool2d(const Tensor& x_in, Size2 output_size) {
   g.in_width = x.size(3);
   g.out_height = output_size.h;
   g.out_width = output_size.w;
-  Tensor out = empty(output_shape(x, g), x.dtype());
-  dispatch_floating(x.dtype(), "adaptive_avg_pool2d", [&]<typename T>() {
-    kernels::cpu::adaptive_avg_pool2d_forward<T>(g, static_cast<const T*>(x.data_ptr()),
-                                                 static_cast<T*>(out.data_ptr()));
-  });
+  Tensor out = empty(output_shape(x, g), TensorOptions(x.dtype(), x.device()));
+  run_pooling(
+      x, "adaptive_avg_pool2d",
+      [&]<typename T>() {
+        kernels::cpu::adaptive_avg_pool2d_forward<T>(g, static_cast<const T*>(x.data_ptr()),
+                                                     static_cast<T*>(out.data_ptr()));
+      },
+      [&]<typename T>([[maybe_unused]] Stream stream) {
+#if EMBER_WITH_CUDA
+        kernels::cuda::adaptive_avg_pool2d_forward<T>(g, static_cast<const T*>(x.data_ptr()),
+                                                      static_cast<T*>(out.data_ptr()), stream);
+#endif
+      });
   if (any_requires_grad({&x})) {
     record(OpId::adaptive_avg_pool2d, {x}, out, {},
            [g, input_shape = x.sizes()](const Tensor& grad,
                                         const std::vector<Tensor>&) -> std::vector<Tensor> {
              const Tensor dy = grad.contiguous();
-             Tensor dx = empty(input_shape, dy.dtype());
-             dispatch_floating(dy.dtype(), "adaptive_avg_pool2d backward", [&]<typename T>() {
-               kernels::cpu::adaptive_avg_pool2d_backward<T>(
-                   g, static_cast<const T*>(dy.data_ptr()), static_cast<T*>(dx.data_ptr()));
-             });
+             Tensor dx = empty(input_shape, TensorOptions(dy.dtype(), dy.device()));
+             run_pooling(
+                 dy, "adaptive_avg_pool2d backward",
+                 [&]<typename T>() {
+                   kernels::cpu::adaptive_avg_pool2d_backward<T>(
+                       g, static_cast<const T*>(dy.data_ptr()), static_cast<T*>(dx.data_ptr()));
+                 },
+                 [&]<typename T>([[maybe_unused]] Stream stream) {
+#if EMBER_WITH_CUDA
+                   kernels::cuda::adaptive_avg_pool2d_backward<T>(
+                       g, static_cast<const T*>(dy.data_ptr()), static_cast<T*>(dx.data_ptr()),
+                       stream);
+#endif
+                 });
              return {dx};
            });
   }

@@ -51,10 +51,6 @@ Dims reduced_dims(const ReductionPlan& plan) {
   return dims;
 }
 
-void require_cpu(const Tensor& x, const char* op) {
-  if (x.is_cuda()) EMBER_FAIL(op, ": not implemented for CUDA tensors yet (", describe(x), ")");
-}
-
 void require_nonempty_reduction(const ReductionPlan& plan, const Tensor& x, const char* op) {
   EMBER_CHECK(plan.reduce > 0, op, ": cannot reduce over a dim of size 0 (input ", describe(x),
               "): the result would have no value; reduce over non-empty dims");
@@ -63,13 +59,23 @@ void require_nonempty_reduction(const ReductionPlan& plan, const Tensor& x, cons
 // amax / amin. Backward: the gradient goes to the elements equal to the result, split evenly.
 Tensor extreme(const Tensor& x, const Dims& dims, bool keepdim, bool is_max) {
   const char* name = is_max ? "max" : "min";
-  require_cpu(x, name);
   const ReductionPlan plan = plan_reduction(x, dims, keepdim, name);
   require_nonempty_reduction(plan, x, name);
   Tensor out = empty(plan.out_shape, TensorOptions(x.dtype(), x.device()));
   dispatch_numeric(x.dtype(), name, [&]<typename T>() {
     const T* in = static_cast<const T*>(plan.input.data_ptr());
     T* result = static_cast<T*>(out.data_ptr());
+#if EMBER_WITH_CUDA
+    if (x.is_cuda()) {
+      const cudaStream_t stream = cuda::current_stream(x.device().index);
+      if (is_max) {
+        kernels::cuda::amax<T>(in, result, plan.outer, plan.reduce, plan.inner, stream);
+      } else {
+        kernels::cuda::amin<T>(in, result, plan.outer, plan.reduce, plan.inner, stream);
+      }
+      return;
+    }
+#endif
     if (is_max) {
       kernels::cpu::amax<T>(in, result, plan.outer, plan.reduce, plan.inner);
     } else {
@@ -92,7 +98,6 @@ Tensor extreme(const Tensor& x, const Dims& dims, bool keepdim, bool is_max) {
 
 Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bool is_max) {
   const char* name = is_max ? "argmax" : "argmin";
-  require_cpu(x, name);
   NoGradGuard no_grad;
   // Without a dim the index is into the flattened tensor.
   const Tensor source = dim ? x : x.reshape({x.numel()});
@@ -101,7 +106,18 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bo
   Tensor out = empty(plan.out_shape, TensorOptions(DType::i64, x.device()));
   dispatch_numeric(x.dtype(), name, [&]<typename T>() {
     const T* in = static_cast<const T*>(plan.input.data_ptr());
-    int64_t* result = out.data<int64_t>();
+    auto* result = static_cast<int64_t*>(out.data_ptr());
+#if EMBER_WITH_CUDA
+    if (x.is_cuda()) {
+      const cudaStream_t stream = cuda::current_stream(x.device().index);
+      if (is_max) {
+        kernels::cuda::argmax<T>(in, result, plan.outer, plan.reduce, plan.inner, stream);
+      } else {
+        kernels::cuda::argmin<T>(in, result, plan.outer, plan.reduce, plan.inner, stream);
+      }
+      return;
+    }
+#endif
     if (is_max) {
       kernels::cpu::argmax<T>(in, result, plan.outer, plan.reduce, plan.inner);
     } else {

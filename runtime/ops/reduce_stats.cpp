@@ -9,6 +9,11 @@
 #include "runtime/ops.h"
 #include "runtime/ops/reduction_plan.h"
 
+#if EMBER_WITH_CUDA
+#include "kernels/cuda/reduce.h"
+#include "runtime/cuda/stream.h"
+#endif
+
 namespace ember {
 namespace {
 
@@ -20,20 +25,30 @@ Dims reduced_dims(const ReductionPlan& plan) {
   return dims;
 }
 
-// The checks every statistic shares: a CPU floating-point tensor.
+// The checks every statistic shares: a floating-point tensor.
 void check_statistic_input(const Tensor& x, const char* op) {
-  if (x.is_cuda()) EMBER_FAIL(op, ": not implemented for CUDA tensors yet (", describe(x), ")");
   EMBER_CHECK(is_floating(x.dtype()), op, ": expected a floating-point tensor, got ", describe(x),
               " (convert it with to(DType::f32) first)");
 }
 
-// Plans `op` over dims, allocates the result and runs `kernel(T* in, T* out, plan)` on it.
+#if EMBER_WITH_CUDA
+using Stream = cudaStream_t;
+#else
+using Stream = void*;  // never used: there are no CUDA tensors without CUDA
+#endif
+
+// Plans `op` over dims, allocates the result and runs `kernel(T* in, T* out, stream)` on it;
+// stream is null for a CPU tensor, the device's current stream for a CUDA one.
 template <typename Kernel>
 Tensor run_statistic(const ReductionPlan& plan, const Tensor& x, const char* op, Kernel kernel) {
   Tensor out = empty(plan.out_shape, TensorOptions(x.dtype(), x.device()));
+  Stream stream = nullptr;
+#if EMBER_WITH_CUDA
+  if (x.is_cuda()) stream = cuda::current_stream(x.device().index);
+#endif
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     kernel.template operator()<T>(static_cast<const T*>(plan.input.data_ptr()),
-                                  static_cast<T*>(out.data_ptr()));
+                                  static_cast<T*>(out.data_ptr()), stream);
   });
   return out;
 }
@@ -44,9 +59,17 @@ Tensor var(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) 
   check_statistic_input(x, "var");
   EMBER_CHECK(correction >= 0, "var: correction must be >= 0, got ", correction);
   const ReductionPlan plan = plan_reduction(x, dims, keepdim, "var");
-  Tensor out = run_statistic(plan, x, "var", [&]<typename T>(const T* in, T* result) {
-    kernels::cpu::variance<T>(in, result, plan.outer, plan.reduce, plan.inner, correction);
-  });
+  Tensor out = run_statistic(
+      plan, x, "var", [&]<typename T>(const T* in, T* result, [[maybe_unused]] Stream stream) {
+#if EMBER_WITH_CUDA
+        if (x.is_cuda()) {
+          kernels::cuda::variance<T>(in, result, plan.outer, plan.reduce, plan.inner, correction,
+                                     stream);
+          return;
+        }
+#endif
+        kernels::cpu::variance<T>(in, result, plan.outer, plan.reduce, plan.inner, correction);
+      });
   if (any_requires_grad({&x})) {
     // d var / dx = 2 (x - mean) / (n - correction)
     const Shape keep_shape = plan.keepdim_shape;
@@ -71,9 +94,17 @@ Tensor logsumexp(const Tensor& x_in, const Dims& dims, bool keepdim) {
   const Tensor x = autocast_fp32(x_in);
   check_statistic_input(x, "logsumexp");
   const ReductionPlan plan = plan_reduction(x, dims, keepdim, "logsumexp");
-  Tensor out = run_statistic(plan, x, "logsumexp", [&]<typename T>(const T* in, T* result) {
-    kernels::cpu::logsumexp<T>(in, result, plan.outer, plan.reduce, plan.inner);
-  });
+  Tensor out = run_statistic(
+      plan, x, "logsumexp",
+      [&]<typename T>(const T* in, T* result, [[maybe_unused]] Stream stream) {
+#if EMBER_WITH_CUDA
+        if (x.is_cuda()) {
+          kernels::cuda::logsumexp<T>(in, result, plan.outer, plan.reduce, plan.inner, stream);
+          return;
+        }
+#endif
+        kernels::cpu::logsumexp<T>(in, result, plan.outer, plan.reduce, plan.inner);
+      });
   if (any_requires_grad({&x})) {
     // d/dx = softmax(x) = exp(x - logsumexp(x))
     const Shape keep_shape = plan.keepdim_shape;
@@ -90,9 +121,16 @@ Tensor norm(const Tensor& x_in, double p, const Dims& dims, bool keepdim) {
   check_statistic_input(x, "norm");
   EMBER_CHECK(!std::isnan(p), "norm: p must be a number, got NaN");
   const ReductionPlan plan = plan_reduction(x, dims, keepdim, "norm");
-  Tensor out = run_statistic(plan, x, "norm", [&]<typename T>(const T* in, T* result) {
-    kernels::cpu::norm<T>(in, result, plan.outer, plan.reduce, plan.inner, p);
-  });
+  Tensor out = run_statistic(
+      plan, x, "norm", [&]<typename T>(const T* in, T* result, [[maybe_unused]] Stream stream) {
+#if EMBER_WITH_CUDA
+        if (x.is_cuda()) {
+          kernels::cuda::norm<T>(in, result, plan.outer, plan.reduce, plan.inner, p, stream);
+          return;
+        }
+#endif
+        kernels::cpu::norm<T>(in, result, plan.outer, plan.reduce, plan.inner, p);
+      });
   if (any_requires_grad({&x})) {
     const Shape keep_shape = plan.keepdim_shape;
     const Dims reduced = reduced_dims(plan);

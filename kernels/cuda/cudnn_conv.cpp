@@ -1,0 +1,370 @@
+#include "kernels/cuda/cudnn_conv.h"
+
+#include <string>
+
+#include "kernels/cuda/check.h"
+
+#if defined(EMBER_WITH_CUDNN)
+#include <cudnn.h>
+
+#include <array>
+#include <atomic>
+#include <compare>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#endif
+
+namespace ember::kernels::cuda {
+
+#if defined(EMBER_WITH_CUDNN)
+
+namespace {
+
+[[noreturn]] void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file,
+                                    int line) {
+  std::ostringstream message;
+  message << "cuDNN error: " << call << " failed at " << file << ":" << line << ": "
+          << cudnnGetErrorString(status) << " (status " << static_cast<int>(status)
+          << "); is the cuDNN library the one ember was built against (cuDNN " << CUDNN_MAJOR << "."
+          << CUDNN_MINOR << ")?";
+  throw CudaError(message.str());
+}
+
+#define EMBER_CUDNN_CHECK(call)                                          \
+  do {                                                                   \
+    const cudnnStatus_t ember_cudnn_status_ = (call);                    \
+    if (ember_cudnn_status_ != CUDNN_STATUS_SUCCESS)                     \
+      throw_cudnn_error(ember_cudnn_status_, #call, __FILE__, __LINE__); \
+  } while (false)
+
+// One handle per (thread, device): a cuDNN handle must not be used by two threads at once, and it
+// belongs to the device that was current when it was made. Handles live as long as the program
+// (destroying them at thread exit can run after the CUDA context is gone).
+cudnnHandle_t handle_for(cudaStream_t stream) {
+  thread_local std::unordered_map<int, cudnnHandle_t> handles;
+  int device = 0;
+  EMBER_CUDA_KERNEL_CHECK(cudaGetDevice(&device));
+  cudnnHandle_t& handle = handles[device];
+  if (handle == nullptr) EMBER_CUDNN_CHECK(cudnnCreate(&handle));
+  EMBER_CUDNN_CHECK(cudnnSetStream(handle, stream));
+  return handle;
+}
+
+cudnnDataType_t data_type_of(ConvDataType dtype) {
+  switch (dtype) {
+    case ConvDataType::f32:
+      return CUDNN_DATA_FLOAT;
+    case ConvDataType::f64:
+      return CUDNN_DATA_DOUBLE;
+    case ConvDataType::f16:
+      return CUDNN_DATA_HALF;
+    case ConvDataType::bf16:
+      return CUDNN_DATA_BFLOAT16;
+  }
+  return CUDNN_DATA_FLOAT;
+}
+
+bool is_16_bit(ConvDataType dtype) {
+  return dtype == ConvDataType::f16 || dtype == ConvDataType::bf16;
+}
+
+// 16-bit types may use tensor cores; f32 stays f32 (FMA only, no TF32), so that CUDA results
+// match the CPU's within f32 rounding; f64 has no tensor-core path to rule out.
+cudnnMathType_t requested_math(ConvDataType dtype) {
+  if (is_16_bit(dtype)) return CUDNN_TENSOR_OP_MATH;
+  return dtype == ConvDataType::f32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+}
+
+int as_int(int64_t value, const char* what) {
+  if (value > 0x7fffffff)
+    throw CudaError(std::string("conv2d on CUDA: ") + what + " (" + std::to_string(value) +
+                    ") does not fit the int cuDNN's 2-D descriptors take");
+  return static_cast<int>(value);
+}
+
+// The four descriptors of one convolution, destroyed with it.
+struct Descriptors {
+  cudnnTensorDescriptor_t input = nullptr;   // x or dx (N, C, H, W)
+  cudnnTensorDescriptor_t output = nullptr;  // y or dy (N, K, P, Q)
+  cudnnFilterDescriptor_t filter = nullptr;  // w or dw (K, C / groups, R, S)
+  cudnnConvolutionDescriptor_t conv = nullptr;
+
+  Descriptors(const Conv2dParams& p, ConvDataType dtype) {
+    const cudnnDataType_t data = data_type_of(dtype);
+    // f16 / bf16 accumulate in f32 (cuDNN's "pseudo half" configuration); f64 in f64.
+    const cudnnDataType_t compute =
+        dtype == ConvDataType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+    EMBER_CUDNN_CHECK(cudnnCreateTensorDescriptor(&input));
+    EMBER_CUDNN_CHECK(cudnnCreateTensorDescriptor(&output));
+    EMBER_CUDNN_CHECK(cudnnCreateFilterDescriptor(&filter));
+    EMBER_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+    EMBER_CUDNN_CHECK(cudnnSetTensor4dDescriptor(
+        input, CUDNN_TENSOR_NCHW, data, as_int(p.batch, "batch"), as_int(p.in_channels, "channels"),
+        as_int(p.in_height, "height"), as_int(p.in_width, "width")));
+    EMBER_CUDNN_CHECK(cudnnSetTensor4dDescriptor(
+        output, CUDNN_TENSOR_NCHW, data, as_int(p.batch, "batch"),
+        as_int(p.out_channels, "output channels"), as_int(p.out_height(), "output height"),
+        as_int(p.out_width(), "output width")));
+    EMBER_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
+        filter, data, CUDNN_TENSOR_NCHW, as_int(p.out_channels, "output channels"),
+        as_int(p.in_channels / p.groups, "channels per group"),
+        as_int(p.kernel_height, "kernel height"), as_int(p.kernel_width, "kernel width")));
+    EMBER_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+        conv, as_int(p.pad_h, "padding"), as_int(p.pad_w, "padding"), as_int(p.stride_h, "stride"),
+        as_int(p.stride_w, "stride"), as_int(p.dilation_h, "dilation"),
+        as_int(p.dilation_w, "dilation"), CUDNN_CROSS_CORRELATION, compute));
+    EMBER_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, as_int(p.groups, "groups")));
+    EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, requested_math(dtype)));
+  }
+  ~Descriptors() {
+    // Destroying a descriptor only frees host memory; a failure here has nothing to report to.
+    if (conv) static_cast<void>(cudnnDestroyConvolutionDescriptor(conv));
+    if (filter) static_cast<void>(cudnnDestroyFilterDescriptor(filter));
+    if (output) static_cast<void>(cudnnDestroyTensorDescriptor(output));
+    if (input) static_cast<void>(cudnnDestroyTensorDescriptor(input));
+  }
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+};
+
+// What the cache keeps for one problem: the algorithm (of the direction's enum, as an int), the
+// math type it runs with, and its workspace.
+struct Algorithm {
+  int algorithm = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  size_t workspace_bytes = 0;
+};
+
+struct ProblemKey {
+  std::array<int64_t, 14> geometry;
+  int dtype, direction, device;
+  auto operator<=>(const ProblemKey&) const = default;
+};
+
+ProblemKey key_of(const Conv2dParams& p, ConvDataType dtype, ConvDirection direction) {
+  int device = 0;
+  EMBER_CUDA_KERNEL_CHECK(cudaGetDevice(&device));
+  return {{p.batch, p.in_channels, p.in_height, p.in_width, p.out_channels, p.kernel_height,
+           p.kernel_width, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w,
+           p.groups},
+          static_cast<int>(dtype),
+          static_cast<int>(direction),
+          device};
+}
+
+std::mutex cache_mutex;
+std::map<ProblemKey, Algorithm> algorithm_cache;
+std::atomic<int64_t> searches{0};
+
+const char* direction_name(ConvDirection direction) {
+  switch (direction) {
+    case ConvDirection::forward:
+      return "forward";
+    case ConvDirection::backward_data:
+      return "backward data";
+    case ConvDirection::backward_filter:
+      return "backward filter";
+  }
+  return "?";
+}
+
+// The first (best-ranked) algorithm the heuristics say is supported, and its workspace with the
+// math type it needs. The descriptors' math type is set to it as a side effect.
+constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;
+
+template <typename Perf, typename Query, typename WorkspaceQuery>
+Algorithm pick(const Descriptors& d, ConvDataType dtype, ConvDirection direction, Query query,
+               WorkspaceQuery workspace_query) {
+  constexpr int kRequested = 16;
+  Perf results[kRequested];
+  int returned = 0;
+  query(kRequested, &returned, results);
+  for (int i = 0; i < returned; ++i) {
+    if (results[i].status != CUDNN_STATUS_SUCCESS) continue;
+    // f32 and f64 skip an algorithm that would use tensor cores (TF32, or a conversion to f16);
+    // f32 runs the others with FMA math only.
+    const cudnnMathType_t math = results[i].mathType;
+    if (!is_16_bit(dtype) && math != CUDNN_FMA_MATH && math != CUDNN_DEFAULT_MATH) continue;
+    Algorithm chosen;
+    chosen.algorithm = static_cast<int>(results[i].algo);
+    chosen.math = dtype == ConvDataType::f32 ? CUDNN_FMA_MATH : math;
+    EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, chosen.math));
+    chosen.workspace_bytes = workspace_query(results[i].algo);
+    // A workspace of gigabytes (some FFT algorithms) would crowd out the activations: take the
+    // next candidate.
+    if (chosen.workspace_bytes > kMaxWorkspaceBytes) continue;
+    return chosen;
+  }
+  throw CudaError(std::string("conv2d on CUDA: cuDNN offers no ") + direction_name(direction) +
+                  " algorithm for this convolution (" + std::to_string(returned) +
+                  " candidates, none supported within FMA math (f32) and 1 GiB of workspace)");
+}
+
+// The cached algorithm for the problem, chosen now on a miss; sets the descriptors' math type.
+template <typename Choose>
+Algorithm algorithm_for(const Conv2dParams& p, ConvDataType dtype, ConvDirection direction,
+                        const Descriptors& d, Choose choose) {
+  const ProblemKey key = key_of(p, dtype, direction);
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    const auto found = algorithm_cache.find(key);
+    if (found != algorithm_cache.end()) {
+      EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, found->second.math));
+      return found->second;
+    }
+  }
+  // Two threads may both miss and both choose: the heuristics are deterministic, so they agree.
+  const Algorithm chosen = choose();
+  searches.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  algorithm_cache.emplace(key, chosen);
+  return chosen;
+}
+
+// alpha = 1, beta = 0 in the type cuDNN reads them as (double for f64, float otherwise).
+struct Scaling {
+  float alpha_f = 1.0f, beta_f = 0.0f;
+  double alpha_d = 1.0, beta_d = 0.0;
+  bool use_double;
+  explicit Scaling(ConvDataType dtype) : use_double(dtype == ConvDataType::f64) {}
+  const void* alpha() const { return use_double ? static_cast<const void*>(&alpha_d) : &alpha_f; }
+  const void* beta() const { return use_double ? static_cast<const void*>(&beta_d) : &beta_f; }
+};
+
+// Nothing to compute (the runtime fills such results itself): cuDNN rejects zero sizes.
+bool is_empty(const Conv2dParams& p) {
+  return p.batch == 0 || p.out_channels == 0 || p.in_channels == 0 || p.in_height == 0 ||
+         p.in_width == 0;
+}
+
+}  // namespace
+
+bool cudnn_available() {
+  return true;
+}
+
+int64_t cudnn_conv_algorithm_searches() {
+  return searches.load(std::memory_order_relaxed);
+}
+
+void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, const void* x,
+                          const void* w, void* y, const WorkspaceAllocator& workspace,
+                          cudaStream_t stream) {
+  if (is_empty(params)) return;
+  cudnnHandle_t handle = handle_for(stream);
+  const Descriptors d(params, dtype);
+  const Algorithm chosen = algorithm_for(params, dtype, ConvDirection::forward, d, [&] {
+    return pick<cudnnConvolutionFwdAlgoPerf_t>(
+        d, dtype, ConvDirection::forward,
+        [&](int requested, int* returned, cudnnConvolutionFwdAlgoPerf_t* results) {
+          EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+              handle, d.input, d.filter, d.conv, d.output, requested, returned, results));
+        },
+        [&](cudnnConvolutionFwdAlgo_t algorithm) {
+          size_t bytes = 0;
+          EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+              handle, d.input, d.filter, d.conv, d.output, algorithm, &bytes));
+          return bytes;
+        });
+  });
+  void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;
+  const Scaling scaling(dtype);
+  EMBER_CUDNN_CHECK(
+      cudnnConvolutionForward(handle, scaling.alpha(), d.input, x, d.filter, w, d.conv,
+                              static_cast<cudnnConvolutionFwdAlgo_t>(chosen.algorithm), scratch,
+                              chosen.workspace_bytes, scaling.beta(), d.output, y));
+}
+
+void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype, const void* dy,
+                                const void* w, void* dx, const WorkspaceAllocator& workspace,
+                                cudaStream_t stream) {
+  if (is_empty(params)) return;
+  cudnnHandle_t handle = handle_for(stream);
+  const Descriptors d(params, dtype);
+  const Algorithm chosen = algorithm_for(params, dtype, ConvDirection::backward_data, d, [&] {
+    return pick<cudnnConvolutionBwdDataAlgoPerf_t>(
+        d, dtype, ConvDirection::backward_data,
+        [&](int requested, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
+          EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+              handle, d.filter, d.output, d.conv, d.input, requested, returned, results));
+        },
+        [&](cudnnConvolutionBwdDataAlgo_t algorithm) {
+          size_t bytes = 0;
+          EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+              handle, d.filter, d.output, d.conv, d.input, algorithm, &bytes));
+          return bytes;
+        });
+  });
+  void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;
+  const Scaling scaling(dtype);
+  EMBER_CUDNN_CHECK(
+      cudnnConvolutionBackwardData(handle, scaling.alpha(), d.filter, w, d.output, dy, d.conv,
+                                   static_cast<cudnnConvolutionBwdDataAlgo_t>(chosen.algorithm),
+                                   scratch, chosen.workspace_bytes, scaling.beta(), d.input, dx));
+}
+
+void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype, const void* x,
+                                  const void* dy, void* dw, const WorkspaceAllocator& workspace,
+                                  cudaStream_t stream) {
+  if (is_empty(params)) return;
+  cudnnHandle_t handle = handle_for(stream);
+  const Descriptors d(params, dtype);
+  const Algorithm chosen = algorithm_for(params, dtype, ConvDirection::backward_filter, d, [&] {
+    return pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
+        d, dtype, ConvDirection::backward_filter,
+        [&](int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
+          EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+              handle, d.input, d.output, d.conv, d.filter, requested, returned, results));
+        },
+        [&](cudnnConvolutionBwdFilterAlgo_t algorithm) {
+          size_t bytes = 0;
+          EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+              handle, d.input, d.output, d.conv, d.filter, algorithm, &bytes));
+          return bytes;
+        });
+  });
+  void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;
+  const Scaling scaling(dtype);
+  EMBER_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+      handle, scaling.alpha(), d.input, x, d.output, dy, d.conv,
+      static_cast<cudnnConvolutionBwdFilterAlgo_t>(chosen.algorithm), scratch,
+      chosen.workspace_bytes, scaling.beta(), d.filter, dw));
+}
+
+#else  // no cuDNN in this build
+
+namespace {
+[[noreturn]] void no_cudnn() {
+  throw CudaError(
+      "conv2d on CUDA needs cuDNN, and this build of ember has none (CMake did not find cuDNN 9: "
+      "set CUDNN_ROOT or install the nvidia-cudnn wheel, then reconfigure); run the convolution "
+      "on the cpu device");
+}
+}  // namespace
+
+bool cudnn_available() {
+  return false;
+}
+
+int64_t cudnn_conv_algorithm_searches() {
+  return 0;
+}
+
+void cudnn_conv2d_forward(const Conv2dParams&, ConvDataType, const void*, const void*, void*,
+                          const WorkspaceAllocator&, cudaStream_t) {
+  no_cudnn();
+}
+void cudnn_conv2d_backward_data(const Conv2dParams&, ConvDataType, const void*, const void*, void*,
+                                const WorkspaceAllocator&, cudaStream_t) {
+  no_cudnn();
+}
+void cudnn_conv2d_backward_filter(const Conv2dParams&, ConvDataType, const void*, const void*,
+                                  void*, const WorkspaceAllocator&, cudaStream_t) {
+  no_cudnn();
+}
+
+#endif
+
+}  // namespace ember::kernels::cuda

@@ -1,0 +1,55 @@
+// 2-D convolutions through cuDNN 9 (the v7-style API it still ships), on dense NCHW arrays.
+//
+//   x (N, C, H, W), w (K, C / groups, R, S) -> y (N, K, P, Q)     (kernels/common/conv_params.h)
+//
+// forward: y = conv(x, w); backward_data: dx = conv^T(dy, w); backward_filter: dw from x and dy.
+// Each overwrites its output. f16 and bf16 compute in f32 (tensor cores allowed); f32 uses FMA
+// math only (no TF32), so a CUDA result matches the CPU's to f32 rounding; f64 computes in f64.
+//
+// The algorithm of each (geometry, dtype, direction, device) is chosen once, by cuDNN's heuristics
+// (cudnnGetConvolution*Algorithm_v7: no benchmark runs, no memory of its own; the best-ranked
+// supported one whose workspace is at most 1 GiB), and cached;
+// cudnn_conv_algorithm_searches() counts the choices made, so a test can see the cache work.
+// Workspace comes from the caller (the runtime hands out blocks of its caching allocator).
+//
+// A build without cuDNN still has these functions: cudnn_available() is false and the others
+// throw CudaError saying that this build has no cuDNN.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "kernels/common/conv_params.h"
+
+namespace ember::kernels::cuda {
+
+enum class ConvDirection { forward, backward_data, backward_filter };
+enum class ConvDataType { f32, f64, f16, bf16 };
+
+// Whether this build links cuDNN.
+bool cudnn_available();
+
+// Returns `bytes` of device memory that stays valid for work queued on the stream of the call it
+// is given to (nullptr is fine for 0 bytes).
+using WorkspaceAllocator = std::function<void*(size_t bytes)>;
+
+// y (N, K, P, Q) = conv(x, w), no bias.
+void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, const void* x,
+                          const void* w, void* y, const WorkspaceAllocator& workspace,
+                          cudaStream_t stream);
+// dx (N, C, H, W) from dy (N, K, P, Q) and w.
+void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype, const void* dy,
+                                const void* w, void* dx, const WorkspaceAllocator& workspace,
+                                cudaStream_t stream);
+// dw (K, C / groups, R, S) from x and dy.
+void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype, const void* x,
+                                  const void* dy, void* dw, const WorkspaceAllocator& workspace,
+                                  cudaStream_t stream);
+
+// How many algorithm choices have been made (cache misses) since the program started.
+int64_t cudnn_conv_algorithm_searches();
+
+}  // namespace ember::kernels::cuda

@@ -1,0 +1,241 @@
+#include <math_constants.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/common/convert.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/pooling.h"
+
+namespace ember::kernels::cuda {
+namespace {
+
+// Which pooling a shared kernel computes (a runtime switch: one kernel per dtype, not per op).
+enum class Pool { max, average, adaptive_average };
+
+__device__ __forceinline__ int64_t min_of(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+__device__ __forceinline__ int64_t max_of(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
+
+template <typename Acc>
+__device__ __forceinline__ Acc negative_infinity() {
+  if constexpr (std::is_same_v<Acc, double>) {
+    return -CUDART_INF;
+  } else {
+    return -CUDART_INF_F;
+  }
+}
+
+// The window of output (p, q), as kernels/cpu/pooling.cpp's window_of: rows [h_begin, h_end) and
+// columns [w_begin, w_end) of the real input, and the divisor of an average over it.
+struct Window {
+  int64_t h_begin, h_end, w_begin, w_end;
+  int64_t divisor;
+};
+
+__device__ Window window_of(const Pool2dGeometry& g, Pool pool, bool count_include_pad, int64_t p,
+                            int64_t q) {
+  Window w;
+  if (pool == Pool::adaptive_average) {
+    // PyTorch's adaptive bins: [floor(i in / out), ceil((i + 1) in / out)).
+    w.h_begin = (p * g.in_height) / g.out_height;
+    w.h_end = ((p + 1) * g.in_height + g.out_height - 1) / g.out_height;
+    w.w_begin = (q * g.in_width) / g.out_width;
+    w.w_end = ((q + 1) * g.in_width + g.out_width - 1) / g.out_width;
+    w.divisor = (w.h_end - w.h_begin) * (w.w_end - w.w_begin);
+    return w;
+  }
+  int64_t h_begin = p * g.stride_h - g.pad_h, w_begin = q * g.stride_w - g.pad_w;
+  int64_t h_end = min_of(h_begin + g.kernel_h, g.in_height + g.pad_h);
+  int64_t w_end = min_of(w_begin + g.kernel_w, g.in_width + g.pad_w);
+  const int64_t padded_size = (h_end - h_begin) * (w_end - w_begin);
+  w.h_begin = max_of(h_begin, 0);
+  w.w_begin = max_of(w_begin, 0);
+  w.h_end = min_of(h_end, g.in_height);
+  w.w_end = min_of(w_end, g.in_width);
+  w.divisor = count_include_pad ? padded_size : (w.h_end - w.h_begin) * (w.w_end - w.w_begin);
+  return w;
+}
+
+// Outputs [begin, end) along one axis whose windows may hold input position `i`: a superset that
+// the caller narrows with window_of.
+struct Range {
+  int64_t begin, end;
+};
+
+__device__ Range outputs_touching(Pool pool, int64_t i, int64_t in, int64_t out, int64_t kernel,
+                                  int64_t stride, int64_t pad) {
+  if (pool == Pool::adaptive_average) {
+    // Bin p holds i iff floor(p in / out) <= i < ceil((p + 1) in / out).
+    return {(i * out) / in, min_of(((i + 1) * out + in - 1) / in, out)};
+  }
+  // Window p holds i iff p stride - pad <= i < p stride - pad + kernel.
+  const int64_t last = (i + pad) / stride;  // p stride <= i + pad
+  const int64_t first_numerator = i + pad - kernel + 1;
+  const int64_t first = first_numerator <= 0 ? 0 : (first_numerator + stride - 1) / stride;
+  return {first, min_of(last + 1, out)};
+}
+
+// One thread per output element. indices is written for max pooling only.
+template <typename T>
+__global__ void pool_forward_kernel(Pool pool, Pool2dGeometry g, bool count_include_pad, const T* x,
+                                    T* y, int64_t* indices, int64_t numel) {
+  using Acc = acc_t<T>;
+  const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel;
+       i += step) {
+    const int64_t plane = i / out_plane, p = (i % out_plane) / g.out_width, q = i % g.out_width;
+    const T* in = x + plane * in_plane;
+    const Window w = window_of(g, pool, count_include_pad, p, q);
+    if (pool == Pool::max) {
+      // As the CPU: the first maximum wins ties, a NaN wins and stops the search.
+      Acc best = negative_infinity<Acc>();
+      int64_t best_index = w.h_begin * g.in_width + w.w_begin;
+      bool found_nan = false;
+      for (int64_t h = w.h_begin; h < w.h_end && !found_nan; ++h) {
+        for (int64_t c = w.w_begin; c < w.w_end; ++c) {
+          const Acc value = convert<Acc>(in[h * g.in_width + c]);
+          if (value > best || device_math::is_nan(value)) {
+            best = value;
+            best_index = h * g.in_width + c;
+            if (device_math::is_nan(value)) {
+              found_nan = true;
+              break;
+            }
+          }
+        }
+      }
+      y[i] = convert<T>(best);
+      indices[i] = best_index;
+    } else {
+      Acc total = 0;
+      for (int64_t h = w.h_begin; h < w.h_end; ++h) {
+        for (int64_t c = w.w_begin; c < w.w_end; ++c)
+          total += convert<Acc>(in[h * g.in_width + c]);
+      }
+      y[i] = w.divisor > 0 ? convert<T>(total / static_cast<Acc>(w.divisor)) : T(0);
+    }
+  }
+}
+
+// One thread per input element: the sum of the output gradients that reach it.
+template <typename T>
+__global__ void pool_backward_kernel(Pool pool, Pool2dGeometry g, bool count_include_pad,
+                                     const T* grad_y, const int64_t* indices, T* grad_x,
+                                     int64_t numel) {
+  using Acc = acc_t<T>;
+  const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel;
+       i += step) {
+    const int64_t plane = i / in_plane, position = i % in_plane;
+    const int64_t h = position / g.in_width, c = position % g.in_width;
+    const T* dy = grad_y + plane * out_plane;
+    const Range rows =
+        outputs_touching(pool, h, g.in_height, g.out_height, g.kernel_h, g.stride_h, g.pad_h);
+    const Range columns =
+        outputs_touching(pool, c, g.in_width, g.out_width, g.kernel_w, g.stride_w, g.pad_w);
+    Acc total = 0;
+    for (int64_t p = rows.begin; p < rows.end; ++p) {
+      for (int64_t q = columns.begin; q < columns.end; ++q) {
+        const int64_t o = p * g.out_width + q;
+        if (pool == Pool::max) {
+          if (indices[plane * out_plane + o] == position) total += convert<Acc>(dy[o]);
+          continue;
+        }
+        const Window w = window_of(g, pool, count_include_pad, p, q);
+        if (h < w.h_begin || h >= w.h_end || c < w.w_begin || c >= w.w_end || w.divisor == 0)
+          continue;
+        total += convert<Acc>(dy[o]) / static_cast<Acc>(w.divisor);
+      }
+    }
+    grad_x[i] = convert<T>(total);
+  }
+}
+
+template <typename T>
+void pool_forward(const char* what, Pool pool, const Pool2dGeometry& g, bool count_include_pad,
+                  const T* x, T* y, int64_t* indices, cudaStream_t stream) {
+  const int64_t numel = g.planes * g.out_height * g.out_width;
+  if (numel == 0) return;
+  pool_forward_kernel<T><<<blocks_for(numel), kThreadsPerBlock, 0, stream>>>(
+      pool, g, count_include_pad, x, y, indices, numel);
+  EMBER_CUDA_CHECK_LAUNCH(what);
+}
+
+template <typename T>
+void pool_backward(const char* what, Pool pool, const Pool2dGeometry& g, bool count_include_pad,
+                   const T* grad_y, const int64_t* indices, T* grad_x, cudaStream_t stream) {
+  const int64_t numel = g.planes * g.in_height * g.in_width;
+  if (numel == 0) return;
+  pool_backward_kernel<T><<<blocks_for(numel), kThreadsPerBlock, 0, stream>>>(
+      pool, g, count_include_pad, grad_y, indices, grad_x, numel);
+  EMBER_CUDA_CHECK_LAUNCH(what);
+}
+
+}  // namespace
+
+// GPU run to check: windows that overlap (stride < kernel) and padding, for the gather in
+// backward (outputs_touching must neither miss nor double-count a window); adaptive bins that
+// overlap (3x4 -> 5x5) and the global average of resnet9's head.
+template <typename T>
+void max_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, int64_t* indices,
+                        cudaStream_t stream) {
+  pool_forward("max_pool2d: pool_forward_kernel<<<>>>", Pool::max, g, false, x, y, indices, stream);
+}
+
+template <typename T>
+void max_pool2d_backward(const Pool2dGeometry& g, const T* grad_y, const int64_t* indices,
+                         T* grad_x, cudaStream_t stream) {
+  pool_backward("max_pool2d backward: pool_backward_kernel<<<>>>", Pool::max, g, false, grad_y,
+                indices, grad_x, stream);
+}
+
+template <typename T>
+void avg_pool2d_forward(const Pool2dGeometry& g, bool count_include_pad, const T* x, T* y,
+                        cudaStream_t stream) {
+  pool_forward("avg_pool2d: pool_forward_kernel<<<>>>", Pool::average, g, count_include_pad, x, y,
+               static_cast<int64_t*>(nullptr), stream);
+}
+
+template <typename T>
+void avg_pool2d_backward(const Pool2dGeometry& g, bool count_include_pad, const T* grad_y,
+                         T* grad_x, cudaStream_t stream) {
+  pool_backward("avg_pool2d backward: pool_backward_kernel<<<>>>", Pool::average, g,
+                count_include_pad, grad_y, static_cast<const int64_t*>(nullptr), grad_x, stream);
+}
+
+template <typename T>
+void adaptive_avg_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, cudaStream_t stream) {
+  pool_forward("adaptive_avg_pool2d: pool_forward_kernel<<<>>>", Pool::adaptive_average, g, false,
+               x, y, static_cast<int64_t*>(nullptr), stream);
+}
+
+template <typename T>
+void adaptive_avg_pool2d_backward(const Pool2dGeometry& g, const T* grad_y, T* grad_x,
+                                  cudaStream_t stream) {
+  pool_backward("adaptive_avg_pool2d backward: pool_backward_kernel<<<>>>", Pool::adaptive_average,
+                g, false, grad_y, static_cast<const int64_t*>(nullptr), grad_x, stream);
+}
+
+#define EMBER_INSTANTIATE_POOLING(T)                                                               \
+  template void max_pool2d_forward<T>(const Pool2dGeometry&, const T*, T*, int64_t*,               \
+                                      cudaStream_t);                                               \
+  template void max_pool2d_backward<T>(const Pool2dGeometry&, const T*, const int64_t*, T*,        \
+                                       cudaStream_t);                                              \
+  template void avg_pool2d_forward<T>(const Pool2dGeometry&, bool, const T*, T*, cudaStream_t);    \
+  template void avg_pool2d_backward<T>(const Pool2dGeometry&, bool, const T*, T*, cudaStream_t);   \
+  template void adaptive_avg_pool2d_forward<T>(const Pool2dGeometry&, const T*, T*, cudaStream_t); \
+  template void adaptive_avg_pool2d_backward<T>(const Pool2dGeometry&, const T*, T*, cudaStream_t);
+EMBER_INSTANTIATE_POOLING(float)
+EMBER_INSTANTIATE_POOLING(double)
+EMBER_INSTANTIATE_POOLING(Half)
+EMBER_INSTANTIATE_POOLING(BFloat16)
+#undef EMBER_INSTANTIATE_POOLING
+
+}  // namespace ember::kernels::cuda

@@ -1,0 +1,459 @@
+// The CUDA path of the layers a ResNet9 needs beyond elementwise ops and GEMM, against the CPU:
+// conv2d through cuDNN (forward, gradients of input / weight / bias, the algorithm cache),
+// batch_norm (output, gradients, running statistics), pooling gradients, the reductions' special
+// values and long rows, and the errors for tensors on different devices.
+//
+// Without a visible GPU every test here skips. The op cases of tests/common compare forward values
+// (tests/cuda/cuda_test.cpp); this file checks what they cannot: backward passes and state.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "nn/models.h"
+#include "runtime/ops.h"
+#include "runtime/random.h"
+#include "tests/common/op_cases.h"
+
+#if EMBER_WITH_CUDA
+#include "kernels/cuda/cudnn_conv.h"
+#endif
+
+namespace ember::testing {
+namespace {
+
+#define EMBER_SKIP_WITHOUT_GPU()                                            \
+  do {                                                                      \
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible"; \
+  } while (false)
+
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an ember::Error";
+  return "";
+}
+
+const std::vector<DType> kFloating = {DType::f32, DType::f64, DType::f16, DType::bf16};
+
+// CUDA-vs-CPU tolerance: f32 a little wider than one rounding (the summation order differs over
+// thousands of terms in a weight gradient), 16-bit types a rounding of the result.
+double tolerance_of(DType dtype) {
+  switch (dtype) {
+    case DType::f16:
+      return 4e-3;
+    case DType::bf16:
+      return 2e-2;
+    case DType::f64:
+      return 1e-10;
+    default:
+      return 1e-4;
+  }
+}
+
+// Empty when |a - e| <= tol (|e| + 1) everywhere (NaN matches NaN), else the first mismatch.
+std::string mismatch(const Tensor& actual, const Tensor& expected, double tol) {
+  if (actual.sizes() != expected.sizes())
+    return "shapes differ: " + describe(actual) + " vs " + describe(expected);
+  if (actual.dtype() != expected.dtype())
+    return "dtypes differ: " + describe(actual) + " vs " + describe(expected);
+  const std::vector<double> a = to_vector<double>(actual.to(Device::cpu()));
+  const std::vector<double> e = to_vector<double>(expected);
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == e[i] || (std::isnan(a[i]) && std::isnan(e[i]))) continue;
+    if (!(std::abs(a[i] - e[i]) <= tol * (std::abs(e[i]) + 1.0))) {
+      return "element " + std::to_string(i) + ": cuda " + std::to_string(a[i]) + ", cpu " +
+             std::to_string(e[i]) + " (tolerance " + std::to_string(tol) + ")";
+    }
+  }
+  return "";
+}
+
+struct ForwardBackward {
+  Tensor output;
+  std::vector<Tensor> grads;  // undefined where no gradient was asked for
+};
+
+// f on copies of `host_inputs` on `device` (leaves; those flagged in wants_grad require grad),
+// then backward of sum(f * distinct weights).
+ForwardBackward run_on(Device device, const std::vector<Tensor>& host_inputs,
+                       const std::vector<bool>& wants_grad,
+                       const std::function<Tensor(const std::vector<Tensor>&)>& f) {
+  std::vector<Tensor> leaves;
+  for (size_t i = 0; i < host_inputs.size(); ++i) {
+    Tensor leaf = host_inputs[i].defined() ? host_inputs[i].to(device).detach() : Tensor();
+    if (leaf.defined() && wants_grad[i]) leaf.requires_grad_();
+    leaves.push_back(leaf);
+  }
+  ForwardBackward result;
+  result.output = f(leaves);
+  sum(result.output * distinct_weights(result.output)).backward();
+  for (size_t i = 0; i < leaves.size(); ++i)
+    result.grads.push_back(leaves[i].defined() && wants_grad[i] ? leaves[i].grad() : Tensor());
+  return result;
+}
+
+void expect_forward_backward_match(const std::string& what, const std::vector<Tensor>& inputs,
+                                   const std::vector<bool>& wants_grad,
+                                   const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                                   double tol) {
+  const ForwardBackward cpu = run_on(Device::cpu(), inputs, wants_grad, f);
+  const ForwardBackward cuda = run_on(Device::cuda(0), inputs, wants_grad, f);
+  ASSERT_TRUE(cuda.output.is_cuda()) << what;
+  std::string error = mismatch(cuda.output, cpu.output, tol);
+  EXPECT_TRUE(error.empty()) << what << ", output: " << error;
+  for (size_t i = 0; i < cpu.grads.size(); ++i) {
+    if (!cpu.grads[i].defined()) continue;
+    ASSERT_TRUE(cuda.grads[i].defined()) << what << ": no gradient for input " << i << " on CUDA";
+    EXPECT_TRUE(cuda.grads[i].is_cuda()) << what << ", gradient " << i;
+    error = mismatch(cuda.grads[i], cpu.grads[i], tol);
+    EXPECT_TRUE(error.empty()) << what << ", gradient of input " << i << ": " << error;
+  }
+}
+
+// ---- conv2d ------------------------------------------------------------------------------------
+
+struct ConvCase {
+  std::string name;
+  Shape input, weight;
+  bool bias;
+  Conv2dOptions options;
+};
+
+TEST(CudaConvPool, Conv2dGradientsMatchTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  // resnet9's 3x3 / padding 1 at its first layer's size (batch 4), a strided grouped one, a
+  // dilated one, a pointwise one, and one pixel.
+  const std::vector<ConvCase> cases = {
+      {"resnet9_layer", {4, 16, 32, 32}, {32, 16, 3, 3}, true, {.padding = 1}},
+      {"stride2_groups2",
+       {3, 8, 13, 11},
+       {6, 4, 3, 3},
+       true,
+       {.stride = 2, .padding = 1, .groups = 2}},
+      {"dilation2_no_bias", {2, 3, 12, 9}, {5, 3, 3, 2}, false, {.padding = 2, .dilation = 2}},
+      {"pointwise", {5, 7, 6, 6}, {9, 7, 1, 1}, true, {}},
+      {"one_pixel", {2, 3, 1, 1}, {4, 3, 1, 1}, true, {}},
+  };
+  Generator generator(21);
+  for (const ConvCase& c : cases) {
+    for (DType dtype : kFloating) {
+      const std::vector<Tensor> inputs = {
+          uniform(c.input, -1.0, 1.0, dtype, &generator),
+          uniform(c.weight, -1.0, 1.0, dtype, &generator),
+          c.bias ? uniform({c.weight[0]}, -1.0, 1.0, dtype, &generator) : Tensor()};
+      expect_forward_backward_match(
+          "conv2d/" + c.name + " in " + dtype_name(dtype), inputs, {true, true, c.bias},
+          [&](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], c.options); },
+          tolerance_of(dtype));
+    }
+  }
+}
+
+#if EMBER_WITH_CUDA
+TEST(CudaConvPool, Conv2dChoosesEachAlgorithmOnce) {
+  EMBER_SKIP_WITHOUT_GPU();
+  if (!kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
+  // A geometry no other test uses, so that the first call is a miss.
+  const TensorOptions options(DType::f32, Device::cuda(0));
+  const Tensor x = ones({1, 3, 13, 17}, options).requires_grad_();
+  const Tensor w = ones({5, 3, 3, 3}, options).requires_grad_();
+  const int64_t before = kernels::cuda::cudnn_conv_algorithm_searches();
+  Tensor y = conv2d(x, w, Tensor(), {.padding = Size2(1, 2)});
+  EXPECT_EQ(kernels::cuda::cudnn_conv_algorithm_searches(), before + 1);  // forward
+  y = conv2d(x, w, Tensor(), {.padding = Size2(1, 2)});
+  EXPECT_EQ(kernels::cuda::cudnn_conv_algorithm_searches(), before + 1);  // cached
+  sum(y).backward();
+  EXPECT_EQ(kernels::cuda::cudnn_conv_algorithm_searches(), before + 3);  // data + filter
+  sum(conv2d(x, w, Tensor(), {.padding = Size2(1, 2)})).backward();
+  EXPECT_EQ(kernels::cuda::cudnn_conv_algorithm_searches(), before + 3);  // all cached
+  // Another dtype is another problem.
+  conv2d(x.detach().to(DType::f16), w.detach().to(DType::f16), Tensor(), {.padding = Size2(1, 2)});
+  EXPECT_EQ(kernels::cuda::cudnn_conv_algorithm_searches(), before + 4);
+  // The values: every output is the count of in-bounds taps times 1.
+  // y (1, 5, 13, 19): output (6, 8) of channel 0 sees all 27 taps inside the input.
+  EXPECT_DOUBLE_EQ(to_vector<double>(y.to(Device::cpu()))[6 * 19 + 8], 27.0);
+}
+
+TEST(CudaConvPool, Conv2dWithoutCudnnSaysThatTheBuildHasNone) {
+  EMBER_SKIP_WITHOUT_GPU();
+  if (kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has cuDNN";
+  const TensorOptions options(DType::f32, Device::cuda(0));
+  const std::string message = error_of([&] {
+    conv2d(ones({1, 2, 5, 5}, options), ones({3, 2, 3, 3}, options), {}, {});
+  });
+  EXPECT_NE(message.find("this build of ember has no cuDNN"), std::string::npos) << message;
+  EXPECT_NE(message.find("CUDNN_ROOT"), std::string::npos) << message;
+}
+#endif
+
+TEST(CudaConvPool, Conv2dOnAViewStartingInsideItsStorage) {
+  EMBER_SKIP_WITHOUT_GPU();
+  // Batch item 1 of an f16 (3, 3, 5, 5) tensor starts 150 bytes in: not 16-byte aligned, which
+  // cuDNN's vectorised kernels need (the runtime copies such inputs first).
+  Generator generator(5);
+  const Tensor whole = uniform({3, 3, 5, 5}, -1.0, 1.0, DType::f16, &generator);
+  const Tensor w = uniform({4, 3, 3, 3}, -1.0, 1.0, DType::f16, &generator);
+  const Tensor cpu = conv2d(whole.narrow(0, 1, 2), w, Tensor(), {.padding = 1});
+  const Tensor cuda = conv2d(whole.to(Device::cuda(0)).narrow(0, 1, 2), w.to(Device::cuda(0)),
+                             Tensor(), {.padding = 1});
+  EXPECT_EQ(mismatch(cuda, cpu, tolerance_of(DType::f16)), "");
+}
+
+TEST(CudaConvPool, Conv2dSaysWhichTensorIsOnAnotherDevice) {
+  EMBER_SKIP_WITHOUT_GPU();
+  const Tensor x = ones({1, 2, 5, 5}, TensorOptions(DType::f32, Device::cuda(0)));
+  const Tensor w = ones({3, 2, 3, 3});
+  std::string message = error_of([&] { conv2d(x, w, Tensor(), {}); });
+  EXPECT_NE(message.find("conv2d: expected the input, weight and bias on the same device"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("cuda:0"), std::string::npos) << message;
+  EXPECT_NE(message.find("weight is"), std::string::npos) << message;
+  message = error_of([&] { conv2d(x, w.to(Device::cuda(0)), ones({3}), {}); });
+  EXPECT_NE(message.find("bias is"), std::string::npos) << message;
+}
+
+// ---- batch_norm --------------------------------------------------------------------------------
+
+TEST(CudaConvPool, BatchNormGradientsAndRunningStatisticsMatchTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  // (N, C) as batch_norm1d, a count below one block, resnet9's (N, C, 32, 32) at batch 8 (8192
+  // values per channel), and batch 1.
+  const std::vector<Shape> shapes = {{33, 5}, {8, 16, 9, 7}, {8, 4, 32, 32}, {1, 3, 5, 7}};
+  Generator generator(8);
+  for (const Shape& shape : shapes) {
+    const int64_t channels = shape[1];
+    for (DType dtype : kFloating) {
+      for (bool training : {true, false}) {
+        const std::string what = "batch_norm " + shape_str(shape) + " in " + dtype_name(dtype) +
+                                 (training ? ", training" : ", eval");
+        // A large mean: the two-pass variance must not lose it to cancellation.
+        const Tensor x = uniform(shape, 3.0, 5.0, dtype, &generator);
+        const Tensor weight = uniform({channels}, 0.5, 1.5, dtype, &generator);
+        const Tensor bias = uniform({channels}, -1.0, 1.0, dtype, &generator);
+        const Tensor mean0 = uniform({channels}, -0.5, 0.5, DType::f32, &generator);
+        const Tensor var0 = uniform({channels}, 0.5, 2.0, DType::f32, &generator);
+        Tensor cpu_mean = mean0.clone(), cpu_var = var0.clone();
+        Tensor cuda_mean = mean0.to(Device::cuda(0)), cuda_var = var0.to(Device::cuda(0));
+        const ForwardBackward cpu =
+            run_on(Device::cpu(), {x, weight, bias}, {true, true, true},
+                   [&](const std::vector<Tensor>& in) {
+                     return batch_norm(in[0], cpu_mean, cpu_var, in[1], in[2], training, 0.1, 1e-5);
+                   });
+        const ForwardBackward cuda = run_on(Device::cuda(0), {x, weight, bias}, {true, true, true},
+                                            [&](const std::vector<Tensor>& in) {
+                                              return batch_norm(in[0], cuda_mean, cuda_var, in[1],
+                                                                in[2], training, 0.1, 1e-5);
+                                            });
+        const double tol = tolerance_of(dtype);
+        std::string error = mismatch(cuda.output, cpu.output, tol);
+        EXPECT_TRUE(error.empty()) << what << ", output: " << error;
+        for (size_t i = 0; i < 3; ++i) {
+          error = mismatch(cuda.grads[i], cpu.grads[i], tol);
+          EXPECT_TRUE(error.empty()) << what << ", gradient " << i << ": " << error;
+        }
+        error = mismatch(cuda_mean, cpu_mean, 1e-5);
+        EXPECT_TRUE(error.empty()) << what << ", running_mean: " << error;
+        error = mismatch(cuda_var, cpu_var, 1e-5);
+        EXPECT_TRUE(error.empty()) << what << ", running_var: " << error;
+      }
+    }
+  }
+}
+
+TEST(CudaConvPool, BatchNormSaysWhichTensorIsOnAnotherDevice) {
+  EMBER_SKIP_WITHOUT_GPU();
+  const TensorOptions on_gpu(DType::f32, Device::cuda(0));
+  const Tensor x = ones({4, 3}, on_gpu);
+  const std::string message =
+      error_of([&] { batch_norm(x, zeros({3}), ones({3}), Tensor(), Tensor(), true); });
+  EXPECT_NE(message.find("batch_norm: expected every tensor on the input's device"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("running_mean is"), std::string::npos) << message;
+}
+
+// ---- pooling -----------------------------------------------------------------------------------
+
+TEST(CudaConvPool, PoolingGradientsMatchTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  struct PoolCase {
+    std::string name;
+    Shape input;
+    std::function<Tensor(const Tensor&)> pool;
+  };
+  const std::vector<PoolCase> cases = {
+      {"max_pool2d resnet9 2x2",
+       {4, 16, 32, 32},
+       [](const Tensor& x) { return max_pool2d(x, {.kernel_size = 2}); }},
+      {"max_pool2d resnet9 head 4x4",
+       {4, 64, 4, 4},
+       [](const Tensor& x) { return max_pool2d(x, {.kernel_size = 4}); }},
+      {"max_pool2d overlapping",
+       {2, 3, 33, 31},
+       [](const Tensor& x) {
+         return max_pool2d(x, {.kernel_size = 3, .stride = 2, .padding = 1});
+       }},
+      {"avg_pool2d overlapping",
+       {2, 3, 17, 19},
+       [](const Tensor& x) {
+         return avg_pool2d(x, {.kernel_size = 3, .stride = 2, .padding = 1});
+       }},
+      {"avg_pool2d exclude_pad stride1",
+       {2, 3, 9, 8},
+       [](const Tensor& x) {
+         return avg_pool2d(
+             x,
+             {.kernel_size = Size2(3, 2), .stride = 1, .padding = 1, .count_include_pad = false});
+       }},
+      {"adaptive_avg_pool2d 7x9 to 3x4",
+       {2, 3, 7, 9},
+       [](const Tensor& x) { return adaptive_avg_pool2d(x, Size2(3, 4)); }},
+      {"adaptive_avg_pool2d 3x4 to 5x5",
+       {2, 3, 3, 4},
+       [](const Tensor& x) { return adaptive_avg_pool2d(x, 5); }},
+  };
+  Generator generator(9);
+  for (const PoolCase& c : cases) {
+    for (DType dtype : kFloating) {
+      // In f16 / bf16 a max window may hold ties; both devices pick the first one.
+      const Tensor x = uniform(c.input, -1.0, 1.0, dtype, &generator);
+      expect_forward_backward_match(
+          c.name + " in " + dtype_name(dtype), {x}, {true},
+          [&](const std::vector<Tensor>& in) { return c.pool(in[0]); }, tolerance_of(dtype));
+    }
+  }
+}
+
+TEST(CudaConvPool, MaxPoolPropagatesNaNLikeTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor x =
+      from_vector(std::vector<double>{1, nan, 3, 4, 5, 6, 7, 8, 9, -1, -2, -3, -4, -5, -6, -7},
+                  {1, 1, 4, 4}, DType::f32);
+  const Tensor cpu = max_pool2d(x, {.kernel_size = 2});
+  const Tensor cuda = max_pool2d(x.to(Device::cuda(0)), {.kernel_size = 2});
+  EXPECT_EQ(mismatch(cuda, cpu, 0.0), "");
+  EXPECT_TRUE(std::isnan(to_vector<double>(cuda.to(Device::cpu()))[0]));
+}
+
+// ---- reductions --------------------------------------------------------------------------------
+
+TEST(CudaConvPool, ReductionsMatchTheCpuOnSpecialValuesAndLongRows) {
+  EMBER_SKIP_WITHOUT_GPU();
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // Rows: plain, with a NaN, all -inf, with +inf, with ties.
+  const Tensor special =
+      from_vector(std::vector<double>{1,    2,    3, 4,   0.5, nan, 7, 2, -inf, -inf,
+                                      -inf, -inf, 1, inf, -2,  3,   5, 1, 5,    5},
+                  {5, 4}, DType::f64);
+  Generator generator(4);
+  // A few long rows (the chunked two-pass path), many short rows, strided lines.
+  const std::vector<Tensor> random = {
+      uniform({1, 100003}, -2.0, 2.0, DType::f64, &generator),
+      uniform({3, 70001}, -2.0, 2.0, DType::f64, &generator),
+      uniform({300, 7}, -2.0, 2.0, DType::f64, &generator),
+      uniform({5, 300, 33}, -2.0, 2.0, DType::f64, &generator),
+  };
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> reductions = {
+      {"max", [](const Tensor& x) { return max(x, {-1}); }},
+      {"min", [](const Tensor& x) { return min(x, {-1}); }},
+      {"argmax", [](const Tensor& x) { return argmax(x, -1); }},
+      {"argmin", [](const Tensor& x) { return argmin(x, -1); }},
+      {"max of middle dim", [](const Tensor& x) { return max(x, {x.dim() > 2 ? 1 : 0}); }},
+      {"argmax of middle dim", [](const Tensor& x) { return argmax(x, x.dim() > 2 ? 1 : 0); }},
+      {"mean", [](const Tensor& x) { return mean(x, {-1}); }},
+      {"var", [](const Tensor& x) { return var(x, {-1}); }},
+      {"std all", [](const Tensor& x) { return std(x); }},
+      {"logsumexp", [](const Tensor& x) { return logsumexp(x, {-1}); }},
+      {"norm 2", [](const Tensor& x) { return norm(x, 2.0, {-1}); }},
+      {"norm 1", [](const Tensor& x) { return norm(x, 1.0, {-1}); }},
+      {"norm 0", [](const Tensor& x) { return norm(x, 0.0, {-1}); }},
+      {"norm inf", [inf](const Tensor& x) { return norm(x, inf, {-1}); }},
+      {"norm -inf", [inf](const Tensor& x) { return norm(x, -inf, {-1}); }},
+      {"norm 3", [](const Tensor& x) { return norm(x, 3.0, {-1}); }},
+  };
+  std::vector<Tensor> inputs = random;
+  inputs.push_back(special);
+  for (const Tensor& source : inputs) {
+    for (DType dtype : kFloating) {
+      const Tensor x = source.to(dtype);
+      for (const auto& [name, f] : reductions) {
+        const Tensor cpu = f(x);
+        const Tensor cuda = f(x.to(Device::cuda(0)));
+        const std::string error = mismatch(cuda, cpu, tolerance_of(dtype));
+        EXPECT_TRUE(error.empty()) << name << " of " << describe(x) << ": " << error;
+      }
+    }
+  }
+  // Integer extremes: the fold's identity is the type's lowest / highest value.
+  for (DType dtype : {DType::i32, DType::i64, DType::u8}) {
+    const Tensor x = uniform({7, 301}, 0.0, 250.0, DType::f64, &generator).to(dtype);
+    for (const auto& [name, f] :
+         std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>>{
+             {"max", [](const Tensor& t) { return max(t, {1}); }},
+             {"min", [](const Tensor& t) { return min(t, {0}); }},
+             {"argmax", [](const Tensor& t) { return argmax(t, 1); }},
+             {"argmin", [](const Tensor& t) { return argmin(t); }}}) {
+      const std::string error = mismatch(f(x.to(Device::cuda(0))), f(x), 0.0);
+      EXPECT_TRUE(error.empty()) << name << " of " << describe(x) << ": " << error;
+    }
+  }
+}
+
+// ---- the whole model ----------------------------------------------------------------------------
+
+TEST(CudaConvPool, ResNet9ForwardAndBackwardMatchTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  const std::shared_ptr<nn::Sequential> cpu_model = nn::resnet9(3, 10, 8);
+  cpu_model->train();
+  (*cpu_model)[8]->eval();  // the Dropout: its masks would come from two generators
+  const std::shared_ptr<nn::Module> cuda_model = cpu_model->clone();
+  cuda_model->to(Device::cuda(0));
+  Generator generator(3);
+  const Tensor x = uniform({4, 3, 32, 32}, -1.0, 1.0, DType::f32, &generator);
+  const Tensor cpu_out = (*cpu_model)(x);
+  sum(cpu_out * distinct_weights(cpu_out)).backward();
+  Tensor cuda_out;
+  try {
+    cuda_out = (*cuda_model)(x.to(Device::cuda(0)));
+    sum(cuda_out * distinct_weights(cuda_out)).backward();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    if (message.find("not implemented for CUDA") != std::string::npos)
+      GTEST_SKIP() << "an op of resnet9 has no CUDA kernel in this build: " << message;
+    FAIL() << message;
+  }
+  // Nine layers deep in f32: the summation orders of cuDNN and the CPU drift apart a little.
+  const double tol = 1e-3;
+  EXPECT_EQ(mismatch(cuda_out, cpu_out, tol), "");
+  const NamedTensors cpu_parameters = cpu_model->named_parameters();
+  const NamedTensors cuda_parameters = cuda_model->named_parameters();
+  ASSERT_EQ(cpu_parameters.size(), cuda_parameters.size());
+  for (size_t i = 0; i < cpu_parameters.size(); ++i) {
+    const Tensor& cpu_grad = cpu_parameters[i].second.grad();
+    const Tensor& cuda_grad = cuda_parameters[i].second.grad();
+    ASSERT_TRUE(cuda_grad.defined()) << cuda_parameters[i].first;
+    EXPECT_EQ(mismatch(cuda_grad, cpu_grad, tol), "") << cpu_parameters[i].first;
+  }
+  const NamedTensors cpu_buffers = cpu_model->named_buffers();
+  const NamedTensors cuda_buffers = cuda_model->named_buffers();
+  ASSERT_EQ(cpu_buffers.size(), cuda_buffers.size());
+  for (size_t i = 0; i < cpu_buffers.size(); ++i) {
+    EXPECT_EQ(mismatch(cuda_buffers[i].second, cpu_buffers[i].second, tol), "")
+        << cpu_buffers[i].first;  // the batch norms' running statistics
+  }
+}
+
+}  // namespace
+}  // namespace ember::testing
