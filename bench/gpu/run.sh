@@ -19,11 +19,15 @@
 #     bash bench/gpu/prepare.sh
 # Then the session calls the device tool:
 #     run(command="bash bench/gpu/run.sh", carry=[".debs"], timeout_s=600)
-# or, to split the work over two calls on the same warm machine (the build folder build-gpu/ stays
-# between calls on a warm machine; a cold one rebuilds):
-#     run(command="bash bench/gpu/run.sh build test sanitize bench", carry=[".debs"])
-#     run(command="bash bench/gpu/run.sh build torch train ctest", carry=[".debs"])
+# Everything may not fit in one call's 600 s (a build from scratch takes minutes): the steps run
+# in order of value and the last ones are skipped when the budget runs out, saying so. To get them
+# all, split the work over two calls while the machine is warm (build-gpu/ and /tmp/ember-gpu stay
+# between calls on a warm machine; a cold one rebuilds, which the `build` step does):
+#     run(command="bash bench/gpu/run.sh build test sanitize bench torch", carry=[".debs"])
+#     run(command="bash bench/gpu/run.sh build train ctest", carry=[".debs"])
 # Steps: build test sanitize bench torch train ctest (default: all of them, in that order).
+# Environment: BUDGET_S (570), EMBER_CUDA_ARCHS (90; "90a" for wgmma kernels), REPETITIONS (10),
+# SANITIZE_FILTER (a gtest filter for the memcheck run).
 #
 # What comes back ($OUT, at most 8 files): summary.md (the tables), side_by_side.md,
 # gpu_bench.json (Google Benchmark, medians), torch_bench.json, logs.tar.gz (every log and JSON).
@@ -52,6 +56,11 @@ step() {
   local name=$1 seconds log=$WORK/logs/$3 t0 rc
   seconds=$(budget "$2")
   shift 3
+  if ((seconds < 10)); then
+    note "$name" "skipped: no time left of BUDGET_S=$BUDGET_S" 0
+    echo "== $name: skipped, no time left"
+    return 125
+  fi
   t0=$(date +%s)
   echo "== $name (budget ${seconds} s, $(elapsed) s elapsed)"
   timeout --kill-after=10 "$seconds" "$@" > "$log" 2>&1

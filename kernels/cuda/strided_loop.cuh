@@ -13,9 +13,9 @@
 //   bool vector_aligned() const;               (host) every operand's base pointer is aligned to
 //                                              kVector elements of its type
 // Only bodies whose operands are all floating point have one (vector_width). When the layout is
-// flat and the pointers are aligned, each thread moves 16 bytes per operand in
-// one load or store (LDG.E.128 / STG.E.128 for 16-byte operands) and the last numel % kVector
-// elements go through `body(offsets)`. Misaligned views (x.slice(0, 1, n): the base pointer is one
+// flat and the pointers are aligned, each thread moves 16 bytes per operand in one load or store
+// (LDG.E.128 / STG.E.128 for 16-byte operands) and the last numel % kVector elements go through
+// `body(offsets)`. Misaligned views (x.slice(0, 1, n): the base pointer is one
 // element in) take the scalar flat path; strided layouts are unchanged.
 #pragma once
 
@@ -126,6 +126,8 @@ __global__ void vector_kernel(int64_t numel, Body body) {
   }
 }
 
+// A body with a vectorised path (taken when its kVector > 1). A body that defines none still
+// compiles: it always takes strided_kernel.
 template <typename Body>
 concept VectorBody = requires(const Body& body) {
   { Body::kVector } -> std::convertible_to<int>;
@@ -138,12 +140,14 @@ void launch_strided(const char* what, const StridedLayout& layout, const Body& b
   const int64_t numel = layout.numel();
   if (numel == 0) return;
   const bool flat = layout.is_flat();
-  if constexpr (VectorBody<Body> && Body::kVector > 1) {
-    if (flat && body.vector_aligned()) {
-      const int64_t packets = (numel + Body::kVector - 1) / Body::kVector;
-      vector_kernel<N, Body><<<blocks_for(packets), kThreadsPerBlock, 0, stream>>>(numel, body);
-      EMBER_CUDA_CHECK_LAUNCH(what);
-      return;
+  if constexpr (VectorBody<Body>) {
+    if constexpr (Body::kVector > 1) {
+      if (flat && body.vector_aligned()) {
+        const int64_t packets = (numel + Body::kVector - 1) / Body::kVector;
+        vector_kernel<N, Body><<<blocks_for(packets), kThreadsPerBlock, 0, stream>>>(numel, body);
+        EMBER_CUDA_CHECK_LAUNCH(what);
+        return;
+      }
     }
   }
   strided_kernel<N, Body>
