@@ -43,6 +43,11 @@ steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(build test sanitize bench torch train ctest)
 wants() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 
+# /tmp/ember-gpu stays on a warm machine: drop the last call's results of the steps run now.
+wants bench && rm -f "$WORK"/logs/gpu_bench* "$WORK"/logs/gemm_bench*
+wants torch && rm -f "$WORK"/logs/side_by_side.md "$WORK"/logs/torch_bench.json
+wants train && rm -rf "$WORK"/logs/train_* "$WORK"/logs/torch_train_loop.*
+
 declare -a SUMMARY=()
 note() { SUMMARY+=("| $1 | $2 | $3 |"); }  # step, result, seconds
 elapsed() { echo $(($(date +%s) - START)); }
@@ -210,7 +215,15 @@ fi
   echo "|---|---|---:|"
   printf '%s\n' "${SUMMARY[@]}"
   echo
-  [[ -f $WORK/logs/side_by_side.md ]] && cat "$WORK/logs/side_by_side.md"
+  if [[ -f $WORK/logs/gpu_bench.json ]]; then
+    python3 bench/gpu/ember_table.py "$WORK/logs/gpu_bench.json" "$WORK/logs/gpu_bench_skipped.json"
+    echo
+  fi
+  [[ -f $WORK/logs/side_by_side.md ]] && cat "$WORK/logs/side_by_side.md" && echo
+  for engine in cuda amp; do
+    csv=$WORK/logs/train_$engine/metrics.csv
+    [[ -f $csv ]] && echo "ember train --engine $engine (metrics.csv):" && cat "$csv" && echo
+  done
   [[ -f $WORK/logs/torch_train_loop.log ]] && grep "images/s" "$WORK/logs/torch_train_loop.log"
 } > "$WORK/logs/summary.md"
 cp "$WORK/logs/summary.md" "$OUT/summary.md"
