@@ -19,6 +19,7 @@
 //   floor_ms     bytes / copy bandwidth: the time no version can beat by much
 // The bytes, with N elements of 4 bytes (f32) per tensor:
 //   add, mul        a, b read, out written                    3 N 4      (N = 64M: 256 MB each)
+//                   (_misaligned: inputs one element into their buffers: the scalar path)
 //   cast f32->bf16  read 4 N, write 2 N                       6 N
 //   softmax fwd     x read, y written                         2 N 4
 //   layer_norm fwd  x read, y written (weight, bias, stats: one row each, not counted)  2 N 4
@@ -236,10 +237,14 @@ void bm_copy(benchmark::State& state) {
   });
 }
 
-// a + b or a * b over 256 MB per tensor (64M f32 or 128M bf16).
-void bm_binary(benchmark::State& state, bool multiply, DType dtype) {
+// a + b or a * b over 256 MB per tensor (64M f32 or 128M bf16). misaligned: a and b are views
+// starting one element into their buffers, which keeps the elementwise kernel off its 16-byte
+// vector path (kernels/cuda/strided_loop.cuh): the same bytes, one element per access.
+void bm_binary(benchmark::State& state, bool multiply, DType dtype, bool misaligned = false) {
   const int64_t n = 256 * kMB / static_cast<int64_t>(element_size(dtype));
-  const Tensor a = randn({n}, on_gpu()).to(dtype), b = randn({n}, on_gpu()).to(dtype);
+  const int64_t first = misaligned ? 1 : 0;
+  const Tensor a = randn({n + first}, on_gpu()).to(dtype).slice(0, first, n + first);
+  const Tensor b = randn({n + first}, on_gpu()).to(dtype).slice(0, first, n + first);
   run_case(state, {.bytes = 3.0 * 256 * kMB},
            [&] { const Tensor out = multiply ? mul(a, b) : add(a, b); });
 }
@@ -368,6 +373,9 @@ void register_cases() {
   add_case("copy_d2d_256MB", 20, bm_copy);
   add_case("add_f32_256MB", 20, [](State& s) { bm_binary(s, false, DType::f32); });
   add_case("add_bf16_256MB", 20, [](State& s) { bm_binary(s, false, DType::bf16); });
+  add_case("add_f32_256MB_misaligned", 20, [](State& s) { bm_binary(s, false, DType::f32, true); });
+  add_case("add_bf16_256MB_misaligned", 20,
+           [](State& s) { bm_binary(s, false, DType::bf16, true); });
   add_case("mul_f32_256MB", 20, [](State& s) { bm_binary(s, true, DType::f32); });
   add_case("cast_f32_bf16_256MB", 20, bm_cast_to_bf16);
   for (const auto& [row, label] :

@@ -77,11 +77,13 @@ def maybe_compile(fn, compiled):
     return torch.compile(fn) if compiled else fn
 
 
-def case_binary(op, dtype):
+def case_binary(op, dtype, misaligned=False):
+    """misaligned: views one element into their buffers, as kernels_bench.cpp's _misaligned."""
     def make(compiled):
         n = 256 * MB // torch.tensor([], dtype=dtype).element_size()
-        a = torch.randn(n, device="cuda").to(dtype)
-        b = torch.randn(n, device="cuda").to(dtype)
+        first = 1 if misaligned else 0
+        a = torch.randn(n + first, device="cuda").to(dtype)[first:]
+        b = torch.randn(n + first, device="cuda").to(dtype)[first:]
         f = maybe_compile(op, compiled)
         return (lambda: f(a, b)), None
 
@@ -189,6 +191,8 @@ def all_cases():
         "copy_d2d_256MB": ("bytes", 2 * 256 * MB, None),
         "add_f32_256MB": case_binary(torch.add, torch.float32),
         "add_bf16_256MB": case_binary(torch.add, torch.bfloat16),
+        "add_f32_256MB_misaligned": case_binary(torch.add, torch.float32, misaligned=True),
+        "add_bf16_256MB_misaligned": case_binary(torch.add, torch.bfloat16, misaligned=True),
         "mul_f32_256MB": case_binary(torch.mul, torch.float32),
         "cast_f32_bf16_256MB": case_cast(),
     }
