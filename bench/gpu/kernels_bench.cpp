@@ -216,7 +216,7 @@ void run_case(benchmark::State& state, const Work& work, const std::function<voi
   if (work.images > 0) state.counters["images/s"] = work.images / seconds;
 }
 
-// Runs `make_and_time(state)` and turns an exception during setup (allocating, filling the
+// Runs `body(state)` and turns an exception during setup (allocating, filling the
 // inputs) into a skipped case too.
 void guarded(benchmark::State& state, const std::function<void(benchmark::State&)>& body) {
   try {
