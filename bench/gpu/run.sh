@@ -1,31 +1,233 @@
 #!/usr/bin/env bash
-# One call on the GPU machine (see ../shared/GPU.md): unpack the Debian libraries carried in .debs,
-# build for sm_90 with CUDA on, run every test (the GPU tests run there instead of skipping), and
-# write logs under $OUT.
+# The one call a session with a GPU makes (see ../shared/GPU.md and /work/.library/device/):
+# unpack the Debian libraries carried in .debs, configure for sm_90 with CUDA and the benchmarks
+# on, build only what the GPU steps need (ninja -j16), then
+#   1. ember_cuda_tests (EMBER_CUDA_POISON=1: new allocations filled with NaN where supported),
+#   2. ember_cuda_tests again under compute-sanitizer memcheck (a filtered subset: the elementwise,
+#      reduction and random kernels; set SANITIZE_FILTER to change it),
+#   3. ember_gpu_bench (bench/gpu/kernels_bench.cpp) and ember_gemm_bench when that target exists,
+#   4. bench/gpu/torch_side_by_side.py: the same cases in PyTorch, a markdown table,
+#   5. `ember train` with the cuda and amp (bf16) engines for one short epoch (when Fashion-MNIST
+#      is carried in .debs/fashion-mnist) and bench/gpu/torch_train_loop.py (random data) for
+#      images/s,
+#   6. the rest of the build and the whole ctest (the CPU suites; the cuda label ran in step 1),
+# and print a summary table last. Each step has a time budget and the whole stays under BUDGET_S
+# (default 570 s: the device allows 600 s a call); a step that runs out is reported and the next
+# one starts.
 #
-#   here, once:  echo /.debs/ >> .git/info/exclude; mkdir -p .debs && (cd .debs && apt-get download \
-#                  libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libgtest-dev \
-#                  libbenchmark-dev libbenchmark1debian googletest zlib1g-dev)
-#   device tool: run(command="bash bench/gpu/run.sh", carry=[".debs"])
+# Here, once, in the repository root (fetches ~45 MB into the git-ignored .debs/):
+#     bash bench/gpu/prepare.sh
+# Then the session calls the device tool:
+#     run(command="bash bench/gpu/run.sh", carry=[".debs"], timeout_s=600)
+# Everything may not fit in one call's 600 s (a build from scratch takes minutes): the steps run
+# in order of value and the last ones are skipped when the budget runs out, saying so. To get them
+# all, split the work over two calls while the machine is warm (build-gpu/ and /tmp/ember-gpu stay
+# between calls on a warm machine; a cold one rebuilds, which the `build` step does):
+#     run(command="bash bench/gpu/run.sh build test sanitize bench torch", carry=[".debs"])
+#     run(command="bash bench/gpu/run.sh build train ctest", carry=[".debs"])
+# Steps: build test sanitize bench torch train ctest (default: all of them, in that order).
+# Environment: BUDGET_S (570), EMBER_CUDA_ARCHS (90; "90a" for wgmma kernels), REPETITIONS (10),
+# SANITIZE_FILTER (a gtest filter for the memcheck run).
 #
-# Not yet run on a GPU: the first session with one should fix what this gets wrong.
+# What comes back ($OUT, at most 8 files): summary.md (the tables), side_by_side.md,
+# gpu_bench.json (Google Benchmark, medians), torch_bench.json, logs.tar.gz (every log and JSON).
 set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/ember-gpu-out}
-mkdir -p "$OUT" /tmp/deb
-for f in .debs/*.deb; do dpkg -x "$f" /tmp/deb; done
-export CMAKE_PREFIX_PATH=/tmp/deb/usr
-export LD_LIBRARY_PATH=/tmp/deb/usr/lib/x86_64-linux-gnu/openblas-pthread:/tmp/deb/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+BUDGET_S=${BUDGET_S:-570}
+WORK=/tmp/ember-gpu
+BUILD=build-gpu
+mkdir -p "$OUT" "$WORK/logs"
+START=$(date +%s)
+steps=("$@")
+[[ ${#steps[@]} -eq 0 ]] && steps=(build test sanitize bench torch train ctest)
+wants() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 
-cudnn_root=$(python3 -c "import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__))" 2>/dev/null || true)
+# /tmp/ember-gpu stays on a warm machine: drop the last call's results of the steps run now.
+wants bench && rm -f "$WORK"/logs/gpu_bench* "$WORK"/logs/gemm_bench*
+wants torch && rm -f "$WORK"/logs/side_by_side.md "$WORK"/logs/torch_bench.json
+wants train && rm -rf "$WORK"/logs/train_* "$WORK"/logs/torch_train_loop.*
+
+declare -a SUMMARY=()
+note() { SUMMARY+=("| $1 | $2 | $3 |"); }  # step, result, seconds
+elapsed() { echo $(($(date +%s) - START)); }
+# budget N: seconds a step may take, no more than what is left of BUDGET_S (less 15 s to pack).
+budget() {
+  local left=$((BUDGET_S - $(elapsed) - 15))
+  ((left < $1)) && echo $((left > 0 ? left : 1)) || echo "$1"
+}
+# step NAME SECONDS LOG COMMAND...: runs COMMAND with a timeout, its output in LOG.
+step() {
+  local name=$1 seconds log=$WORK/logs/$3 t0 rc
+  seconds=$(budget "$2")
+  shift 3
+  if ((seconds < 10)); then
+    note "$name" "skipped: no time left of BUDGET_S=$BUDGET_S" 0
+    echo "== $name: skipped, no time left"
+    return 125
+  fi
+  t0=$(date +%s)
+  echo "== $name (budget ${seconds} s, $(elapsed) s elapsed)"
+  timeout --kill-after=10 "$seconds" "$@" > "$log" 2>&1
+  rc=$?
+  local took=$(($(date +%s) - t0)) result="ok"
+  ((rc == 124 || rc == 137)) && result="TIMED OUT after ${seconds} s"
+  ((rc != 0 && rc != 124 && rc != 137)) && result="FAILED (exit $rc)"
+  note "$name" "$result" "$took"
+  echo "   $result in ${took} s (log: $(basename "$log"))"
+  return $rc
+}
+pack() {  # what comes back: at most 8 files in $OUT
+  tar -czf "$OUT/logs.tar.gz" -C "$WORK" logs 2>/dev/null
+  for f in gpu_bench.json side_by_side.md torch_bench.json; do
+    [[ -f $WORK/logs/$f ]] && cp "$WORK/logs/$f" "$OUT/"
+  done
+}
+
+# ---- unpack the carried Debian packages (never into /) -----------------------------------------
+DEB=/tmp/deb
+mkdir -p $DEB
+for f in .debs/*.deb; do
+  [[ -f $f ]] || { echo "no .debs/*.deb: run bench/gpu/prepare.sh here and carry .debs" >&2; break; }
+  if command -v dpkg > /dev/null; then
+    dpkg -x "$f" $DEB
+  else  # no dpkg: a .deb is an ar archive holding data.tar.*
+    (d=$(mktemp -d) && cd "$d" && ar x "$OLDPWD/$f" && tar -xf data.tar.* -C $DEB && rm -rf "$d")
+  fi
+done
+LIBDIR=$DEB/usr/lib/x86_64-linux-gnu
+# zlib1g-dev's libz.so links to /lib/x86_64-linux-gnu/libz.so.1.2.13, Debian 12's runtime: point
+# it at this machine's libz.so.1 (any 1.x has the same ABI).
+for z in /lib/x86_64-linux-gnu/libz.so.1 /usr/lib/x86_64-linux-gnu/libz.so.1; do
+  [[ -e $z ]] && { ln -sf "$z" $LIBDIR/libz.so; break; }
+done
+export CMAKE_PREFIX_PATH=$DEB/usr
+# FindBLAS also searches LD_LIBRARY_PATH: that is how it finds openblas-pthread/libopenblas.so.
+export LD_LIBRARY_PATH=$LIBDIR/openblas-pthread:$LIBDIR:${LD_LIBRARY_PATH:-}
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+DATA=.debs/fashion-mnist
+[[ -f $DATA/train-images-idx3-ubyte.gz ]] && export EMBER_FASHION_MNIST=$PWD/$DATA
+
 {
-  cmake -S . -B build-gpu -G Ninja -DEMBER_CUDA=ON -DEMBER_MPI=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
-    ${cudnn_root:+-DCUDNN_ROOT=$cudnn_root} &&
-    cmake --build build-gpu --parallel 16
-} > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+  nvidia-smi
+  nvcc --version
+  cmake --version | head -1
+  python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))"
+} > "$WORK/logs/machine.txt" 2>&1
+head -12 "$WORK/logs/machine.txt" | grep -E "NVIDIA|Driver|MiB" | head -3
 
-(cd build-gpu && OMP_NUM_THREADS=8 ctest --output-on-failure --timeout 600 -j8) > "$OUT/ctest.log" 2>&1
-status=$?
-./build-gpu/bin/ember_cuda_tests --gtest_output=json:"$OUT/cuda_tests.json" > "$OUT/cuda_tests.log" 2>&1
-grep -E "tests passed|tests failed|FAILED|PASSED|SKIPPED" "$OUT/ctest.log" "$OUT/cuda_tests.log" | tail -20
-exit $status
+# ---- configure and build (only the targets the GPU steps need) ---------------------------------
+cudnn_root=$(python3 -c "import nvidia.cudnn, os; print(list(nvidia.cudnn.__path__)[0])" 2> /dev/null || true)
+targets() {  # the GPU steps' targets; ember_gemm_bench only where another branch added it
+  local t=(ember_cuda_tests ember_gpu_bench ember_cli)
+  ninja -C $BUILD -t targets all 2> /dev/null | grep -q '^ember_gemm_bench:' && t+=(ember_gemm_bench)
+  echo "${t[@]}"
+}
+if wants build; then
+  step configure 90 configure.log cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DEMBER_CUDA=ON -DEMBER_MPI=OFF -DEMBER_NCCL=OFF -DEMBER_BENCH=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="${EMBER_CUDA_ARCHS:-90}" -DZLIB_ROOT=$DEB/usr \
+    ${cudnn_root:+-DCUDNN_ROOT=$cudnn_root} || { tail -30 "$WORK/logs/configure.log"; pack; exit 1; }
+  # shellcheck disable=SC2046
+  step build 300 build.log ninja -C $BUILD -j16 $(targets) ||
+    { grep -E "error|FAILED" "$WORK/logs/build.log" | head -20; tail -5 "$WORK/logs/build.log"; }
+fi
+BIN=$BUILD/bin
+
+# ---- 1. the CUDA tests, 2. under compute-sanitizer ---------------------------------------------
+if wants test && [[ -x $BIN/ember_cuda_tests ]]; then
+  # EMBER_CUDA_POISON=1 for the tests only: it would slow the benchmarks' allocations down.
+  step cuda_tests 120 cuda_tests.log env EMBER_CUDA_POISON=1 $BIN/ember_cuda_tests \
+    --gtest_output=json:$WORK/logs/cuda_tests.json
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran" "$WORK/logs/cuda_tests.log" | grep -v "^\[  SKIPPED \] [A-Z]" | tail -8
+  grep -E "^\[  FAILED  \] [A-Z]" "$WORK/logs/cuda_tests.log" | head -20
+fi
+if wants sanitize && [[ -x $BIN/ember_cuda_tests ]]; then
+  sanitizer=$(command -v compute-sanitizer || command -v /usr/local/cuda/bin/compute-sanitizer)
+  if [[ -n $sanitizer ]]; then
+    filter=${SANITIZE_FILTER:-CudaElementwiseVector.*:Cuda.*:*CudaOpCaseTest*add*:*CudaOpCaseTest*mul*}
+    step memcheck 120 memcheck.log env EMBER_CUDA_POISON=1 "$sanitizer" --tool memcheck --error-exitcode 99 --print-limit 30 \
+      $BIN/ember_cuda_tests --gtest_filter="$filter"
+    grep -E "ERROR SUMMARY|Invalid|out of bounds|^\[  (PASSED|FAILED) " "$WORK/logs/memcheck.log" | head -12
+  else
+    note memcheck "no compute-sanitizer on this machine" 0
+  fi
+fi
+pack
+
+# ---- 3. benchmarks -----------------------------------------------------------------------------
+if wants bench && [[ -x $BIN/ember_gpu_bench ]]; then
+  step gpu_bench 180 gpu_bench.log $BIN/ember_gpu_bench --benchmark_repetitions="${REPETITIONS:-10}" \
+    --benchmark_report_aggregates_only=true --benchmark_out=$WORK/logs/gpu_bench.json \
+    --benchmark_out_format=json --skipped_out=$WORK/logs/gpu_bench_skipped.json
+  grep -E "copy|_median|skipped|:" "$WORK/logs/gpu_bench.log" | grep -vE "_(mean|stddev|cv)" | cut -c1-160 | head -40
+fi
+if wants bench && [[ -x $BIN/ember_gemm_bench ]]; then
+  step gemm_bench 90 gemm_bench.log $BIN/ember_gemm_bench --benchmark_repetitions=5 \
+    --benchmark_report_aggregates_only=true --benchmark_out=$WORK/logs/gemm_bench.json \
+    --benchmark_out_format=json
+  grep -E "_median" "$WORK/logs/gemm_bench.log" | cut -c1-160 | head -30
+fi
+pack
+
+# ---- 4. PyTorch side by side -------------------------------------------------------------------
+if wants torch; then
+  step torch_side_by_side 150 torch_side_by_side.log python3 bench/gpu/torch_side_by_side.py \
+    --ember-json $WORK/logs/gpu_bench.json --ember-skipped $WORK/logs/gpu_bench_skipped.json \
+    --out $WORK/logs --compile-budget 80
+  pack
+fi
+
+# ---- 5. training: ember train (cuda, amp) and a plain PyTorch loop -----------------------------
+if wants train; then
+  if [[ -n ${EMBER_FASHION_MNIST:-} && -x $BIN/ember ]]; then
+    for engine in cuda amp; do
+      amp_flag=()
+      [[ $engine == amp ]] && amp_flag=(--amp bf16)
+      step "ember train --engine $engine" 75 "train_$engine.log" $BIN/ember train --engine $engine \
+        "${amp_flag[@]}" --epochs 1 --batch-size 512 --model-size 64 --limit-train 20480 \
+        --limit-valid 2048 --data "$EMBER_FASHION_MNIST" --logdir "$WORK/logs/train_$engine" --quiet
+      tail -3 "$WORK/logs/train_$engine.log"
+      [[ -f $WORK/logs/train_$engine/metrics.csv ]] && cat "$WORK/logs/train_$engine/metrics.csv"
+      rm -f "$WORK"/logs/train_$engine/*.ckpt  # large and of no use here
+    done
+  else
+    note "ember train" "skipped: no Fashion-MNIST carried (.debs/fashion-mnist) or no ember binary" 0
+  fi
+  step torch_train_loop 90 torch_train_loop.log python3 bench/gpu/torch_train_loop.py --size 64 \
+    --batch 512 --amp bf16 --steps 30 --json $WORK/logs/torch_train_loop.json
+  grep "images/s\|failed" "$WORK/logs/torch_train_loop.log"
+  pack
+fi
+
+# ---- 6. everything else, and the whole ctest -----------------------------------------------------
+if wants ctest; then
+  if step build_all 200 build_all.log ninja -C $BUILD -j16 -k 0; then :; fi
+  step ctest 240 ctest.log ctest --test-dir $BUILD --output-on-failure --timeout 300 -j16 -LE '^cuda$'
+  grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)" "$WORK/logs/ctest.log" | head -20
+fi
+
+# ---- summary ---------------------------------------------------------------------------------
+{
+  echo "# ember on $(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1), $(date -u +%F)"
+  echo
+  echo "| step | result | seconds |"
+  echo "|---|---|---:|"
+  printf '%s\n' "${SUMMARY[@]}"
+  echo
+  if [[ -f $WORK/logs/gpu_bench.json ]]; then
+    python3 bench/gpu/ember_table.py "$WORK/logs/gpu_bench.json" "$WORK/logs/gpu_bench_skipped.json"
+    echo
+  fi
+  [[ -f $WORK/logs/side_by_side.md ]] && cat "$WORK/logs/side_by_side.md" && echo
+  for engine in cuda amp; do
+    csv=$WORK/logs/train_$engine/metrics.csv
+    [[ -f $csv ]] && echo "ember train --engine $engine (metrics.csv):" && cat "$csv" && echo
+  done
+  [[ -f $WORK/logs/torch_train_loop.log ]] && grep "images/s" "$WORK/logs/torch_train_loop.log"
+} > "$WORK/logs/summary.md"
+cp "$WORK/logs/summary.md" "$OUT/summary.md"
+pack
+echo
+cat "$WORK/logs/summary.md"
+echo "($(elapsed) s in all; logs in \$OUT/logs.tar.gz)"

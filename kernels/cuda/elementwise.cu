@@ -104,16 +104,32 @@ __device__ __forceinline__ bool apply_compare(CompareOp op, Acc x, Acc y) {
   return false;
 }
 
+// Each body handles one element through operator()(offsets) and, on the vectorised flat path
+// (strided_loop.cuh), kVector elements at `first` with one packet load or store per operand.
+
 // operands {out, in}
 template <typename T>
 struct UnaryBody {
   using Acc = acc_t<T>;
+  static constexpr int kVector = vector_width<T>();
   UnaryOp op;
   Acc scalar;
   T* out;
   const T* in;
+  __device__ T one(T x) const { return convert<T>(apply_unary<Acc>(op, convert<Acc>(x), scalar)); }
   __device__ void operator()(const int64_t (&offset)[2]) const {
-    out[offset[0]] = convert<T>(apply_unary<Acc>(op, convert<Acc>(in[offset[1]]), scalar));
+    out[offset[0]] = one(in[offset[1]]);
+  }
+  __device__ void vector(int64_t first) const {
+    const Packet<T, kVector> x = load_packet<kVector>(in, first);
+    Packet<T, kVector> y;
+#pragma unroll
+    for (int j = 0; j < kVector; ++j)
+      y.values[j] = one(x.values[j]);
+    store_packet<kVector>(out, first, y);
+  }
+  bool vector_aligned() const {
+    return packet_aligned<kVector>(out) && packet_aligned<kVector>(in);
   }
 };
 
@@ -121,14 +137,29 @@ struct UnaryBody {
 template <typename T>
 struct BinaryBody {
   using Acc = acc_t<T>;
+  static constexpr int kVector = vector_width<T>();
   BinaryOp op;
   Acc alpha;
   T* out;
   const T* a;
   const T* b;
+  __device__ T one(T x, T y) const {
+    return convert<T>(apply_binary<Acc>(op, convert<Acc>(x), convert<Acc>(y), alpha));
+  }
   __device__ void operator()(const int64_t (&offset)[3]) const {
-    out[offset[0]] = convert<T>(
-        apply_binary<Acc>(op, convert<Acc>(a[offset[1]]), convert<Acc>(b[offset[2]]), alpha));
+    out[offset[0]] = one(a[offset[1]], b[offset[2]]);
+  }
+  __device__ void vector(int64_t first) const {
+    const Packet<T, kVector> x = load_packet<kVector>(a, first);
+    const Packet<T, kVector> y = load_packet<kVector>(b, first);
+    Packet<T, kVector> z;
+#pragma unroll
+    for (int j = 0; j < kVector; ++j)
+      z.values[j] = one(x.values[j], y.values[j]);
+    store_packet<kVector>(out, first, z);
+  }
+  bool vector_aligned() const {
+    return packet_aligned<kVector>(out) && packet_aligned<kVector>(a) && packet_aligned<kVector>(b);
   }
 };
 
@@ -136,42 +167,96 @@ struct BinaryBody {
 template <typename T>
 struct CompareBody {
   using Acc = acc_t<T>;
+  static constexpr int kVector = vector_width<T>();
   CompareOp op;
   bool* out;
   const T* a;
   const T* b;
+  __device__ bool one(T x, T y) const {
+    return apply_compare<Acc>(op, convert<Acc>(x), convert<Acc>(y));
+  }
   __device__ void operator()(const int64_t (&offset)[3]) const {
-    out[offset[0]] = apply_compare<Acc>(op, convert<Acc>(a[offset[1]]), convert<Acc>(b[offset[2]]));
+    out[offset[0]] = one(a[offset[1]], b[offset[2]]);
+  }
+  __device__ void vector(int64_t first) const {
+    const Packet<T, kVector> x = load_packet<kVector>(a, first);
+    const Packet<T, kVector> y = load_packet<kVector>(b, first);
+    Packet<bool, kVector> z;
+#pragma unroll
+    for (int j = 0; j < kVector; ++j)
+      z.values[j] = one(x.values[j], y.values[j]);
+    store_packet<kVector>(out, first, z);
+  }
+  bool vector_aligned() const {
+    return packet_aligned<kVector>(out) && packet_aligned<kVector>(a) && packet_aligned<kVector>(b);
   }
 };
 
 // operands {out, in}
 template <typename Dst, typename Src>
 struct CopyBody {
+  static constexpr int kVector = vector_width<Dst, Src>();
   Dst* out;
   const Src* in;
   __device__ void operator()(const int64_t (&offset)[2]) const {
     out[offset[0]] = convert<Dst>(in[offset[1]]);
+  }
+  __device__ void vector(int64_t first) const {
+    const Packet<Src, kVector> x = load_packet<kVector>(in, first);
+    Packet<Dst, kVector> y;
+#pragma unroll
+    for (int j = 0; j < kVector; ++j)
+      y.values[j] = convert<Dst>(x.values[j]);
+    store_packet<kVector>(out, first, y);
+  }
+  bool vector_aligned() const {
+    return packet_aligned<kVector>(out) && packet_aligned<kVector>(in);
   }
 };
 
 // operands {out}
 template <typename T>
 struct FillBody {
+  static constexpr int kVector = vector_width<T>();
   T* out;
   T value;
   __device__ void operator()(const int64_t (&offset)[1]) const { out[offset[0]] = value; }
+  __device__ void vector(int64_t first) const {
+    Packet<T, kVector> y;
+#pragma unroll
+    for (int j = 0; j < kVector; ++j)
+      y.values[j] = value;
+    store_packet<kVector>(out, first, y);
+  }
+  bool vector_aligned() const {
+    return packet_aligned<kVector>(out);
+  }
 };
 
 // operands {out, cond, a, b}
 template <typename T>
 struct WhereBody {
+  static constexpr int kVector = vector_width<T>();
   T* out;
   const bool* cond;
   const T* a;
   const T* b;
   __device__ void operator()(const int64_t (&offset)[4]) const {
     out[offset[0]] = cond[offset[1]] ? a[offset[2]] : b[offset[3]];
+  }
+  __device__ void vector(int64_t first) const {
+    const Packet<bool, kVector> c = load_packet<kVector>(cond, first);
+    const Packet<T, kVector> x = load_packet<kVector>(a, first);
+    const Packet<T, kVector> y = load_packet<kVector>(b, first);
+    Packet<T, kVector> z;
+#pragma unroll
+    for (int j = 0; j < kVector; ++j)
+      z.values[j] = c.values[j] ? x.values[j] : y.values[j];
+    store_packet<kVector>(out, first, z);
+  }
+  bool vector_aligned() const {
+    return packet_aligned<kVector>(out) && packet_aligned<kVector>(cond) &&
+           packet_aligned<kVector>(a) && packet_aligned<kVector>(b);
   }
 };
 

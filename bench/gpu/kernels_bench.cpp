@@ -1,0 +1,477 @@
+// Google Benchmark suite of ember's ops on one GPU, through the public op API (what users run),
+// timed as the hardware is measured: CUDA events around each call, warm-up first, the L2 cache
+// flushed before every timed call (a cudaMemsetAsync over 2x cudaDeviceProp::l2CacheSize), and
+// medians over repetitions.
+//
+//   cmake -S . -B build -G Ninja -DEMBER_CUDA=ON -DEMBER_BENCH=ON -DCMAKE_CUDA_ARCHITECTURES=90
+//   ninja -C build ember_gpu_bench
+//   build/bin/ember_gpu_bench --benchmark_repetitions=10 --benchmark_report_aggregates_only=true
+//     --benchmark_out=gpu_bench.json --benchmark_out_format=json --skipped_out=skipped.json
+//
+// bench/gpu/torch_side_by_side.py reads that JSON and times the same cases in PyTorch.
+//
+// Each case reports counters (medians over repetitions of each repetition's value):
+//   ms           time of one call
+//   GB/s         bytes / time, with bytes the fewest the op must move (each input read once, each
+//                output written once; decimal GB)
+//   pct_of_copy  GB/s over the device-to-device copy bandwidth measured at the start of the same
+//                run (cudaMemcpyAsync of 256 MB, counting bytes read plus bytes written)
+//   floor_ms     bytes / copy bandwidth: the time no version can beat by much
+// The bytes, with N elements of 4 bytes (f32) per tensor:
+//   add, mul        a, b read, out written                    3 N 4      (N = 64M: 256 MB each)
+//                   (_misaligned: inputs one element into their buffers: the scalar path)
+//   cast f32->bf16  read 4 N, write 2 N                       6 N
+//   softmax fwd     x read, y written                         2 N 4
+//   layer_norm fwd  x read, y written (weight, bias, stats: one row each, not counted)  2 N 4
+//   layer_norm f+b  forward 2 N 4, backward reads x and dy and writes dx: 3 N 4        5 N 4
+//   cross-entropy   forward reads the logits: N 4; backward reads them, writes dlogits: 2 N 4
+//   AdamW (f32)     per parameter: read p, g, m, v (16 B), write p, m, v (12 B) = 28 B; over
+//                   100M parameters 2.8 GB
+// matmul reports TFLOP/s (2 M N K); the resnet9 step reports ms and images/s.
+//
+// An op ember cannot run on CUDA yet (it throws "...: not implemented for CUDA tensors yet") is
+// reported as skipped with that message (state.SkipWithError), and the rest still run; the
+// reasons are printed at the end and written to --skipped_out=PATH (JSON) when given.
+#include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "nn/models.h"
+#include "optim/adam.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/stream.h"
+#include "runtime/ops.h"
+
+namespace ember {
+namespace {
+
+constexpr int kDevice = 0;
+constexpr int kWarmupCalls = 3;
+constexpr int64_t kMB = 1 << 20;
+constexpr int64_t k256MBofF32 = 256 * kMB / 4;  // 64M elements
+
+TensorOptions on_gpu(DType dtype = DType::f32) {
+  return TensorOptions(dtype, Device::cuda(kDevice));
+}
+cudaStream_t stream() {
+  return cuda::current_stream(kDevice);
+}
+
+// Written before every timed call so that no input is still in L2 from the last one.
+class L2Flusher {
+ public:
+  L2Flusher() {
+    cudaDeviceProp prop{};
+    EMBER_CUDA_CHECK(cudaGetDeviceProperties(&prop, kDevice));
+    bytes_ = 2 * static_cast<size_t>(std::max(prop.l2CacheSize, 1 << 20));
+    EMBER_CUDA_CHECK(cudaMalloc(&buffer_, bytes_));
+  }
+  ~L2Flusher() { cudaFree(buffer_); }
+  L2Flusher(const L2Flusher&) = delete;
+  L2Flusher& operator=(const L2Flusher&) = delete;
+  void flush() {
+    flips_ ^= 1;  // a different value each time: nothing can skip the write
+    EMBER_CUDA_CHECK(cudaMemsetAsync(buffer_, flips_, bytes_, stream()));
+  }
+
+ private:
+  void* buffer_ = nullptr;
+  size_t bytes_ = 0;
+  int flips_ = 0;
+};
+
+L2Flusher& flusher() {
+  static L2Flusher instance;
+  return instance;
+}
+
+class EventPair {
+ public:
+  EventPair() {
+    EMBER_CUDA_CHECK(cudaEventCreate(&start_));
+    EMBER_CUDA_CHECK(cudaEventCreate(&stop_));
+  }
+  ~EventPair() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  // Seconds `fn` takes on the current stream, after an L2 flush.
+  double time(const std::function<void()>& fn) {
+    flusher().flush();
+    EMBER_CUDA_CHECK(cudaEventRecord(start_, stream()));
+    fn();
+    EMBER_CUDA_CHECK(cudaEventRecord(stop_, stream()));
+    EMBER_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    EMBER_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms / 1e3;
+  }
+
+ private:
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// The D2D copy bandwidth in GB/s (bytes read + written), measured once: median of 21 copies of
+// 256 MB. Every memory-bound case is reported against it.
+double copy_bandwidth_gbps() {
+  static const double gbps = [] {
+    const size_t bytes = 256 * kMB;
+    void *src = nullptr, *dst = nullptr;
+    EMBER_CUDA_CHECK(cudaMalloc(&src, bytes));
+    EMBER_CUDA_CHECK(cudaMalloc(&dst, bytes));
+    EMBER_CUDA_CHECK(cudaMemsetAsync(src, 1, bytes, stream()));
+    EventPair events;
+    auto copy = [&] {
+      EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
+    };
+    for (int i = 0; i < kWarmupCalls; ++i)
+      events.time(copy);
+    std::vector<double> seconds;
+    for (int i = 0; i < 21; ++i)
+      seconds.push_back(events.time(copy));
+    std::nth_element(seconds.begin(), seconds.begin() + 10, seconds.end());
+    EMBER_CUDA_CHECK(cudaFree(src));
+    EMBER_CUDA_CHECK(cudaFree(dst));
+    return 2.0 * static_cast<double>(bytes) / seconds[10] / 1e9;
+  }();
+  return gbps;
+}
+
+// What one call moves and computes, for the counters.
+struct Work {
+  double bytes = 0;   // fewest bytes through device memory (0: not memory-bound)
+  double flops = 0;   // for matmul
+  double images = 0;  // for a training step
+};
+
+// Cases skipped and why, for --skipped_out: with --benchmark_report_aggregates_only Google
+// Benchmark leaves errored runs out of its JSON (they have no aggregates), so the side-by-side
+// script reads the reasons from here.
+std::map<std::string, std::string>& skipped_cases() {
+  static std::map<std::string, std::string> cases;
+  return cases;
+}
+std::string& current_case() {
+  static std::string name;
+  return name;
+}
+
+void skip(benchmark::State& state, const std::string& message) {
+  state.SkipWithError(message.c_str());
+  skipped_cases()[current_case()] = message;
+}
+
+// Times `call` once per benchmark iteration (manual time, CUDA events, L2 flushed first) after a
+// warm-up. `setup`, if any, runs before each call outside the timed region (e.g. dropping the
+// last call's gradients). An exception (an op not implemented for CUDA yet, say) skips the case
+// with its message.
+void run_case(benchmark::State& state, const Work& work, const std::function<void()>& call,
+              const std::function<void()>& setup = {}) {
+  EventPair events;
+  try {
+    for (int i = 0; i < kWarmupCalls; ++i) {
+      if (setup) setup();
+      call();
+    }
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  } catch (const std::exception& e) {
+    skip(state, e.what());
+    return;
+  }
+  double total_seconds = 0;
+  int64_t calls = 0;
+  for (auto _ : state) {
+    try {
+      if (setup) setup();
+      const double seconds = events.time(call);
+      state.SetIterationTime(seconds);
+      total_seconds += seconds;
+      ++calls;
+    } catch (const std::exception& e) {
+      skip(state, e.what());
+      break;
+    }
+  }
+  if (calls == 0 || total_seconds <= 0) return;
+  const double seconds = total_seconds / static_cast<double>(calls);
+  state.counters["ms"] = seconds * 1e3;
+  if (work.bytes > 0) {
+    const double gbps = work.bytes / seconds / 1e9;
+    state.counters["bytes"] = work.bytes;
+    state.counters["GB/s"] = gbps;
+    state.counters["pct_of_copy"] = 100.0 * gbps / copy_bandwidth_gbps();
+    state.counters["floor_ms"] = work.bytes / (copy_bandwidth_gbps() * 1e9) * 1e3;
+  }
+  if (work.flops > 0) state.counters["TFLOP/s"] = work.flops / seconds / 1e12;
+  if (work.images > 0) state.counters["images/s"] = work.images / seconds;
+}
+
+// Runs `body(state)` and turns an exception during setup (allocating, filling the
+// inputs) into a skipped case too.
+void guarded(benchmark::State& state, const std::function<void(benchmark::State&)>& body) {
+  try {
+    body(state);
+  } catch (const std::exception& e) {
+    skip(state, e.what());
+  }
+}
+
+// ---- the cases -------------------------------------------------------------------------------
+
+void bm_copy(benchmark::State& state) {
+  const Tensor src = randn({k256MBofF32}, on_gpu());
+  Tensor dst = empty({k256MBofF32}, on_gpu());
+  run_case(state, {.bytes = 2.0 * 256 * kMB}, [&] {
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), 256 * kMB,
+                                     cudaMemcpyDeviceToDevice, stream()));
+  });
+}
+
+// a + b or a * b over 256 MB per tensor (64M f32 or 128M bf16). misaligned: a and b are views
+// starting one element into their buffers, which keeps the elementwise kernel off its 16-byte
+// vector path (kernels/cuda/strided_loop.cuh): the same bytes, one element per access.
+void bm_binary(benchmark::State& state, bool multiply, DType dtype, bool misaligned = false) {
+  const int64_t n = 256 * kMB / static_cast<int64_t>(element_size(dtype));
+  const int64_t first = misaligned ? 1 : 0;
+  const Tensor a = randn({n + first}, on_gpu()).to(dtype).slice(0, first, n + first);
+  const Tensor b = randn({n + first}, on_gpu()).to(dtype).slice(0, first, n + first);
+  run_case(state, {.bytes = 3.0 * 256 * kMB},
+           [&] { const Tensor out = multiply ? mul(a, b) : add(a, b); });
+}
+
+void bm_cast_to_bf16(benchmark::State& state) {
+  const Tensor x = randn({k256MBofF32}, on_gpu());
+  run_case(state, {.bytes = 6.0 * static_cast<double>(k256MBofF32)},
+           [&] { const Tensor out = x.to(DType::bf16); });
+}
+
+// x (256 MB / 4 / row, row) f32.
+Shape rows_of(int64_t row) {
+  return {k256MBofF32 / row, row};
+}
+
+void bm_softmax(benchmark::State& state, int64_t row) {
+  const Tensor x = randn(rows_of(row), on_gpu());
+  run_case(state, {.bytes = 2.0 * 4 * static_cast<double>(k256MBofF32)},
+           [&] { const Tensor y = softmax(x, -1); });
+}
+
+void bm_layer_norm(benchmark::State& state, int64_t row, bool backward) {
+  const double n_bytes = 4.0 * static_cast<double>(k256MBofF32);
+  Tensor x = randn(rows_of(row), on_gpu());
+  Tensor weight = randn({row}, on_gpu()), bias = randn({row}, on_gpu());
+  const Tensor dy = randn(rows_of(row), on_gpu());
+  if (backward) {
+    x.requires_grad_();
+    weight.requires_grad_();
+    bias.requires_grad_();
+  }
+  // Gradients set to none before each call, so the backward writes them instead of adding.
+  auto drop_grads = [&] {
+    for (Tensor* t : {&x, &weight, &bias})
+      t->set_grad(Tensor());
+  };
+  run_case(
+      state, {.bytes = (backward ? 5.0 : 2.0) * n_bytes},
+      [&] {
+        const Tensor y = layer_norm(x, {row}, weight, bias);
+        if (backward) y.backward(dy);
+      },
+      backward ? std::function<void()>(drop_grads) : std::function<void()>());
+}
+
+void bm_cross_entropy(benchmark::State& state, int64_t classes, bool backward) {
+  const double n_bytes = 4.0 * static_cast<double>(k256MBofF32);
+  Tensor logits = randn(rows_of(classes), on_gpu());
+  const Tensor target = randint(0, classes, {k256MBofF32 / classes}, on_gpu(DType::i64));
+  if (backward) logits.requires_grad_();
+  run_case(
+      state, {.bytes = (backward ? 3.0 : 1.0) * n_bytes},
+      [&] {
+        const Tensor loss = cross_entropy(logits, target);
+        if (backward) loss.backward();
+      },
+      backward ? std::function<void()>([&] { logits.set_grad(Tensor()); })
+               : std::function<void()>());
+}
+
+// 100M f32 parameters in 25 tensors of 4M (a model's worth of layers), gradients random.
+constexpr int64_t kAdamTensors = 25, kAdamTensorSize = 4'000'000;
+
+void bm_adamw(benchmark::State& state) {
+  std::vector<Tensor> params;
+  for (int64_t i = 0; i < kAdamTensors; ++i) {
+    Tensor p = randn({kAdamTensorSize}, on_gpu());
+    p.requires_grad_();
+    p.set_grad(randn({kAdamTensorSize}, on_gpu()));
+    params.push_back(p);
+  }
+  optim::AdamWOptions options;
+  options.fused = true;
+  optim::AdamW adamw(params, options);
+  run_case(state, {.bytes = 28.0 * static_cast<double>(kAdamTensors * kAdamTensorSize)},
+           [&] { adamw.step(); });
+}
+
+void bm_matmul(benchmark::State& state, int64_t size, DType dtype) {
+  const Tensor a = randn({size, size}, on_gpu()).to(dtype),
+               b = randn({size, size}, on_gpu()).to(dtype);
+  const double m = static_cast<double>(size);
+  run_case(state, {.flops = 2.0 * m * m * m}, [&] { const Tensor c = matmul(a, b); });
+}
+
+// One training step of nn::resnet9 (width 64, 1 input channel, 10 classes) on a batch of 512
+// random 32x32 images under bf16 autocast: zero_grad, forward, cross-entropy, backward, Adam step
+// (Adam, as `ember train` uses).
+void bm_resnet9_step(benchmark::State& state) {
+  constexpr int64_t kBatch = 512;
+  Generator generator(7);
+  auto model = nn::resnet9(1, 10, 64);
+  model->to(Device::cuda(kDevice));
+  model->train();
+  optim::AdamOptions options;
+  options.lr = 2e-3;
+  optim::Adam adam(model->named_parameters(), options);
+  const Tensor images = randn({kBatch, 1, 32, 32}, on_gpu(), &generator);
+  const Tensor labels = randint(0, 10, {kBatch}, on_gpu(DType::i64), &generator);
+  run_case(state, {.images = static_cast<double>(kBatch)}, [&] {
+    adam.zero_grad();
+    Tensor loss;
+    {
+      AutocastGuard autocast(DType::bf16);
+      loss = cross_entropy((*model)(images), labels);
+    }
+    loss.backward();
+    adam.step();
+  });
+}
+
+void register_cases() {
+  using benchmark::State;
+  // Each case: its own name (bench/gpu/torch_side_by_side.py uses the same), manual time from
+  // CUDA events, a fixed number of timed calls per repetition.
+  auto add_case = [](const std::string& name, int iterations, std::function<void(State&)> fn) {
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [name, fn](State& state) {
+                                   current_case() = name;
+                                   guarded(state, fn);
+                                 })
+        ->UseManualTime()
+        ->Iterations(iterations)
+        ->Unit(benchmark::kMillisecond);
+  };
+  add_case("copy_d2d_256MB", 20, bm_copy);
+  add_case("add_f32_256MB", 20, [](State& s) { bm_binary(s, false, DType::f32); });
+  add_case("add_bf16_256MB", 20, [](State& s) { bm_binary(s, false, DType::bf16); });
+  add_case("add_f32_256MB_misaligned", 20, [](State& s) { bm_binary(s, false, DType::f32, true); });
+  add_case("add_bf16_256MB_misaligned", 20,
+           [](State& s) { bm_binary(s, false, DType::bf16, true); });
+  add_case("mul_f32_256MB", 20, [](State& s) { bm_binary(s, true, DType::f32); });
+  add_case("cast_f32_bf16_256MB", 20, bm_cast_to_bf16);
+  for (const auto& [row, label] :
+       {std::pair<int64_t, const char*>{1024, "1K"}, {4096, "4K"}, {32768, "32K"}}) {
+    const int64_t r = row;
+    add_case(std::string("softmax_row") + label, 10, [r](State& s) { bm_softmax(s, r); });
+    add_case(std::string("layer_norm_fwd_row") + label, 10,
+             [r](State& s) { bm_layer_norm(s, r, false); });
+    add_case(std::string("layer_norm_fwdbwd_row") + label, 5,
+             [r](State& s) { bm_layer_norm(s, r, true); });
+    add_case(std::string("cross_entropy_fwd_row") + label, 10,
+             [r](State& s) { bm_cross_entropy(s, r, false); });
+    add_case(std::string("cross_entropy_fwdbwd_row") + label, 5,
+             [r](State& s) { bm_cross_entropy(s, r, true); });
+  }
+  add_case("adamw_fused_100M", 10, bm_adamw);
+  add_case("matmul_bf16_8192", 10, [](State& s) { bm_matmul(s, 8192, DType::bf16); });
+  add_case("matmul_f32_4096", 10, [](State& s) { bm_matmul(s, 4096, DType::f32); });
+  add_case("resnet9_s64_b512_bf16_step", 10, bm_resnet9_step);
+}
+
+}  // namespace
+}  // namespace ember
+
+namespace {
+
+// Our one flag, --skipped_out=PATH (a JSON object: case -> reason), taken out of argv before
+// Google Benchmark parses the rest.
+std::string take_skipped_out(int& argc, char** argv) {
+  const std::string prefix = "--skipped_out=";
+  std::string path;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind(prefix, 0) == 0) {
+      path = arg.substr(prefix.size());
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  return path;
+}
+
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+void write_skipped(const std::string& path) {
+  const auto& cases = ember::skipped_cases();
+  if (!cases.empty()) std::printf("\nskipped cases:\n");
+  for (const auto& [name, reason] : cases)
+    std::printf("  %s: %s\n", name.c_str(), reason.c_str());
+  if (path.empty()) return;
+  std::ofstream out(path);
+  out << "{";
+  const char* separator = "\n";
+  for (const auto& [name, reason] : cases) {
+    out << separator << "  " << json_string(name) << ": " << json_string(reason);
+    separator = ",\n";
+  }
+  out << "\n}\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string skipped_out = take_skipped_out(argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (ember::cuda_device_count() == 0) {
+    std::fprintf(stderr,
+                 "ember_gpu_bench: no CUDA device visible (nvidia-smi? CUDA_VISIBLE_DEVICES?)\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  EMBER_CUDA_CHECK(cudaGetDeviceProperties(&prop, ember::kDevice));
+  benchmark::AddCustomContext("gpu", prop.name);
+  benchmark::AddCustomContext("l2_bytes", std::to_string(prop.l2CacheSize));
+  benchmark::AddCustomContext("copy_GBps", std::to_string(ember::copy_bandwidth_gbps()));
+  std::printf("%s: L2 %d MB, device-to-device copy %.0f GB/s (read + write, 256 MB)\n", prop.name,
+              prop.l2CacheSize >> 20, ember::copy_bandwidth_gbps());
+  ember::register_cases();
+  benchmark::RunSpecifiedBenchmarks();
+  write_skipped(skipped_out);
+  benchmark::Shutdown();
+  return 0;
+}

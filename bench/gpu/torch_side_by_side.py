@@ -1,0 +1,371 @@
+#!/usr/bin/env python3
+"""The cases of bench/gpu/kernels_bench.cpp in PyTorch on the same GPU, next to ember's numbers.
+
+Timed as ember's bench times them: CUDA events around each call, a warm-up, the L2 cache flushed
+before every timed call (a write over 2x the L2 size), the median over the timed calls. Each case
+runs eagerly, and through torch.compile where that works (a failure is reported, not fatal).
+
+Reads ember's Google Benchmark JSON (ember_gpu_bench --benchmark_out=FILE
+--benchmark_out_format=json, with --benchmark_repetitions and aggregates) and prints a markdown
+table: case, ember GB/s (ms, TFLOP/s or images/s where the case is not memory-bound), % of the copy
+bandwidth, PyTorch eager and compiled, and ember / PyTorch (> 1: ember is faster). The table also
+goes to OUT/side_by_side.md, PyTorch's own numbers to OUT/torch_bench.json.
+
+    python3 bench/gpu/torch_side_by_side.py --ember-json $OUT/gpu_bench.json --out $OUT
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+MB = 1 << 20
+N256 = 256 * MB // 4  # f32 elements in 256 MB
+ROWS = [(1024, "1K"), (4096, "4K"), (32768, "32K")]
+
+
+class Timer:
+    """CUDA-event timing with an L2 flush before each call (as ember's EventPair)."""
+
+    def __init__(self):
+        props = torch.cuda.get_device_properties(0)
+        l2 = getattr(props, "L2_cache_size", 0) or 64 * MB
+        self.flush_buffer = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.stop = torch.cuda.Event(enable_timing=True)
+        self.flips = 0
+
+    def once(self, fn, setup=None):
+        if setup:
+            setup()
+        self.flips ^= 1
+        self.flush_buffer.fill_(self.flips)
+        self.start.record()
+        fn()
+        self.stop.record()
+        self.stop.synchronize()
+        return self.start.elapsed_time(self.stop) / 1e3
+
+    def median(self, fn, calls, setup=None, warmup=3):
+        for _ in range(warmup):
+            if setup:
+                setup()
+            fn()
+        torch.cuda.synchronize()
+        seconds = sorted(self.once(fn, setup) for _ in range(calls))
+        return seconds[len(seconds) // 2]
+
+
+def copy_bandwidth(timer):
+    src = torch.randn(N256, device="cuda")
+    dst = torch.empty_like(src)
+    seconds = timer.median(lambda: dst.copy_(src), 21)
+    return 2 * 256 * MB / seconds / 1e9
+
+
+# ---- the cases: name -> (kind, amount, make) ---------------------------------------------------
+# kind "bytes": amount is the bytes one call must move (as kernels_bench.cpp counts them);
+# "flops": floating-point operations; "images": images per training step.
+# make(compiled) returns (fn, setup); compiled=True wraps the op in torch.compile.
+
+
+def maybe_compile(fn, compiled):
+    return torch.compile(fn) if compiled else fn
+
+
+def case_binary(op, dtype, misaligned=False):
+    """misaligned: views one element into their buffers, as kernels_bench.cpp's _misaligned."""
+    def make(compiled):
+        n = 256 * MB // torch.tensor([], dtype=dtype).element_size()
+        first = 1 if misaligned else 0
+        a = torch.randn(n + first, device="cuda").to(dtype)[first:]
+        b = torch.randn(n + first, device="cuda").to(dtype)[first:]
+        f = maybe_compile(op, compiled)
+        return (lambda: f(a, b)), None
+
+    return ("bytes", 3 * 256 * MB, make)
+
+
+def case_cast():
+    def make(compiled):
+        x = torch.randn(N256, device="cuda")
+        f = maybe_compile(lambda t: t.to(torch.bfloat16), compiled)
+        return (lambda: f(x)), None
+
+    return ("bytes", 6 * N256, make)
+
+
+def case_softmax(row):
+    def make(compiled):
+        x = torch.randn(N256 // row, row, device="cuda")
+        f = maybe_compile(lambda t: torch.softmax(t, -1), compiled)
+        return (lambda: f(x)), None
+
+    return ("bytes", 2 * 4 * N256, make)
+
+
+def case_layer_norm(row, backward):
+    def make(compiled):
+        x = torch.randn(N256 // row, row, device="cuda", requires_grad=backward)
+        w = torch.randn(row, device="cuda", requires_grad=backward)
+        b = torch.randn(row, device="cuda", requires_grad=backward)
+        dy = torch.randn(N256 // row, row, device="cuda")
+        f = maybe_compile(lambda t, w_, b_: F.layer_norm(t, (row,), w_, b_), compiled)
+
+        def call():
+            y = f(x, w, b)
+            if backward:
+                y.backward(dy)
+
+        def drop_grads():
+            x.grad = w.grad = b.grad = None
+
+        return call, (drop_grads if backward else None)
+
+    return ("bytes", (5 if backward else 2) * 4 * N256, make)
+
+
+def case_cross_entropy(classes, backward):
+    def make(compiled):
+        logits = torch.randn(N256 // classes, classes, device="cuda", requires_grad=backward)
+        target = torch.randint(0, classes, (N256 // classes,), device="cuda")
+        f = maybe_compile(F.cross_entropy, compiled)
+
+        def call():
+            loss = f(logits, target)
+            if backward:
+                loss.backward()
+
+        def drop_grads():
+            logits.grad = None
+
+        return call, drop_grads
+
+    return ("bytes", (3 if backward else 1) * 4 * N256, make)
+
+
+def case_adamw():
+    tensors, size = 25, 4_000_000
+
+    def make(compiled):
+        if compiled:
+            raise NotApplicable("torch's fused AdamW is already fused")
+        params = [torch.randn(size, device="cuda", requires_grad=True) for _ in range(tensors)]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-2, fused=True)
+        return opt.step, None
+
+    return ("bytes", 28 * tensors * size, make)
+
+
+def case_matmul(size, dtype):
+    def make(compiled):
+        a = torch.randn(size, size, device="cuda").to(dtype)
+        b = torch.randn(size, size, device="cuda").to(dtype)
+        f = maybe_compile(torch.matmul, compiled)
+        return (lambda: f(a, b)), None
+
+    return ("flops", 2 * size**3, make)
+
+
+def case_resnet9():
+    def make(compiled):
+        if compiled:  # a minute of compiling: torch_train_loop.py --compile measures it
+            raise NotApplicable("see torch_train_loop.py --compile")
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import torch_train_loop
+
+        step, _ = torch_train_loop.make_step(64, 512, "bf16", compile_model=compiled)
+        return step, None
+
+    return ("images", 512, make)
+
+
+def all_cases():
+    cases = {
+        "copy_d2d_256MB": ("bytes", 2 * 256 * MB, None),
+        "add_f32_256MB": case_binary(torch.add, torch.float32),
+        "add_bf16_256MB": case_binary(torch.add, torch.bfloat16),
+        "add_f32_256MB_misaligned": case_binary(torch.add, torch.float32, misaligned=True),
+        "add_bf16_256MB_misaligned": case_binary(torch.add, torch.bfloat16, misaligned=True),
+        "mul_f32_256MB": case_binary(torch.mul, torch.float32),
+        "cast_f32_bf16_256MB": case_cast(),
+    }
+    for row, label in ROWS:
+        cases[f"softmax_row{label}"] = case_softmax(row)
+        cases[f"layer_norm_fwd_row{label}"] = case_layer_norm(row, False)
+        cases[f"layer_norm_fwdbwd_row{label}"] = case_layer_norm(row, True)
+        cases[f"cross_entropy_fwd_row{label}"] = case_cross_entropy(row, False)
+        cases[f"cross_entropy_fwdbwd_row{label}"] = case_cross_entropy(row, True)
+    cases["adamw_fused_100M"] = case_adamw()
+    cases["matmul_bf16_8192"] = case_matmul(8192, torch.bfloat16)
+    cases["matmul_f32_4096"] = case_matmul(4096, torch.float32)
+    cases["resnet9_s64_b512_bf16_step"] = case_resnet9()
+    return cases
+
+
+def rate(kind, amount, seconds):
+    """GB/s, TFLOP/s or images/s of one call taking `seconds`."""
+    if kind == "bytes":
+        return amount / seconds / 1e9
+    if kind == "flops":
+        return amount / seconds / 1e12
+    return amount / seconds
+
+
+UNITS = {"bytes": "GB/s", "flops": "TFLOP/s", "images": "images/s"}
+
+
+class NotApplicable(Exception):
+    """A variant that does not apply to a case (shown as "–")."""
+
+
+def run_torch(cases, calls, use_compile, budget_s):
+    """Every case eagerly first, then through torch.compile while within budget_s seconds of the
+    start (compiling takes seconds per case; a slow machine still gets the eager table)."""
+    timer = Timer()
+    copy_gbps = copy_bandwidth(timer)
+    results = {"copy_GBps": copy_gbps, "cases": {name: {} for name in cases}}
+    started = time.perf_counter()
+    for variant in ["eager"] + (["compile"] if use_compile else []):
+        compiled = variant == "compile"
+        for name, (kind, amount, make) in cases.items():
+            entry = results["cases"][name]
+            if make is None:  # the copy: timed above, as the ceiling
+                entry[variant] = None if compiled else {"ms": 2 * 256 * MB / copy_gbps / 1e6,
+                                                        "rate": copy_gbps}
+                continue
+            if compiled and time.perf_counter() - started > budget_s:
+                entry[variant] = {"error": f"skipped: past the {budget_s:.0f} s budget"}
+                continue
+            try:
+                fn, setup = make(compiled)
+                seconds = timer.median(fn, calls, setup)
+                entry[variant] = {"ms": seconds * 1e3, "rate": rate(kind, amount, seconds)}
+            except NotApplicable:
+                entry[variant] = None
+            except Exception as error:  # an unsupported compile, out of memory: report, go on
+                entry[variant] = {"error": f"{type(error).__name__}: {str(error)[:200]}"}
+            fn = setup = None
+            torch.cuda.empty_cache()
+            print(f"torch {variant} {name}: {json.dumps(entry[variant])}", flush=True)
+    return results
+
+
+def read_ember(path):
+    """{case: {"ms", "GB/s", ..., or "error"}} from Google Benchmark JSON (medians preferred)."""
+    if not path or not os.path.exists(path):
+        return {}, {}
+    with open(path) as f:
+        data = json.load(f)
+    cases = {}
+    for run in data.get("benchmarks", []):
+        name = run.get("run_name", run["name"]).split("/")[0]
+        if run.get("error_occurred"):
+            cases.setdefault(name, {"error": run.get("error_message", "error")})
+            continue
+        if run.get("run_type") == "aggregate" and run.get("aggregate_name") != "median":
+            continue
+        is_median = run.get("aggregate_name") == "median"
+        if name in cases and not is_median and "error" not in cases[name]:
+            continue  # keep the median over a single repetition's numbers
+        cases[name] = {k: v for k, v in run.items() if isinstance(v, (int, float))}
+    return cases, data.get("context", {})
+
+
+def fmt(value, digits=0):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+def table(cases, ember, torch_results, ember_copy_gbps):
+    lines = [
+        "| case | ember | % of copy | PyTorch eager | PyTorch compile | ember / PyTorch eager |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, (kind, amount, _) in cases.items():
+        unit = UNITS[kind]
+        e = ember.get(name, {})
+        t = torch_results["cases"].get(name, {})
+        if "error" in e:
+            ember_text, ember_rate, pct = "skipped: " + e["error"][:80].replace("|", "/"), None, None
+        elif "ms" in e:
+            ember_rate = rate(kind, amount, e["ms"] / 1e3)
+            ember_text = f"{fmt(ember_rate, 1 if kind != 'bytes' else 0)} {unit} ({fmt(e['ms'], 3)} ms)"
+            pct = 100 * ember_rate / ember_copy_gbps if kind == "bytes" and ember_copy_gbps else None
+        else:
+            ember_text, ember_rate, pct = "not run", None, None
+
+        def torch_text(variant):
+            v = t.get(variant)
+            if not v:
+                return "–"
+            if "error" in v:
+                return "failed: " + v["error"][:60].replace("|", "/")
+            return f"{fmt(v['rate'], 1 if kind != 'bytes' else 0)} {unit} ({fmt(v['ms'], 3)} ms)"
+
+        eager_rate = (t.get("eager") or {}).get("rate")
+        ratio = ember_rate / eager_rate if ember_rate and eager_rate else None
+        lines.append(f"| {name} | {ember_text} | {fmt(pct, 1)} | {torch_text('eager')} | "
+                     f"{torch_text('compile')} | {fmt(ratio, 2)} |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ember-json", help="ember_gpu_bench's --benchmark_out JSON")
+    parser.add_argument("--ember-skipped", help="ember_gpu_bench's --skipped_out JSON (reasons)")
+    parser.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the table")
+    parser.add_argument("--calls", type=int, default=20, help="timed calls per case (median)")
+    parser.add_argument("--no-compile", action="store_true", help="eager only")
+    parser.add_argument("--compile-budget", type=float, default=240.0,
+                        help="seconds after which the torch.compile variants are skipped")
+    parser.add_argument("--only", help="comma-separated case names")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("torch_side_by_side.py: no CUDA device visible", file=sys.stderr)
+        return 1
+
+    cases = all_cases()
+    if args.only:
+        keep = set(args.only.split(","))
+        cases = {k: v for k, v in cases.items() if k in keep}
+    torch_results = run_torch(cases, args.calls, not args.no_compile, args.compile_budget)
+    ember, context = read_ember(args.ember_json)
+    if args.ember_skipped and os.path.exists(args.ember_skipped):
+        # Google Benchmark leaves skipped cases out of an aggregates-only JSON: their reasons.
+        with open(args.ember_skipped) as f:
+            for name, reason in json.load(f).items():
+                if "ms" not in ember.get(name, {}):
+                    ember[name] = {"error": reason}
+    ember_copy = float(context.get("copy_GBps", 0) or 0)
+    gpu = torch.cuda.get_device_name(0)
+    header = (f"GPU: {gpu}; torch {torch.__version__}; device-to-device copy (256 MB, read + write): "
+              f"ember's run {fmt(ember_copy)} GB/s, PyTorch's run {fmt(torch_results['copy_GBps'])} "
+              f"GB/s. Medians; L2 flushed before each call; ember/PyTorch > 1 means ember is faster "
+              f"(a ratio of throughputs). resnet9: random data, batch 512, width 64, bf16 autocast.")
+    footnote = ("Bytes counted (the fewest one call must move; 256 MB = 64M f32): add, mul 3 x 256 MB; "
+                "cast f32->bf16 256 MB read + 128 MB written; softmax, layer_norm forward 2 x 256 MB; "
+                "layer_norm forward+backward 5 x 256 MB; cross-entropy forward 256 MB, "
+                "forward+backward 3 x 256 MB; AdamW 28 B per f32 parameter (read p, g, m, v: 16 B; "
+                "write p, m, v: 12 B) x 100M = 2.8 GB.")
+    text = (header + "\n\n" + table(cases, ember, torch_results, ember_copy) + "\n\n" + footnote
+            + "\n")
+    print(text)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "side_by_side.md"), "w") as f:
+        f.write(text)
+    torch_results.update(gpu=gpu, torch=torch.__version__)
+    with open(os.path.join(args.out, "torch_bench.json"), "w") as f:
+        json.dump(torch_results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
