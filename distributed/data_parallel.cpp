@@ -2,6 +2,7 @@
 // runs the replicas' backward passes in parallel and reduces their gradients.
 #include "distributed/data_parallel.h"
 
+#include <deque>
 #include <exception>
 #include <functional>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/autograd/node.h"
 #include "runtime/ops.h"
+#include "runtime/random.h"
 #if EMBER_WITH_CUDA
 #include "runtime/cuda/device_guard.h"
 #endif
@@ -42,6 +44,15 @@ struct CallerState {
   bool autocast_enabled = ember::autocast_enabled();
   DType autocast_dtype = ember::autocast_dtype();
 };
+
+// The seed of replica i's generator: the default generator's (seed, offset) and i, mixed by
+// splitmix64 so that nearby states give unrelated Philox keys.
+uint64_t replica_seed(const GeneratorState& base, size_t replica) {
+  uint64_t x = base.seed ^ (base.offset * 0x9e3779b97f4a7c15ULL) ^ (replica + 1);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
 
 // Runs fn(i) for i in [0, count), each in a thread of its own with the caller's grad mode and
 // autocast and, on CUDA, devices[i] as its current device. Rethrows the first failure (lowest i)
@@ -264,8 +275,20 @@ Tensor DataParallel::forward(const Tensor& input) {
     if (record && input.requires_grad()) slices[i].requires_grad_(true);
   }
 
+  // Each replica draws (dropout) from a generator of its own, keyed by the default generator's
+  // state and its index; the default generator then moves on by one block. The masks are thus
+  // the same in every run with the same seed, whatever the threads' timing.
+  const GeneratorState base = default_generator().state();
+  default_generator().reserve(1);
+  std::deque<Generator> replica_generators;  // not movable (a mutex): a deque never moves them
+  for (size_t i = 0; i < used; ++i)
+    replica_generators.emplace_back(replica_seed(base, i));
+
   std::vector<Tensor> outputs(used);
-  run_per_device(devices_, used, [&](size_t i) { outputs[i] = replicas_[i]->forward(slices[i]); });
+  run_per_device(devices_, used, [&](size_t i) {
+    DefaultGeneratorGuard generator(replica_generators[i]);
+    outputs[i] = replicas_[i]->forward(slices[i]);
+  });
   for (size_t i = 0; i < used; ++i) {
     EMBER_CHECK(
         outputs[i].defined() && outputs[i].dim() > 0 && outputs[i].size(0) == slices[i].size(0),

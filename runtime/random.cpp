@@ -33,9 +33,22 @@ uint64_t Generator::reserve(uint64_t blocks) {
   return first;
 }
 
+namespace {
+thread_local Generator* thread_default_generator = nullptr;
+}  // namespace
+
 Generator& default_generator() {
   static Generator generator(0);
-  return generator;
+  return thread_default_generator ? *thread_default_generator : generator;
+}
+
+DefaultGeneratorGuard::DefaultGeneratorGuard(Generator& generator)
+    : previous_(thread_default_generator) {
+  thread_default_generator = &generator;
+}
+
+DefaultGeneratorGuard::~DefaultGeneratorGuard() {
+  thread_default_generator = previous_;
 }
 
 void manual_seed(uint64_t seed) {

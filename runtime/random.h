@@ -32,9 +32,24 @@ class Generator {
   GeneratorState state_;
 };
 
-// The process-wide default generator (seed 0 until manual_seed).
+// The process-wide default generator (seed 0 until manual_seed), or this thread's replacement
+// while a DefaultGeneratorGuard is alive.
 Generator& default_generator();
 void manual_seed(uint64_t seed);
+
+// Makes `generator` the calling thread's default generator for its lifetime. Threads that draw
+// concurrently (DataParallel's replicas) each get a stream of their own this way, so the numbers
+// do not depend on the order in which the threads happen to draw.
+class DefaultGeneratorGuard {
+ public:
+  explicit DefaultGeneratorGuard(Generator& generator);
+  ~DefaultGeneratorGuard();
+  DefaultGeneratorGuard(const DefaultGeneratorGuard&) = delete;
+  DefaultGeneratorGuard& operator=(const DefaultGeneratorGuard&) = delete;
+
+ private:
+  Generator* previous_;
+};
 
 // Uniform in [low, high).
 Tensor rand(const Shape& shape, TensorOptions options = {}, Generator* generator = nullptr);

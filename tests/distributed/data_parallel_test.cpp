@@ -34,6 +34,11 @@ Tensor random_input(const Shape& shape, DType dtype, uint64_t seed) {
   return randn(shape, dtype, &generator);
 }
 
+// Same shape and the same values, bit for bit.
+bool identical(const Tensor& a, const Tensor& b) {
+  return a.sizes() == b.sizes() && allclose(a.to(DType::f64), b.to(DType::f64), 0, 0);
+}
+
 // Weights that make every output element's gradient different.
 Tensor distinct(const Tensor& like) {
   return arange(1, like.numel() + 1, 1, TensorOptions(like.dtype())).reshape(like.sizes()) /
@@ -270,6 +275,25 @@ TEST(DataParallel, ReplicaErrorsAndRandomnessInThreads) {
   const double zeros_fraction = mean(eq(y, 0.0).to(DType::f32)).item<double>();
   EXPECT_GT(zeros_fraction, 0.3);
   EXPECT_LT(zeros_fraction, 0.7);
+
+  // Each replica draws from its own stream: the same seed gives the same masks in every run,
+  // whatever order the threads draw in, and the replicas' masks differ from each other.
+  auto masks = [&] {
+    manual_seed(17);
+    std::vector<Tensor> runs;
+    for (int step = 0; step < 2; ++step)
+      runs.push_back((*dropout)(ones({9, 4})).detach());
+    return runs;
+  };
+  const std::vector<Tensor> first = masks();
+  for (int repeat = 0; repeat < 5; ++repeat) {
+    const std::vector<Tensor> again = masks();
+    for (size_t step = 0; step < first.size(); ++step)
+      EXPECT_TRUE(identical(again[step], first[step])) << "repeat " << repeat << " step " << step;
+  }
+  EXPECT_FALSE(identical(first[0], first[1])) << "two steps drew the same masks";
+  EXPECT_FALSE(identical(first[0].narrow(0, 0, 3), first[0].narrow(0, 3, 3)))
+      << "two replicas drew the same masks";
 }
 
 class NotCloneable : public nn::Module {

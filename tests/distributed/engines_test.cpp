@@ -68,12 +68,9 @@ TEST(DistributedEngines, EveryDataParallelEngineResumesIdentically) {
     if (name == "dp" && ranks > 1) continue;
     const std::string straight = shared_dir("straight_" + name);
     const std::string resumed = shared_dir("resumed_" + name);
-    // DataParallel's replicas draw dropout masks from one generator in parallel threads, in no
-    // fixed order: its runs repeat only without dropout.
-    const bool dropout = name != "dp";
-    testing::small_run(engine, straight, 0, false, dropout, 8 * ranks);
-    testing::small_run(engine, resumed, 1, false, dropout, 8 * ranks);
-    testing::small_run(engine, resumed, 0, true, dropout, 8 * ranks);
+    testing::small_run(engine, straight, 0, false, /*dropout=*/true, 8 * ranks);
+    testing::small_run(engine, resumed, 1, false, /*dropout=*/true, 8 * ranks);
+    testing::small_run(engine, resumed, 0, true, /*dropout=*/true, 8 * ranks);
     if (world->rank() == 0) {
       const Checkpoint last = load_checkpoint(straight + "/last.ckpt");
       EXPECT_EQ(last.meta("checkpoint.epoch"), "2");
