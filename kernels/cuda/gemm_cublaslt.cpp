@@ -153,10 +153,10 @@ const Plan& plan_for(const GemmShape& s, bool tf32, int device, cublasLtHandle_t
                        s.stride_a, s.stride_b,
                        s.stride_c, align_a,
                        align_b,    align_c};
-  auto [it, inserted] = plans().try_emplace(key);
-  Plan& plan = it->second;
-  if (!inserted) return plan;
+  if (auto cached = plans().find(key); cached != plans().end()) return cached->second;
 
+  // Built aside and cached only once complete: a failure leaves no half-made plan behind.
+  Plan plan;
   const cudaDataType_t type = data_type_of<T>();
   const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   EMBER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F));
@@ -204,7 +204,7 @@ const Plan& plan_for(const GemmShape& s, bool tf32, int device, cublasLtHandle_t
   }
   plan.has_algo = status == CUBLAS_STATUS_SUCCESS && found > 0;
   if (plan.has_algo) plan.algo = result.algo;
-  return plan;
+  return plans().emplace(key, plan).first->second;
 }
 
 // Plain cuBLAS, for f64 and for shapes cuBLASLt declines. Caller holds state().mutex: the

@@ -170,6 +170,14 @@ kernels::cuda::GemmAlgo gemm_algo_of(CudaGemmBackend backend) {
 // operand whose batch offsets are not evenly spaced is made dense first (one copy instead of one
 // launch per matrix).
 void cuda_product_into(Tensor a, Tensor b, const Tensor& out, float beta, const char* op) {
+  if (out.numel() == 0) return;
+  if (a.size(-1) == 0) {
+    // An empty sum: out = beta * out, with beta 0 or 1 here. Done by ember rather than trusting
+    // every library to write zeros (and not NaNs from the uninitialised out) when k == 0.
+    Tensor target = out;  // a handle: shares out's storage
+    if (beta == 0.0f) target.zero_();
+    return;
+  }
   const Shape batch(out.sizes().begin(), out.sizes().end() - 2);
   int64_t stride_a = uniform_batch_stride(a, batch), stride_b = uniform_batch_stride(b, batch);
   if (stride_a < 0) {
