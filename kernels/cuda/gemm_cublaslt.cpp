@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/common/scalar_types.h"
