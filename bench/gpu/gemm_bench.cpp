@@ -1,5 +1,7 @@
-// GEMM on the GPU: cuBLAS(Lt) and ember's own kernels v1, v2, v3 (kernels/cuda/gemm_mma.h) side
-// by side, c (n, n) = a (n, n) @ b (n, n) in bf16 and f16 (f32 accumulation), n = 1024 .. 8192.
+// GEMM on the GPU: cuBLAS(Lt) and ember's own kernels v1 .. v4 (kernels/cuda/gemm_mma.h) side by
+// side, c (n, n) = a (n, n) @ b^T with b stored (n, n) row-major, i.e. linear's x @ W^T (the
+// layout every version runs natively, v4 included), in bf16 and f16 (f32 accumulation),
+// n = 1024 .. 8192. v4 is registered only on a compute capability 9.0 GPU in a build targeting 90.
 //
 //   cmake -S . -B build -G Ninja -DEMBER_CUDA=ON -DEMBER_BENCH=ON && ninja -C build
 //   ember_gemm_bench build/bin/ember_gemm_bench                                   # everything
@@ -100,6 +102,8 @@ const char* algo_name(GemmAlgo algo) {
       return "ember-v2";
     case GemmAlgo::ember_v3:
       return "ember-v3";
+    case GemmAlgo::ember_v4:
+      return "ember-v4";
   }
   return "?";
 }
@@ -109,6 +113,7 @@ template <typename T>
 float timed_product(GemmAlgo algo, int64_t n) {
   Buffers<T>& s = Buffers<T>::get();
   kernels::cuda::GemmShape shape;
+  shape.trans_b = true;
   shape.m = shape.n = shape.k = n;
   shape.lda = shape.ldb = shape.ldc = n;
   kernels::cuda::GemmOptions options;
@@ -170,8 +175,9 @@ void BM_gemm(benchmark::State& state, GemmAlgo algo) {
 
 template <typename T>
 void register_dtype() {
-  for (GemmAlgo algo :
-       {GemmAlgo::cublas, GemmAlgo::ember_v1, GemmAlgo::ember_v2, GemmAlgo::ember_v3}) {
+  for (GemmAlgo algo : {GemmAlgo::cublas, GemmAlgo::ember_v1, GemmAlgo::ember_v2,
+                        GemmAlgo::ember_v3, GemmAlgo::ember_v4}) {
+    if (!kernels::cuda::gemm_algo_available(algo)) continue;
     const std::string name = std::string("gemm/") + dtype_name<T>() + "/" + algo_name(algo);
     auto* bench = benchmark::RegisterBenchmark(
         name.c_str(), [algo](benchmark::State& state) { BM_gemm<T>(state, algo); });

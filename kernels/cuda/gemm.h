@@ -32,6 +32,7 @@ enum class GemmAlgo {
   ember_v1,  // shared-memory tiled, CUDA cores (any GPU): the correctness baseline
   ember_v2,  // mma.sync m16n8k16 + ldmatrix (sm_80+)
   ember_v3,  // v2 + cp.async multi-stage pipeline, padded shared memory (sm_80+)
+  ember_v4,  // wgmma + TMA (sm_90 only, builds targeting 90); v3 for the layouts it lacks
 };
 
 struct GemmOptions {
@@ -44,8 +45,13 @@ template <typename T>
 void gemm(const GemmShape& shape, const GemmOptions& options, float alpha, const T* a, const T* b,
           float beta, T* c, cudaStream_t stream);
 
-// The ember version GemmAlgo::ember resolves to on the current device (ember_v3 from sm_80 on,
-// ember_v1 below).
+// The ember version GemmAlgo::ember resolves to on the current device: ember_v3 from sm_80 on,
+// ember_v1 below. Not yet ember_v4 on sm_90: v4 was written without a GPU at hand, and becomes
+// the default there once tests/cuda/gemm_test.cpp passes with it on one.
 GemmAlgo best_ember_gemm_for_current_device();
+
+// Whether `algo` can run on the current device: ember_v2/v3 need sm_80, ember_v4 a compute
+// capability 9.0 GPU and a build that targets 90 (EMBER_GEMM=ember-v4 elsewhere is an error).
+bool gemm_algo_available(GemmAlgo algo);
 
 }  // namespace ember::kernels::cuda

@@ -29,9 +29,9 @@ namespace ember {
 
 namespace {
 
-constexpr std::array<CudaGemmBackend, 5> kCudaGemmBackends = {
-    CudaGemmBackend::cublas, CudaGemmBackend::ember, CudaGemmBackend::ember_v1,
-    CudaGemmBackend::ember_v2, CudaGemmBackend::ember_v3};
+constexpr std::array<CudaGemmBackend, 6> kCudaGemmBackends = {
+    CudaGemmBackend::cublas,   CudaGemmBackend::ember,    CudaGemmBackend::ember_v1,
+    CudaGemmBackend::ember_v2, CudaGemmBackend::ember_v3, CudaGemmBackend::ember_v4};
 
 std::atomic<int> backend_override{-1};  // -1: follow EMBER_GEMM
 std::atomic<bool> allow_tf32{false};
@@ -50,6 +50,8 @@ const char* cuda_gemm_backend_name(CudaGemmBackend backend) {
       return "ember-v2";
     case CudaGemmBackend::ember_v3:
       return "ember-v3";
+    case CudaGemmBackend::ember_v4:
+      return "ember-v4";
   }
   return "?";
 }
@@ -70,6 +72,23 @@ CudaGemmBackend cuda_gemm_backend() {
   if (chosen >= 0) return static_cast<CudaGemmBackend>(chosen);
   const char* env = std::getenv("EMBER_GEMM");
   return env && *env ? parse_cuda_gemm_backend(env) : CudaGemmBackend::cublas;
+}
+
+#if EMBER_WITH_CUDA
+namespace {
+kernels::cuda::GemmAlgo gemm_algo_of(CudaGemmBackend backend);
+}
+#endif
+
+bool cuda_gemm_backend_available(CudaGemmBackend backend, int device) {
+#if EMBER_WITH_CUDA
+  if (device < 0 || device >= cuda_device_count()) return false;
+  cuda::DeviceGuard guard(device);
+  return kernels::cuda::gemm_algo_available(gemm_algo_of(backend));
+#else
+  static_cast<void>(backend), static_cast<void>(device);
+  return false;
+#endif
 }
 
 void set_cuda_gemm_backend(std::optional<CudaGemmBackend> backend) {
@@ -161,6 +180,8 @@ kernels::cuda::GemmAlgo gemm_algo_of(CudaGemmBackend backend) {
       return kernels::cuda::GemmAlgo::ember_v2;
     case CudaGemmBackend::ember_v3:
       return kernels::cuda::GemmAlgo::ember_v3;
+    case CudaGemmBackend::ember_v4:
+      return kernels::cuda::GemmAlgo::ember_v4;
     default:
       return kernels::cuda::GemmAlgo::cublas;
   }

@@ -28,16 +28,20 @@ enum class CudaGemmBackend {
   ember_v1,  // EMBER_GEMM=ember-v1: shared-memory tiled, CUDA cores
   ember_v2,  // EMBER_GEMM=ember-v2: mma.sync + ldmatrix
   ember_v3,  // EMBER_GEMM=ember-v3: v2 + cp.async 3-stage pipeline
+  ember_v4,  // EMBER_GEMM=ember-v4: wgmma + TMA, sm_90 only (v3 for the layouts it lacks)
 };
 
 // "cublas", "ember", "ember-v1", ... (the EMBER_GEMM spelling).
 const char* cuda_gemm_backend_name(CudaGemmBackend backend);
 // The backend an EMBER_GEMM value names. Error: `EMBER_GEMM=foo is not a GEMM backend; expected
-// one of cublas, ember, ember-v1, ember-v2, ember-v3`.
+// one of cublas, ember, ember-v1, ember-v2, ember-v3, ember-v4`.
 CudaGemmBackend parse_cuda_gemm_backend(std::string_view name);
 // set_cuda_gemm_backend's choice if any, else EMBER_GEMM (read at every call, so a test or a
 // benchmark may change it), else cublas.
 CudaGemmBackend cuda_gemm_backend();
+// Whether `backend` runs on CUDA device `device` (ember-v2/v3 need sm_80, ember-v4 an sm_90 GPU
+// and a build targeting 90); false in a build without CUDA.
+bool cuda_gemm_backend_available(CudaGemmBackend backend, int device = 0);
 // Overrides EMBER_GEMM for the whole process; nullopt returns to it.
 void set_cuda_gemm_backend(std::optional<CudaGemmBackend> backend);
 

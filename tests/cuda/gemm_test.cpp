@@ -130,8 +130,9 @@ std::vector<BackendDtype> all_backends() {
   std::vector<BackendDtype> cases;
   for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
     cases.push_back({CudaGemmBackend::cublas, dtype});
-  for (CudaGemmBackend backend : {CudaGemmBackend::ember, CudaGemmBackend::ember_v1,
-                                  CudaGemmBackend::ember_v2, CudaGemmBackend::ember_v3}) {
+  for (CudaGemmBackend backend :
+       {CudaGemmBackend::ember, CudaGemmBackend::ember_v1, CudaGemmBackend::ember_v2,
+        CudaGemmBackend::ember_v3, CudaGemmBackend::ember_v4}) {
     for (DType dtype : {DType::f16, DType::bf16})
       cases.push_back({backend, dtype});
   }
@@ -142,6 +143,10 @@ class CudaGemm : public ::testing::TestWithParam<BackendDtype> {
  protected:
   void SetUp() override {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+    if (!cuda_gemm_backend_available(GetParam().backend)) {
+      GTEST_SKIP() << cuda_gemm_backend_name(GetParam().backend)
+                   << " does not run here (v2/v3: sm_80+; v4: sm_90 and a build targeting 90)";
+    }
     guard_.emplace(GetParam().backend);
   }
   DType dtype() const { return GetParam().dtype; }
@@ -156,7 +161,7 @@ class CudaGemm : public ::testing::TestWithParam<BackendDtype> {
 TEST(CudaGemmBackendName, EveryNameRoundTrips) {
   for (CudaGemmBackend backend :
        {CudaGemmBackend::cublas, CudaGemmBackend::ember, CudaGemmBackend::ember_v1,
-        CudaGemmBackend::ember_v2, CudaGemmBackend::ember_v3}) {
+        CudaGemmBackend::ember_v2, CudaGemmBackend::ember_v3, CudaGemmBackend::ember_v4}) {
     EXPECT_EQ(parse_cuda_gemm_backend(cuda_gemm_backend_name(backend)), backend);
   }
 }
@@ -167,7 +172,7 @@ TEST(CudaGemmBackendName, ABadValueListsTheValidOnes) {
     EXPECT_NE(message.find("EMBER_GEMM=" + std::string(bad) + " is not a GEMM backend"),
               std::string::npos)
         << message;
-    EXPECT_NE(message.find("expected one of cublas, ember, ember-v1, ember-v2, ember-v3"),
+    EXPECT_NE(message.find("expected one of cublas, ember, ember-v1, ember-v2, ember-v3, ember-v4"),
               std::string::npos)
         << message;
   }
