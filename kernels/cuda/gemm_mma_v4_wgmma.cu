@@ -1,7 +1,7 @@
 // ember GEMM v4, Hopper (sm_90a) only: warpgroup MMA (wgmma) fed by the Tensor Memory Accelerator
 // (TMA) through a 4-stage shared-memory ring guarded by mbarriers.
 //
-//   c (m, n) = alpha * a (m, k) @ b (k, n)^T-stored + beta * c     f16/bf16 in, f32 accumulate
+//   c (m, n) = alpha * a (m, k) @ b (n, k)^T + beta * c     f16/bf16 in, f32 accumulate
 //
 // What changes from v3:
 // - wgmma.mma_async: the 4 warps of a warpgroup (128 threads) multiply together a 64 x 16 tile
@@ -36,7 +36,9 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
-#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
 
 #include "kernels/cuda/gemm_mma.h"
 #include "kernels/cuda/gemm_mma_common.cuh"
@@ -332,7 +334,7 @@ bool gemm_mma_v4_handles(const GemmShape& s, const void* a, const void* b) {
                        (s.batch <= 1 || (s.stride_a > 0 && s.stride_b > 0));
   const bool small = s.m < (int64_t{1} << 31) && s.n < (int64_t{1} << 31) &&
                      s.k < (int64_t{1} << 31) && s.batch <= 65535;
-  return !s.trans_a && s.trans_b && aligned && small;
+  return !s.trans_a && s.trans_b && s.k > 0 && aligned && small;
 }
 
 template <typename T>
