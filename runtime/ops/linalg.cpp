@@ -1,6 +1,10 @@
 // Matrix products: shape rules, the BLAS layout of each operand, autograd.
 #include "runtime/ops/linalg.h"
 
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
@@ -12,16 +16,99 @@
 #include "runtime/ops.h"
 #include "runtime/ops/layout.h"
 
+#if EMBER_WITH_CUDA
+#include "kernels/cuda/gemm.h"
+#include "runtime/cuda/device_guard.h"
+#include "runtime/cuda/stream.h"
+#endif
+
 namespace ember {
+
+// ---- CUDA backend choice
+// --------------------------------------------------------------------------
+
+namespace {
+
+constexpr std::array<CudaGemmBackend, 6> kCudaGemmBackends = {
+    CudaGemmBackend::cublas,   CudaGemmBackend::ember,    CudaGemmBackend::ember_v1,
+    CudaGemmBackend::ember_v2, CudaGemmBackend::ember_v3, CudaGemmBackend::ember_v4};
+
+std::atomic<int> backend_override{-1};  // -1: follow EMBER_GEMM
+std::atomic<bool> allow_tf32{false};
+
+}  // namespace
+
+const char* cuda_gemm_backend_name(CudaGemmBackend backend) {
+  switch (backend) {
+    case CudaGemmBackend::cublas:
+      return "cublas";
+    case CudaGemmBackend::ember:
+      return "ember";
+    case CudaGemmBackend::ember_v1:
+      return "ember-v1";
+    case CudaGemmBackend::ember_v2:
+      return "ember-v2";
+    case CudaGemmBackend::ember_v3:
+      return "ember-v3";
+    case CudaGemmBackend::ember_v4:
+      return "ember-v4";
+  }
+  return "?";
+}
+
+CudaGemmBackend parse_cuda_gemm_backend(std::string_view name) {
+  std::string valid;
+  for (CudaGemmBackend backend : kCudaGemmBackends) {
+    if (name == cuda_gemm_backend_name(backend)) return backend;
+    valid += valid.empty() ? "" : ", ";
+    valid += cuda_gemm_backend_name(backend);
+  }
+  EMBER_FAIL("EMBER_GEMM=", std::string(name), " is not a GEMM backend; expected one of ", valid,
+             " (ember's own kernels cover f16 and bf16; f32 and f64 always use cuBLAS)");
+}
+
+CudaGemmBackend cuda_gemm_backend() {
+  const int chosen = backend_override.load();
+  if (chosen >= 0) return static_cast<CudaGemmBackend>(chosen);
+  const char* env = std::getenv("EMBER_GEMM");
+  return env && *env ? parse_cuda_gemm_backend(env) : CudaGemmBackend::cublas;
+}
+
+#if EMBER_WITH_CUDA
+namespace {
+kernels::cuda::GemmAlgo gemm_algo_of(CudaGemmBackend backend);
+}
+#endif
+
+bool cuda_gemm_backend_available(CudaGemmBackend backend, int device) {
+#if EMBER_WITH_CUDA
+  if (device < 0 || device >= cuda_device_count()) return false;
+  cuda::DeviceGuard guard(device);
+  return kernels::cuda::gemm_algo_available(gemm_algo_of(backend));
+#else
+  static_cast<void>(backend), static_cast<void>(device);
+  return false;
+#endif
+}
+
+void set_cuda_gemm_backend(std::optional<CudaGemmBackend> backend) {
+  backend_override.store(backend ? static_cast<int>(*backend) : -1);
+}
+
+void set_matmul_allow_tf32(bool allow) {
+  allow_tf32.store(allow);
+}
+
+bool matmul_allow_tf32() {
+  return allow_tf32.load();
+}
 
 namespace {
 
 void check_operands(const Tensor& a, const Tensor& b, const char* op) {
   EMBER_CHECK(a.defined() && b.defined(), op, ": got an undefined tensor");
-  if (a.is_cuda() || b.is_cuda()) {
-    const Tensor& gpu = a.is_cuda() ? a : b;
-    EMBER_FAIL(op, ": not implemented for CUDA tensors yet (", describe(gpu), ")");
-  }
+  EMBER_CHECK(a.device() == b.device(), op, ": expected all tensors on the same device, got ",
+              describe(a), " and ", describe(b), "; move one with .to(device)");
   EMBER_CHECK(is_floating(a.dtype()) && a.dtype() == b.dtype(), op,
               ": expected two floating-point tensors of the same dtype, got ", describe(a), " and ",
               describe(b));
@@ -70,9 +157,94 @@ std::vector<int64_t> batch_offsets(const Tensor& t, const Shape& batch) {
   return offsets;
 }
 
+#if EMBER_WITH_CUDA
+// The one step between consecutive matrices of `t` over `batch` (all of its batch offsets are
+// multiples of it), or -1 when the offsets are not evenly spaced (a broadcast over one batch dim
+// but not the next).
+int64_t uniform_batch_stride(const Tensor& t, const Shape& batch) {
+  const std::vector<int64_t> offsets = batch_offsets(t, batch);
+  if (offsets.size() < 2) return 0;
+  const int64_t step = offsets[1] - offsets[0];
+  for (size_t i = 0; i < offsets.size(); ++i)
+    if (offsets[i] != static_cast<int64_t>(i) * step) return -1;
+  return step;
+}
+
+kernels::cuda::GemmAlgo gemm_algo_of(CudaGemmBackend backend) {
+  switch (backend) {
+    case CudaGemmBackend::ember:
+      return kernels::cuda::GemmAlgo::ember;
+    case CudaGemmBackend::ember_v1:
+      return kernels::cuda::GemmAlgo::ember_v1;
+    case CudaGemmBackend::ember_v2:
+      return kernels::cuda::GemmAlgo::ember_v2;
+    case CudaGemmBackend::ember_v3:
+      return kernels::cuda::GemmAlgo::ember_v3;
+    case CudaGemmBackend::ember_v4:
+      return kernels::cuda::GemmAlgo::ember_v4;
+    default:
+      return kernels::cuda::GemmAlgo::cublas;
+  }
+}
+
+// product_into for CUDA tensors: one (strided-batched) GEMM on the device's current stream. An
+// operand whose batch offsets are not evenly spaced is made dense first (one copy instead of one
+// launch per matrix).
+void cuda_product_into(Tensor a, Tensor b, const Tensor& out, float beta, const char* op) {
+  if (out.numel() == 0) return;
+  if (a.size(-1) == 0) {
+    // An empty sum: out = beta * out, with beta 0 or 1 here. Done by ember rather than trusting
+    // every library to write zeros (and not NaNs from the uninitialised out) when k == 0.
+    Tensor target = out;  // a handle: shares out's storage
+    if (beta == 0.0f) target.zero_();
+    return;
+  }
+  const Shape batch(out.sizes().begin(), out.sizes().end() - 2);
+  int64_t stride_a = uniform_batch_stride(a, batch), stride_b = uniform_batch_stride(b, batch);
+  if (stride_a < 0) {
+    a = a.contiguous();
+    stride_a = uniform_batch_stride(a, batch);
+  }
+  if (stride_b < 0) {
+    b = b.contiguous();
+    stride_b = uniform_batch_stride(b, batch);
+  }
+  const MatrixLayout la = matrix_layout_of(a), lb = matrix_layout_of(b);
+  kernels::cuda::GemmShape shape;
+  shape.trans_a = la.transposed;
+  shape.trans_b = lb.transposed;
+  shape.m = out.size(-2);
+  shape.n = out.size(-1);
+  shape.k = a.size(-1);
+  shape.lda = la.ld;
+  shape.ldb = lb.ld;
+  shape.ldc = std::max<int64_t>(1, shape.n);
+  shape.batch = shape_numel(batch);
+  shape.stride_a = stride_a;
+  shape.stride_b = stride_b;
+  shape.stride_c = shape.m * shape.n;  // out is dense
+  kernels::cuda::GemmOptions options;
+  options.algo = gemm_algo_of(cuda_gemm_backend());
+  options.allow_tf32 = matmul_allow_tf32();
+  const int device = out.device().index;
+  cuda::DeviceGuard guard(device);
+  dispatch_floating(out.dtype(), op, [&]<typename T>() {
+    kernels::cuda::gemm<T>(shape, options, 1.0f, static_cast<const T*>(a.data_ptr()),
+                           static_cast<const T*>(b.data_ptr()), beta,
+                           static_cast<T*>(out.data_ptr()), cuda::current_stream(device));
+  });
+}
+#endif
+
 // out (batch..., n, m) = a (batch..., n, k) @ b (batch..., k, m) + beta * out: a and b already
 // expanded to out's batch dims and BLAS-readable in their last two dims; out dense.
 void product_into(const Tensor& a, const Tensor& b, const Tensor& out, float beta, const char* op) {
+  if (out.is_cuda()) {
+#if EMBER_WITH_CUDA
+    cuda_product_into(a, b, out, beta, op);
+    return;
+#endif
+  }
   const MatrixLayout la = matrix_layout_of(a), lb = matrix_layout_of(b);
   kernels::cpu::GemmShape shape;
   shape.trans_a = la.transposed;
@@ -129,7 +301,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   Shape result_shape = batch;
   if (a.dim() > 1) result_shape.push_back(n);
   if (b.dim() > 1) result_shape.push_back(m);
-  Tensor out = empty(concat(batch, {n, m}), a.dtype());
+  Tensor out = empty(concat(batch, {n, m}), TensorOptions(a.dtype(), a.device()));
   {
     NoGradGuard no_grad;
     const Tensor a_read = blas_readable(a_mat), b_read = blas_readable(b_mat);
@@ -185,7 +357,7 @@ Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
               " and ", shape_str(b.sizes()), " (", a.size(0), " != ", b.size(0), ")");
   EMBER_CHECK(a.size(2) == b.size(1), "bmm: shapes ", shape_str(a.sizes()), " and ",
               shape_str(b.sizes()), " cannot be multiplied (", a.size(2), " != ", b.size(1), ")");
-  Tensor out = empty({a.size(0), a.size(1), b.size(2)}, a.dtype());
+  Tensor out = empty({a.size(0), a.size(1), b.size(2)}, TensorOptions(a.dtype(), a.device()));
   {
     NoGradGuard no_grad;
     product_into(blas_readable(a), blas_readable(b), out, 0.0f, "bmm");
@@ -224,7 +396,7 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   const int64_t in_features = weight.size(1), out_features = weight.size(0);
   Shape out_shape = leading(x, 1);
   out_shape.push_back(out_features);
-  Tensor out = empty(out_shape, x.dtype());
+  Tensor out = empty(out_shape, TensorOptions(x.dtype(), x.device()));
   const int64_t rows = shape_numel(leading(x, 1));
   {
     NoGradGuard no_grad;

@@ -57,6 +57,10 @@ EMBER_OP_CASES(linalg) {
       product_case("matmul/matrix_times_batch", OpId::matmul, {{3, 4}, {2, 4, 5}}, matmul_fn),
       product_case("matmul/vector_times_batch", OpId::matmul, {{4}, {2, 4, 3}}, matmul_fn),
       product_case("matmul/transposed_operand", OpId::matmul, {{3, 4}, {5, 4}}, matmul_transposed),
+      // Odd sizes past the GPU kernels' 16- and 32-wide tiles.
+      product_case("matmul/odd_sizes", OpId::matmul, {{7, 33}, {33, 17}}, matmul_fn),
+      product_case("matmul/odd_sizes_transposed", OpId::matmul, {{17, 33}, {9, 33}},
+                   matmul_transposed),
       product_case("bmm", OpId::bmm, {{3, 2, 4}, {3, 4, 5}}, bmm_fn),
       product_case("linear/bias", OpId::linear, {{3, 4}, {5, 4}, {5}}, linear_bias),
       product_case("linear/no_bias", OpId::linear, {{3, 4}, {5, 4}}, linear_no_bias),
