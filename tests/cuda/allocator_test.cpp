@@ -214,7 +214,7 @@ TEST(CudaPinned, NonBlockingCopiesRoundTrip) {
   const Tensor device = pinned.to(Device::cuda(0), /*non_blocking=*/true);
   const Tensor back = (device * 2.0).to(Device::cpu(), /*non_blocking=*/true);
   EXPECT_TRUE(back.is_pinned());  // an asynchronous copy to the host lands in pinned memory
-  cuda_hooks::synchronize(0);
+  EMBER_CUDA_CHECK(cudaDeviceSynchronize());
   const Tensor expected = source * 2.0;
   EXPECT_EQ(std::memcmp(back.data_ptr(), expected.data_ptr(), expected.nbytes()), 0);
   // Unpinned memory with non_blocking: a synchronous copy, as without it.
