@@ -55,6 +55,25 @@ TEST(CudaPinned, PinningWithoutAGpuSaysWhy) {
       << message;
 }
 
+TEST(CudaDevice, WithoutAGpuEveryEntryPointSaysWhy) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is visible";
+  const char* expected = cuda_compiled() ? "no CUDA GPU is visible" : "no CUDA support";
+  std::vector<std::string> messages = {
+      error_of([] { cuda::device_properties(0); }),
+      error_of([] { cuda::memory_info(0); }),
+      error_of([] { allocator_for(Device::cuda(0)); }),
+  };
+#if EMBER_WITH_CUDA
+  messages.push_back(error_of([] { cuda::Stream stream(0); }));
+  messages.push_back(error_of([] { cuda::stream_from_pool(0); }));
+  messages.push_back(error_of([] { cuda::Event().record(0); }));
+  messages.push_back(error_of([] { cuda::device_allocator(0); }));
+  cuda::empty_cache();  // nothing to give back: not an error
+#endif
+  for (const std::string& message : messages)
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+}
+
 #if EMBER_WITH_CUDA
 
 StreamRef ref_of(const cuda::Stream& stream) {
