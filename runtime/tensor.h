@@ -136,8 +136,10 @@ class Tensor {
   Tensor to(DType dtype) const;  // itself when already that dtype
   Tensor to(const Device& device) const;
   // With non_blocking, a copy between pinned host memory and a GPU is left running on the current
-  // stream: from a pinned tensor to the GPU, and from the GPU into a new pinned tensor (read it
-  // only after synchronising the stream). Other copies are synchronous, as to(device).
+  // stream: from a pinned tensor to the GPU, and from the GPU into a new pinned tensor. Read the
+  // result, or write the pinned source, only after synchronising the stream (ember keeps the
+  // pinned memory from reuse until the copy is done, not from the caller's writes). Other copies
+  // are synchronous, as to(device).
   Tensor to(const Device& device, bool non_blocking) const;
   Tensor to(const Device& device, DType dtype) const;
   Tensor clone() const;
