@@ -48,8 +48,20 @@ Stream::Stream(int device_index, Kind kind, int priority) : device_index_(device
       &stream_, kind == Kind::blocking ? cudaStreamDefault : cudaStreamNonBlocking, priority));
 }
 
+namespace {
+
+// Waits for the stream's work before destroying it: the caching allocator keeps the blocks freed
+// on it in a pool keyed by the handle, and CUDA may give the same handle to the next stream,
+// which must not start using those blocks while this one's work still runs.
+void destroy_stream(cudaStream_t stream) {
+  static_cast<void>(cudaStreamSynchronize(stream));
+  static_cast<void>(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+
 Stream::~Stream() {
-  if (stream_ != nullptr) static_cast<void>(cudaStreamDestroy(stream_));
+  if (stream_ != nullptr) destroy_stream(stream_);
 }
 
 Stream::Stream(Stream&& other) noexcept
@@ -57,7 +69,7 @@ Stream::Stream(Stream&& other) noexcept
 
 Stream& Stream::operator=(Stream&& other) noexcept {
   if (this != &other) {
-    if (stream_ != nullptr) static_cast<void>(cudaStreamDestroy(stream_));
+    if (stream_ != nullptr) destroy_stream(stream_);
     stream_ = std::exchange(other.stream_, nullptr);
     device_index_ = other.device_index_;
   }

@@ -30,8 +30,8 @@ class StreamGuard {
   cudaStream_t previous_;
 };
 
-// An owned stream on one device, destroyed with the object (after its work has completed: CUDA
-// defers the destruction). Blocking by default: ordered with the legacy default stream, so that
+// An owned stream on one device, destroyed with the object once its work has completed (the
+// destructor waits for it). Blocking by default: ordered with the legacy default stream, so that
 // work on the default stream waits for it, as ember's ops and copies expect; a non-blocking one
 // is ordered with nothing but what events say.
 class Stream {

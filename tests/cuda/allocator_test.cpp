@@ -114,6 +114,7 @@ class StreamBlocker {
 TEST(CudaAllocator, SplitsASegmentAndMergesTheFreedBlocks) {
   EMBER_SKIP_WITHOUT_GPU();
   BlockAllocator& allocator = cuda::device_allocator(0);
+  allocator.empty_cache();       // a new stream may have the handle of one destroyed earlier
   const cuda::Stream stream(0);  // a fresh pool: no other test's blocks
   void* a = allocator.allocate(1000, ref_of(stream));
   void* b = allocator.allocate(3000, ref_of(stream));
@@ -250,6 +251,8 @@ TEST(CudaPinned, APinnedBlockIsNotReusedWhileACopyFromItRuns) {
   const cuda::StreamGuard guard(0, stream.get());
   Tensor pinned = full({1 << 20}, 3.0).pin_memory();
   void* block = pinned.storage()->data();
+  // The device memory of the copy is cached first: no cudaMalloc while the stream is held back.
+  { const Tensor warm = empty({1 << 20}, TensorOptions(DType::f32, Device::cuda(0))); }
   Tensor device;
   {
     StreamBlocker blocker(stream.get());
