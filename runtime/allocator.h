@@ -17,6 +17,9 @@ struct AllocatorStats {
   size_t peak_allocated_bytes = 0;  // the most ever handed out at once
   size_t num_allocs = 0;            // requests served
   size_t num_cache_hits = 0;        // requests served from the cache
+  size_t num_frees = 0;             // blocks handed back
+  size_t num_segments = 0;          // allocations held from the system now
+  size_t num_ooms = 0;              // requests that failed for lack of memory
   std::string str() const;
 };
 

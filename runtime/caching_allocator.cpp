@@ -35,9 +35,11 @@ void* CachingAllocator::allocate(size_t nbytes) {
       release_cached_locked();
       ptr = system_allocate(size);
     }
+    if (ptr == nullptr) ++stats_.num_ooms;
     EMBER_CHECK(ptr != nullptr, name_, ": out of memory allocating ", nbytes, " bytes (",
                 stats_.str(), "); ", out_of_memory_hint());
     stats_.reserved_bytes += size;
+    ++stats_.num_segments;
   }
   block_sizes_[ptr] = size;
   stats_.allocated_bytes += size;
@@ -54,6 +56,7 @@ void CachingAllocator::deallocate(void* ptr) {
   const size_t size = it->second;
   block_sizes_.erase(it);
   stats_.allocated_bytes -= size;
+  ++stats_.num_frees;
   free_blocks_[size].push_back(ptr);
 }
 
@@ -77,6 +80,7 @@ void CachingAllocator::release_cached_locked() {
     for (void* ptr : blocks)
       system_free(ptr);
     stats_.reserved_bytes -= size * blocks.size();
+    stats_.num_segments -= blocks.size();
     blocks.clear();
   }
 }

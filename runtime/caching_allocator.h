@@ -1,5 +1,6 @@
-// The caching logic the CPU and CUDA allocators share: size classes, per-class free lists, and
-// statistics. A backend says only how to take memory from the system and give it back.
+// The caching logic of the CPU allocator: size classes, per-class free lists, and statistics. A
+// backend says only how to take memory from the system and give it back. (The CUDA allocators
+// split segments into blocks and keep pools per stream instead: runtime/block_allocator.h.)
 //
 // Requests round up to a size class (multiples of `small_step` up to `small_limit`, then quarter
 // steps between powers of two), so slightly different sizes share blocks while wasting at most a

@@ -26,7 +26,9 @@ class CpuCachingAllocator final : public CachingAllocator {
 
 std::string AllocatorStats::str() const {
   return detail::concat("allocated ", allocated_bytes, " B, reserved ", reserved_bytes, " B, peak ",
-                        peak_allocated_bytes, " B");
+                        peak_allocated_bytes, " B, ", num_segments, " segments, ", num_allocs,
+                        " allocs (", num_cache_hits, " from the cache), ", num_frees, " frees, ",
+                        num_ooms, " out of memory");
 }
 
 Allocator& cpu_allocator() {

@@ -33,6 +33,17 @@ Tensor empty(const Shape& shape, TensorOptions options) {
   return finish(Tensor(std::move(impl)), options);
 }
 
+Tensor empty_pinned(const Shape& shape, DType dtype) {
+  check_shape(shape, "empty_pinned");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(
+      static_cast<size_t>(shape_numel(shape)) * element_size(dtype), Storage::Pinned{});
+  impl->sizes = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
 Tensor empty_strided(const Shape& shape, const Shape& strides, TensorOptions options) {
   check_shape(shape, "empty_strided");
   EMBER_CHECK(shape.size() == strides.size(), "empty_strided: shape ", shape_str(shape),

@@ -10,10 +10,15 @@
 namespace ember::cuda_hooks {
 
 Allocator& caching_allocator(int device_index);
+// Pinned (page-locked) host memory, cached; a clear error without CUDA or without a GPU.
+Allocator& pinned_allocator();
 // dst/src may be host or device memory; `kind` picks the direction. Ordered on the current stream
-// of `device_index`; host-side copies complete before returning.
+// of `device_index`. Copies to or from the host complete before returning, unless the host side
+// is pinned and `pinned_host_block` names its block (the pointer pinned_allocator() returned):
+// the copy is then left running, and the block is not reused before it has completed.
 enum class CopyKind { host_to_device, device_to_host, device_to_device };
-void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind, int device_index);
+void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind, int device_index,
+                const void* pinned_host_block = nullptr);
 void synchronize(int device_index);
 
 }  // namespace ember::cuda_hooks

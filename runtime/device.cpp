@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "runtime/block_allocator.h"
 #include "runtime/error.h"
 
 namespace ember {
@@ -40,6 +41,11 @@ void check_device_available(const Device& device) {
               "); use the cpu device");
   EMBER_CHECK(device.index >= 0 && device.index < count, "device ", device, " requested, but only ",
               count, " CUDA device(s) are visible (cuda:0 .. cuda:", count - 1, ")");
+}
+
+std::string cuda::DeviceProperties::str() const {
+  return detail::concat(name, " (sm_", major, minor, ", ", multiprocessor_count, " SMs, ",
+                        format_bytes(total_memory), ")");
 }
 
 }  // namespace ember

@@ -1,8 +1,11 @@
 // Device: where a tensor's storage lives ("cpu", "cuda:0").
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <ostream>
 #include <string>
+#include <utility>
 
 namespace ember {
 
@@ -30,5 +33,23 @@ bool cuda_compiled();
 int cuda_device_count();
 // Throws a clear error unless `device` can be used: built with CUDA, and the GPU is present.
 void check_device_available(const Device& device);
+
+namespace cuda {
+
+// What a GPU is (cudaGetDeviceProperties). Both functions throw the error of
+// check_device_available when there is no such GPU, or no CUDA in the build.
+struct DeviceProperties {
+  std::string name;         // "NVIDIA H100 80GB HBM3"
+  size_t total_memory = 0;  // bytes
+  int major = 0;            // compute capability major.minor: 9.0 on an H100
+  int minor = 0;
+  int multiprocessor_count = 0;
+  std::string str() const;  // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.19 GiB)"
+};
+DeviceProperties device_properties(int device_index);
+// Free and total bytes of the GPU now (cudaMemGetInfo): other processes' memory included.
+std::pair<size_t, size_t> memory_info(int device_index);
+
+}  // namespace cuda
 
 }  // namespace ember

@@ -12,6 +12,20 @@ int cuda_device_count() {
   return 0;
 }
 
+namespace cuda {
+
+DeviceProperties device_properties(int device_index) {
+  check_device_available(Device::cuda(device_index));
+  EMBER_FAIL("unreachable: CUDA device properties without CUDA");
+}
+
+std::pair<size_t, size_t> memory_info(int device_index) {
+  check_device_available(Device::cuda(device_index));
+  EMBER_FAIL("unreachable: CUDA memory information without CUDA");
+}
+
+}  // namespace cuda
+
 namespace cuda_hooks {
 
 Allocator& caching_allocator(int device_index) {
@@ -19,7 +33,13 @@ Allocator& caching_allocator(int device_index) {
   EMBER_FAIL("unreachable: CUDA allocator without CUDA");
 }
 
-void copy_bytes(void*, const void*, size_t, CopyKind, int device_index) {
+Allocator& pinned_allocator() {
+  EMBER_FAIL(
+      "pinned (page-locked) host memory needs CUDA, and this build of ember has no CUDA support: "
+      "rebuild with -DEMBER_CUDA=ON, or use ordinary CPU tensors");
+}
+
+void copy_bytes(void*, const void*, size_t, CopyKind, int device_index, const void*) {
   check_device_available(Device::cuda(device_index));
 }
 

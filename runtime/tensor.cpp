@@ -442,6 +442,19 @@ Tensor Tensor::to(const Device& target) const {
   return device() == target ? *this : ember::to_device(*this, target);
 }
 
+Tensor Tensor::to(const Device& target, bool non_blocking) const {
+  return device() == target ? *this : ember::to_device(*this, target, non_blocking);
+}
+
+Tensor Tensor::pin_memory() const {
+  EMBER_CHECK(is_cpu(), "pin_memory: only CPU tensors can be pinned, not ", describe(*this));
+  if (is_pinned()) return *this;
+  Tensor out = empty_pinned(sizes(), dtype());
+  NoGradGuard no_grad;
+  out.copy_(*this);
+  return out;
+}
+
 Tensor Tensor::to(const Device& target, DType target_dtype) const {
   return to(target).to(target_dtype);
 }

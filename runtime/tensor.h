@@ -135,8 +135,17 @@ class Tensor {
   // ---- copies and conversions ----------------------------------------------------------------
   Tensor to(DType dtype) const;  // itself when already that dtype
   Tensor to(const Device& device) const;
+  // With non_blocking, a copy between pinned host memory and a GPU is left running on the current
+  // stream: from a pinned tensor to the GPU, and from the GPU into a new pinned tensor. Read the
+  // result, or write the pinned source, only after synchronising the stream (ember keeps the
+  // pinned memory from reuse until the copy is done, not from the caller's writes). Other copies
+  // are synchronous, as to(device).
+  Tensor to(const Device& device, bool non_blocking) const;
   Tensor to(const Device& device, DType dtype) const;
   Tensor clone() const;
+  // A copy in pinned (page-locked) host memory, itself when already pinned; a CPU tensor only.
+  Tensor pin_memory() const;
+  bool is_pinned() const { return storage()->is_pinned(); }
   Tensor& copy_(const Tensor& source);  // broadcasts, converts dtype and device
   Tensor& fill_(const Scalar& value);
   Tensor& zero_();
@@ -185,6 +194,8 @@ struct TensorOptions {
 };
 
 Tensor empty(const Shape& shape, TensorOptions options = {});
+// Uninitialised, contiguous, in pinned host memory (needs CUDA and a GPU).
+Tensor empty_pinned(const Shape& shape, DType dtype = DType::f32);
 Tensor empty_strided(const Shape& shape, const Shape& strides, TensorOptions options = {});
 Tensor zeros(const Shape& shape, TensorOptions options = {});
 Tensor ones(const Shape& shape, TensorOptions options = {});

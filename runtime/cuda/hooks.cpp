@@ -1,4 +1,5 @@
 // The CUDA side of runtime/cuda_hooks.h and device.h's queries (runtime/no_cuda.cpp without CUDA).
+#include "runtime/cuda/allocator.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/device_guard.h"
 #include "runtime/cuda/stream.h"
@@ -25,13 +26,51 @@ int cuda_device_count() {
   return count;
 }
 
+namespace cuda {
+
+DeviceProperties device_properties(int device_index) {
+  check_device_available(Device::cuda(device_index));
+  cudaDeviceProp prop{};
+  EMBER_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
+  DeviceProperties properties;
+  properties.name = prop.name;
+  properties.total_memory = prop.totalGlobalMem;
+  properties.major = prop.major;
+  properties.minor = prop.minor;
+  properties.multiprocessor_count = prop.multiProcessorCount;
+  return properties;
+}
+
+std::pair<size_t, size_t> memory_info(int device_index) {
+  check_device_available(Device::cuda(device_index));
+  DeviceGuard guard(device_index);
+  size_t free = 0, total = 0;
+  EMBER_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return {free, total};
+}
+
+}  // namespace cuda
+
 namespace cuda_hooks {
 
-void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind, int device_index) {
+void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind, int device_index,
+                const void* pinned_host_block) {
   check_device_available(Device::cuda(device_index));
   if (nbytes == 0) return;
   cuda::DeviceGuard guard(device_index);
   const cudaStream_t stream = cuda::current_stream(device_index);
+  if (pinned_host_block != nullptr && kind != CopyKind::device_to_device) {
+    // Left running: the copy engine reads or writes the pinned block while the host goes on, so
+    // the block must not be handed out again before the copy has completed.
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(
+        dst, src, nbytes,
+        kind == CopyKind::host_to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+        stream));
+    cuda::pinned_host_allocator().record_stream(
+        const_cast<void*>(pinned_host_block),
+        StreamRef{reinterpret_cast<uintptr_t>(stream), device_index});
+    return;
+  }
   switch (kind) {
     case CopyKind::host_to_device:
       // Synchronised: the caller may free or change the host buffer as soon as this returns.

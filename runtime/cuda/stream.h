@@ -1,5 +1,7 @@
 // CUDA streams as the runtime sees them (built only with CUDA). Every op on a device is queued
-// on that device's current stream; StreamGuard swaps it for a scope.
+// on that device's current stream; StreamGuard swaps it for a scope. Stream owns a new stream;
+// stream_from_pool lends one of a few long-lived streams per device (creating and destroying
+// streams is slow, and a destroyed stream's handle may be reused by the next one).
 //
 // The current stream is per thread (and per device), as in PyTorch.
 #pragma once
@@ -27,5 +29,36 @@ class StreamGuard {
   int device_index_;
   cudaStream_t previous_;
 };
+
+// An owned stream on one device, destroyed with the object once its work has completed (the
+// destructor waits for it). Blocking by default: ordered with the legacy default stream, so that
+// work on the default stream waits for it, as ember's ops and copies expect; a non-blocking one
+// is ordered with nothing but what events say.
+class Stream {
+ public:
+  enum class Kind { blocking, non_blocking };
+  explicit Stream(int device_index, Kind kind = Kind::blocking, int priority = 0);
+  ~Stream();
+  Stream(Stream&& other) noexcept;
+  Stream& operator=(Stream&& other) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  cudaStream_t get() const { return stream_; }
+  int device_index() const { return device_index_; }
+  // Waits on the host until the work queued so far has completed.
+  void synchronize() const;
+  // Whether the work queued so far has completed.
+  bool query() const;
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  int device_index_ = 0;
+};
+
+// One of kStreamPoolSize blocking streams of `device_index`, round robin, created on first use
+// and never destroyed (for work that wants to overlap with the default stream).
+constexpr int kStreamPoolSize = 8;
+cudaStream_t stream_from_pool(int device_index);
 
 }  // namespace ember::cuda

@@ -692,19 +692,25 @@ void copy_same_device(const Tensor& dst, const Tensor& src) {
   });
 }
 
-// Moves a contiguous tensor's bytes to another device.
-Tensor transfer(const Tensor& src, const Device& device) {
+// Moves a contiguous tensor's bytes to another device. With non_blocking, a copy from pinned
+// memory, or to the host (into new pinned memory), is left running on the current stream.
+Tensor transfer(const Tensor& src, const Device& device, bool non_blocking = false) {
   check_device_available(device);
   const Tensor dense = src.contiguous();
-  Tensor out = empty(dense.sizes(), TensorOptions(dense.dtype(), device));
+  const bool async_to_host = non_blocking && device.is_cpu() && dense.is_cuda();
+  Tensor out = async_to_host ? empty_pinned(dense.sizes(), dense.dtype())
+                             : empty(dense.sizes(), TensorOptions(dense.dtype(), device));
   if (dense.nbytes() == 0) return out;
   using cuda_hooks::CopyKind;
   if (dense.is_cpu()) {
+    const bool async = non_blocking && dense.is_pinned();
     cuda_hooks::copy_bytes(out.data_ptr(), dense.data_ptr(), dense.nbytes(),
-                           CopyKind::host_to_device, device.index);
+                           CopyKind::host_to_device, device.index,
+                           async ? dense.storage()->data() : nullptr);
   } else if (device.is_cpu()) {
     cuda_hooks::copy_bytes(out.data_ptr(), dense.data_ptr(), dense.nbytes(),
-                           CopyKind::device_to_host, dense.device().index);
+                           CopyKind::device_to_host, dense.device().index,
+                           async_to_host ? out.storage()->data() : nullptr);
   } else {
     cuda_hooks::copy_bytes(out.data_ptr(), dense.data_ptr(), dense.nbytes(),
                            CopyKind::device_to_device, device.index);
@@ -766,9 +772,9 @@ Tensor to_dtype(const Tensor& x, DType dtype) {
   return out;
 }
 
-Tensor to_device(const Tensor& x, const Device& device) {
+Tensor to_device(const Tensor& x, const Device& device, bool non_blocking) {
   if (x.device() == device) return x;
-  Tensor out = transfer(x, device);
+  Tensor out = transfer(x, device, non_blocking);
   if (any_requires_grad({&x})) {
     const Device from = x.device();
     record(OpId::to_device, {x}, out, {},

@@ -70,10 +70,11 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);       /
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);  // mask: bool
 
 // ---- copies and conversions ----
-Tensor to_dtype(const Tensor& x, DType dtype);            // differentiable
-Tensor to_device(const Tensor& x, const Device& device);  // differentiable
-Tensor clone(const Tensor& x);                            // a contiguous copy; differentiable
-void copy_into(Tensor& dst, const Tensor& src);           // dst's shape; broadcasts; no autograd
+Tensor to_dtype(const Tensor& x, DType dtype);  // differentiable
+// differentiable; non_blocking: see Tensor::to
+Tensor to_device(const Tensor& x, const Device& device, bool non_blocking = false);
+Tensor clone(const Tensor& x);                   // a contiguous copy; differentiable
+void copy_into(Tensor& dst, const Tensor& src);  // dst's shape; broadcasts; no autograd
 void fill_into(Tensor& dst, const Scalar& value);
 
 // ---- in-place: self = op(self, other); bumps self's version ----

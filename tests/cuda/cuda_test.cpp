@@ -21,12 +21,25 @@
 #if EMBER_WITH_CUDA
 #include <thread>
 
+#include "runtime/cuda/allocator.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/stream.h"
 #endif
 
 namespace ember::testing {
 namespace {
+
+#if EMBER_WITH_CUDA
+// Every CUDA allocation of this test program is filled with 0xFF bytes (NaN in every floating
+// dtype), so that a kernel that leaves part of its output unwritten fails the comparison with the
+// CPU instead of passing on memory that happened to hold the right values.
+class PoisonCudaAllocations : public ::testing::Environment {
+ public:
+  void SetUp() override { cuda::set_poison_allocations(true); }
+};
+[[maybe_unused]] const ::testing::Environment* const poison_environment =
+    ::testing::AddGlobalTestEnvironment(new PoisonCudaAllocations);
+#endif
 
 std::string no_device_reason() {
   if (!cuda_compiled()) return "this build of ember has no CUDA support (-DEMBER_CUDA=OFF)";
