@@ -116,7 +116,9 @@ class NcclWork final : public Work {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     // The caller's stream continues after the collective (the host already waited: this only
-    // orders later kernels on other streams).
+    // orders later kernels on other streams). The guard: the legacy default stream is the
+    // current device's.
+    cuda::DeviceGuard guard(communicator_->device_index);
     EMBER_CUDA_CHECK(
         cudaStreamWaitEvent(cuda::current_stream(communicator_->device_index), done_, 0));
     keep_alive_.clear();

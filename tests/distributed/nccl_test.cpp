@@ -53,11 +53,18 @@ ProcessGroupPtr new_group_of_one() {
   return make_nccl_group(one, 0);
 }
 
-// One group for the tests that leave it usable (NCCL's setup takes a while).
+// One group for the tests that leave it usable (NCCL's setup takes a while); dropped after each
+// suite (TearDownTestSuite), before main() finalises MPI, which its bootstrap group uses.
+ProcessGroupPtr g_group;
 ProcessGroupPtr group_of_one() {
-  static ProcessGroupPtr group = new_group_of_one();
-  return group;
+  if (!g_group) g_group = new_group_of_one();
+  return g_group;
 }
+class Nccl : public testing::Test {
+ protected:
+  static void TearDownTestSuite() { g_group.reset(); }
+};
+using NcclDdp = Nccl;
 
 const std::vector<DType> kDtypes = {DType::f32, DType::f16, DType::bf16,
                                     DType::f64, DType::i32, DType::i64};
@@ -99,7 +106,7 @@ void expect_values(const Tensor& tensor, const std::vector<double>& expected,
 
 const std::vector<ReduceOp> kOps = {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min};
 
-TEST(Nccl, GroupOfOneDescribesItself) {
+TEST_F(Nccl, GroupOfOneDescribesItself) {
   EMBER_SKIP_WITHOUT_NCCL_GPU();
   auto group = group_of_one();
   EXPECT_STREQ(group->backend(), "nccl");
@@ -108,7 +115,7 @@ TEST(Nccl, GroupOfOneDescribesItself) {
   EXPECT_NE(group->name().find("/nccl"), std::string::npos) << group->name();
 }
 
-TEST(Nccl, AllreduceOfOneRankIsTheIdentityInEveryDtypeAndOp) {
+TEST_F(Nccl, AllreduceOfOneRankIsTheIdentityInEveryDtypeAndOp) {
   EMBER_SKIP_WITHOUT_NCCL_GPU();
   auto group = group_of_one();
   for (DType dtype : kDtypes) {
@@ -130,7 +137,7 @@ TEST(Nccl, AllreduceOfOneRankIsTheIdentityInEveryDtypeAndOp) {
   }
 }
 
-TEST(Nccl, BroadcastAllgatherReduceScatterOfOneRankCopy) {
+TEST_F(Nccl, BroadcastAllgatherReduceScatterOfOneRankCopy) {
   EMBER_SKIP_WITHOUT_NCCL_GPU();
   auto group = group_of_one();
   for (DType dtype : kDtypes) {
@@ -161,7 +168,7 @@ TEST(Nccl, BroadcastAllgatherReduceScatterOfOneRankCopy) {
   }
 }
 
-TEST(Nccl, CollectivesOfAnyShapeWorkOnTheFlatElements) {
+TEST_F(Nccl, CollectivesOfAnyShapeWorkOnTheFlatElements) {
   EMBER_SKIP_WITHOUT_NCCL_GPU();
   auto group = group_of_one();
   const auto values = pattern(24, DType::f32);
@@ -173,7 +180,7 @@ TEST(Nccl, CollectivesOfAnyShapeWorkOnTheFlatElements) {
   expect_values(input, values, "allreduce(avg) of (2, 3, 4)");
 }
 
-TEST(Nccl, WorkCompletesAsynchronouslyAndWaitIsRepeatable) {
+TEST_F(Nccl, WorkCompletesAsynchronouslyAndWaitIsRepeatable) {
   EMBER_SKIP_WITHOUT_NCCL_GPU();
   auto group = group_of_one();
   const auto values = pattern(1 << 22, DType::f32);  // 16 MB: long enough to be seen in flight
@@ -203,7 +210,7 @@ TEST(Nccl, WorkCompletesAsynchronouslyAndWaitIsRepeatable) {
     expect_values(tensors[k], pattern(1000 + k, DType::f32), detail::concat("in flight ", k));
 }
 
-TEST(Nccl, BarrierCompletes) {
+TEST_F(Nccl, BarrierCompletes) {
   EMBER_SKIP_WITHOUT_NCCL_GPU();
   auto group = group_of_one();
   WorkPtr work = group->barrier();
@@ -211,7 +218,7 @@ TEST(Nccl, BarrierCompletes) {
   EXPECT_TRUE(work->is_completed());
 }
 
-TEST(Nccl, SplitMakesAnotherGroupOfOne) {
+TEST_F(Nccl, SplitMakesAnotherGroupOfOne) {
   EMBER_SKIP_WITHOUT_NCCL_GPU();
   auto group = group_of_one();
   EXPECT_EQ(group->split(-1, 0), nullptr);
@@ -225,7 +232,7 @@ TEST(Nccl, SplitMakesAnotherGroupOfOne) {
   expect_values(tensor, values, "allreduce on the split group");
 }
 
-TEST(Nccl, TensorsNotOnItsGpuAreErrorsThatSaySo) {
+TEST_F(Nccl, TensorsNotOnItsGpuAreErrorsThatSaySo) {
   EMBER_SKIP_WITHOUT_NCCL_GPU();
   auto group = group_of_one();
   Tensor cpu = zeros({4});
@@ -250,7 +257,7 @@ TEST(Nccl, TensorsNotOnItsGpuAreErrorsThatSaySo) {
                     "source 2");
 }
 
-TEST(Nccl, MakeNcclGroupRefusesANullBootstrap) {
+TEST_F(Nccl, MakeNcclGroupRefusesANullBootstrap) {
   if (!nccl_available()) {
     EXPECT_ERROR_WITH(make_nccl_group(init(), 0), "NCCL backend is not in this build");
     return;
@@ -266,7 +273,7 @@ void CUDART_CB block_until_released(void* flag) {
   }
 }
 
-TEST(Nccl, ACollectiveThatCannotCompleteTimesOutAndAbortsTheCommunicator) {
+TEST_F(Nccl, ACollectiveThatCannotCompleteTimesOutAndAbortsTheCommunicator) {
   EMBER_SKIP_WITHOUT_NCCL_GPU();
   auto group = new_group_of_one();  // its own: the timeout aborts its communicator
   // NCCL connects lazily at the first collective (allocations, copies that would wait for the
@@ -349,7 +356,7 @@ void ddp_matches_one_gpu(DdpOptions options) {
   EXPECT_EQ(ddp->reducer().iterations(), 3);
 }
 
-TEST(NcclDdp, OneStepOverAGroupOfOneIsThePlainSingleGpuStep) {
+TEST_F(NcclDdp, OneStepOverAGroupOfOneIsThePlainSingleGpuStep) {
   EMBER_SKIP_WITHOUT_NCCL_GPU();
   DdpOptions options;
   options.bucket_cap_mb = 200.0 / (1024 * 1024);  // several buckets
@@ -357,14 +364,14 @@ TEST(NcclDdp, OneStepOverAGroupOfOneIsThePlainSingleGpuStep) {
   ddp_matches_one_gpu(options);
 }
 
-TEST(NcclDdp, FindUnusedParametersOverAGroupOfOne) {
+TEST_F(NcclDdp, FindUnusedParametersOverAGroupOfOne) {
   EMBER_SKIP_WITHOUT_NCCL_GPU();
   DdpOptions options;
   options.find_unused_parameters = true;  // its flags go over the group too
   ddp_matches_one_gpu(options);
 }
 
-TEST(NcclDdp, ACpuModelOverAnNcclGroupIsAnError) {
+TEST_F(NcclDdp, ACpuModelOverAnNcclGroupIsAnError) {
   EMBER_SKIP_WITHOUT_NCCL_GPU();
   EXPECT_ERROR_WITH(nn::make<DistributedDataParallel>(make_mlp(), group_of_one()),
                     "works on cuda:0 tensors", "use the MPI group for CPU tensors");
