@@ -21,6 +21,7 @@
 #include "distributed/ddp.h"
 #include "distributed/nccl/nccl_process_group.h"
 #include "distributed/world.h"
+#include "engines/factory.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "runtime/ops.h"
@@ -375,6 +376,26 @@ TEST_F(NcclDdp, ACpuModelOverAnNcclGroupIsAnError) {
   EMBER_SKIP_WITHOUT_NCCL_GPU();
   EXPECT_ERROR_WITH(nn::make<DistributedDataParallel>(make_mlp(), group_of_one()),
                     "works on cuda:0 tensors", "use the MPI group for CPU tensors");
+}
+
+TEST_F(NcclDdp, TheDdpEngineRunsAsAWorldOfOneOverNcclWhenAsked) {
+  EMBER_SKIP_WITHOUT_NCCL_GPU();
+  if (launched_with_several_processes()) GTEST_SKIP() << "started by a launcher";
+  setenv("EMBER_DDP_WORLD_OF_ONE", "1", 1);
+  engines::EnginePtr engine;
+  try {
+    engine = engines::make_engine("ddp");
+  } catch (...) {
+    unsetenv("EMBER_DDP_WORLD_OF_ONE");
+    throw;
+  }
+  unsetenv("EMBER_DDP_WORLD_OF_ONE");
+  ASSERT_NE(engine->process_group(), nullptr);
+  EXPECT_STREQ(engine->process_group()->backend(), "nccl");
+  EXPECT_EQ(engine->process_group()->size(), 1);
+  EXPECT_EQ(engine->device(), kGpu);
+  // Without the variable it is the usual error (tests/engines/engines_test.cpp).
+  EXPECT_ERROR_WITH(engines::make_engine("ddp"), "several processes", "EMBER_DDP_WORLD_OF_ONE=1");
 }
 
 }  // namespace
