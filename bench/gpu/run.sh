@@ -127,7 +127,7 @@ targets() {  # the GPU steps' targets; ember_gemm_bench only where another branc
 }
 if wants build; then
   step configure 90 configure.log cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DEMBER_CUDA=ON -DEMBER_MPI=OFF -DEMBER_BENCH=ON \
+    -DEMBER_CUDA=ON -DEMBER_MPI=OFF -DEMBER_NCCL=AUTO -DEMBER_BENCH=ON \
     -DCMAKE_CUDA_ARCHITECTURES="${EMBER_CUDA_ARCHS:-90}" -DZLIB_ROOT=$DEB/usr \
     ${cudnn_root:+-DCUDNN_ROOT=$cudnn_root} || { tail -30 "$WORK/logs/configure.log"; pack; exit 1; }
   # shellcheck disable=SC2046
