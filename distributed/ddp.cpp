@@ -29,11 +29,15 @@ uint64_t fingerprint(const NamedTensors& tensors) {
 
 void check_same_model_on_every_rank(const nn::Module& module, ProcessGroup& group) {
   const NamedTensors state = module.state_dict();
+  // On the model's device: an NCCL group takes only tensors on its GPU (MPI takes any).
+  const Device device = state.empty() ? Device::cpu() : state.front().second.device();
   Tensor mine = from_vector(std::vector<int64_t>{static_cast<int64_t>(fingerprint(state)),
                                                  static_cast<int64_t>(state.size())},
-                            {2}, DType::i64);
-  Tensor everyone = zeros({group.size(), 2}, DType::i64);
+                            {2}, DType::i64)
+                    .to(device);
+  Tensor everyone = zeros({group.size(), 2}, TensorOptions(DType::i64, device));
   group.allgather(everyone, mine)->wait();
+  everyone = everyone.to(Device::cpu());
   const int64_t* all = everyone.data<int64_t>();
   for (int r = 0; r < group.size(); ++r) {
     if (all[2 * r] == all[0] && all[2 * r + 1] == all[1]) continue;

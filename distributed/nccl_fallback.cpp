@@ -6,9 +6,9 @@
 namespace ember::dist {
 
 ProcessGroupPtr make_nccl_group(const ProcessGroupPtr&, int) {
-  EMBER_FAIL("the NCCL backend is not in this build of ember: configure with the CUDA backend on, ",
-             "MPI on and NCCL found (-DEMBER_NCCL=ON; set NCCL_ROOT if nccl.h is elsewhere), or ",
-             "use the MPI backend (dist::world())");
+  EMBER_FAIL("the NCCL backend is not in this build of ember: configure with the CUDA backend on ",
+             "and NCCL found (-DEMBER_NCCL=ON; set NCCL_ROOT if nccl.h is elsewhere), or use the ",
+             "MPI backend (dist::world())");
 }
 
 bool nccl_available() {

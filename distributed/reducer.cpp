@@ -174,7 +174,10 @@ void Reducer::finalize() {
       --bucket.pending;
     }
     launch_ready_buckets();
-    group_->allreduce(used_anywhere, ReduceOp::max)->wait();
+    // On the parameters' device: an NCCL group takes only tensors on its GPU.
+    Tensor wire = used_anywhere.to(parameters_.front().device());
+    group_->allreduce(wire, ReduceOp::max)->wait();
+    used_anywhere = wire.to(Device::cpu());
   } else if (!unused.empty()) {
     for (Bucket& bucket : buckets_) {
       if (bucket.work) bucket.work->wait();
@@ -231,8 +234,11 @@ void Reducer::rebuild_from_arrival_order() {
   for (size_t i = parameters_.size(); i-- > 0;) {
     if (!placed[i]) order[n++] = static_cast<int64_t>(i);
   }
-  Tensor shared = from_vector(order, {static_cast<int64_t>(order.size())}, DType::i64);
+  // On the parameters' device: an NCCL group takes only tensors on its GPU.
+  Tensor shared = from_vector(order, {static_cast<int64_t>(order.size())}, DType::i64)
+                      .to(parameters_.empty() ? Device::cpu() : parameters_.front().device());
   group_->broadcast(shared, 0)->wait();
+  shared = shared.to(Device::cpu());
   const int64_t* values = shared.data<int64_t>();
   std::vector<size_t> agreed(values, values + shared.numel());
   build_buckets(agreed);

@@ -1,5 +1,7 @@
 #include "engines/engine.h"
 
+#include <string>
+
 #include "runtime/error.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
@@ -44,6 +46,11 @@ void IEngine::sync_device(nn::Module& module) const {
 Tensor IEngine::sync_tensor(const Tensor& tensor, SyncMode mode) const {
   const dist::ProcessGroupPtr group = process_group();
   if (!group || group->size() == 1) return tensor;
+  // An NCCL group takes only tensors on its GPU: host values (metrics) go through the engine's
+  // device and come back.
+  if (!tensor.is_cuda() && std::string(group->backend()) == "nccl" && device().is_cuda()) {
+    return sync_tensor(tensor.to(device()), mode).to(tensor.device());
+  }
   if (mode == SyncMode::all_gather) {
     // input (n, ...) -> (world_size * n, ...); a 0-d tensor gathers into (world_size).
     const Tensor input = tensor.contiguous();

@@ -32,17 +32,28 @@ std::vector<Device> data_parallel_devices() {
   return devices;
 }
 
-// A data-parallel engine's group and device: under a launcher only; NCCL on this rank's GPU
-// when there are GPUs (and NCCL), else MPI on the CPU.
+// EMBER_DDP_WORLD_OF_ONE=1 with a GPU and NCCL: the data-parallel engines run without a launcher,
+// as a world of one over NCCL on cuda:0 (to test the NCCL path on one GPU; the average over one
+// rank changes nothing). On the CPU a world of one stays an error: it is only ever a mistake.
+bool world_of_one_allowed() {
+  const char* text = std::getenv("EMBER_DDP_WORLD_OF_ONE");
+  return text != nullptr && std::string(text) == "1" && cuda_device_count() > 0 &&
+         dist::nccl_available();
+}
+
+// A data-parallel engine's group and device: under a launcher only (or a world of one, above);
+// NCCL on this rank's GPU when there are GPUs (and NCCL), else MPI on the CPU.
 struct Ranks {
   dist::ProcessGroupPtr group;
   Device device = Device::cpu();
 };
 Ranks ranks_for(const std::string& engine) {
-  EMBER_CHECK(dist::launched_with_several_processes(),
+  EMBER_CHECK(dist::launched_with_several_processes() || world_of_one_allowed(),
               "it trains with several processes: start it under a launcher, e.g. mpirun -np 2 "
               "build/bin/ember train --engine ",
-              engine, " (or pick cpu, cuda, amp or o2 for one process)");
+              engine,
+              " (or pick cpu, cuda, amp or o2 for one process; EMBER_DDP_WORLD_OF_ONE=1 runs it "
+              "as a world of one over NCCL when a GPU and NCCL are there)");
   Ranks ranks;
   ranks.group = dist::init();
   const int gpus = cuda_device_count();

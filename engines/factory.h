@@ -9,7 +9,8 @@
 //                                                                      f32 master weights)
 //   dp, dp-amp, dp-o2   DataParallelEngine: one process, replicas on every GPU (two on the CPU)
 //   ddp, ddp-amp, ddp-o2, daso: one process per rank under mpirun (NCCL on GPUs, MPI on CPUs);
-//                       without a launcher they say how to start them
+//                       without a launcher they say how to start them (EMBER_DDP_WORLD_OF_ONE=1
+//                       with a GPU and NCCL: a world of one over NCCL on cuda:0, for testing)
 //
 // amp and o2 run on the GPU when one is visible, else on the CPU; their precision defaults to f16
 // on a GPU and bf16 on the CPU (as PyTorch's autocast).

@@ -3,6 +3,8 @@
 # unpack the Debian libraries carried in .debs, configure for sm_90 with CUDA and the benchmarks
 # on, build only what the GPU steps need (ninja -j16), then
 #   1. ember_cuda_tests (EMBER_CUDA_POISON=1: new allocations filled with NaN where supported),
+#      then ember_distributed_tests --gtest_filter='Nccl*' (the NCCL group and DDP in a world of
+#      one on cuda:0; NCCL is PyTorch's nvidia-nccl wheel, found by CMake),
 #   2. ember_cuda_tests again under compute-sanitizer memcheck (a filtered subset: the elementwise,
 #      reduction and random kernels; set SANITIZE_FILTER to change it),
 #   3. ember_gpu_bench (bench/gpu/kernels_bench.cpp) and ember_gemm_bench when that target exists,
@@ -119,13 +121,13 @@ head -12 "$WORK/logs/machine.txt" | grep -E "NVIDIA|Driver|MiB" | head -3
 # ---- configure and build (only the targets the GPU steps need) ---------------------------------
 cudnn_root=$(python3 -c "import nvidia.cudnn, os; print(list(nvidia.cudnn.__path__)[0])" 2> /dev/null || true)
 targets() {  # the GPU steps' targets; ember_gemm_bench only where another branch added it
-  local t=(ember_cuda_tests ember_gpu_bench ember_cli)
+  local t=(ember_cuda_tests ember_distributed_tests ember_gpu_bench ember_cli)
   ninja -C $BUILD -t targets all 2> /dev/null | grep -q '^ember_gemm_bench:' && t+=(ember_gemm_bench)
   echo "${t[@]}"
 }
 if wants build; then
   step configure 90 configure.log cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DEMBER_CUDA=ON -DEMBER_MPI=OFF -DEMBER_NCCL=OFF -DEMBER_BENCH=ON \
+    -DEMBER_CUDA=ON -DEMBER_MPI=OFF -DEMBER_NCCL=AUTO -DEMBER_BENCH=ON \
     -DCMAKE_CUDA_ARCHITECTURES="${EMBER_CUDA_ARCHS:-90}" -DZLIB_ROOT=$DEB/usr \
     ${cudnn_root:+-DCUDNN_ROOT=$cudnn_root} || { tail -30 "$WORK/logs/configure.log"; pack; exit 1; }
   # shellcheck disable=SC2046
@@ -141,6 +143,12 @@ if wants test && [[ -x $BIN/ember_cuda_tests ]]; then
     --gtest_output=json:$WORK/logs/cuda_tests.json
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran" "$WORK/logs/cuda_tests.log" | grep -v "^\[  SKIPPED \] [A-Z]" | tail -8
   grep -E "^\[  FAILED  \] [A-Z]" "$WORK/logs/cuda_tests.log" | head -20
+fi
+if wants test && [[ -x $BIN/ember_distributed_tests ]]; then
+  grep -E "ember: (NCCL|distributed)" "$WORK/logs/configure.log" 2> /dev/null
+  step nccl_tests 90 nccl_tests.log env EMBER_CUDA_POISON=1 $BIN/ember_distributed_tests \
+    --gtest_filter='Nccl*' --gtest_output=json:$WORK/logs/nccl_tests.json
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|skipped|NCCL" "$WORK/logs/nccl_tests.log" | head -12
 fi
 if wants sanitize && [[ -x $BIN/ember_cuda_tests ]]; then
   sanitizer=$(command -v compute-sanitizer || command -v /usr/local/cuda/bin/compute-sanitizer)

@@ -19,36 +19,52 @@ class LocalProcessGroup final : public ProcessGroup {
   explicit LocalProcessGroup(std::string name) : ProcessGroup(0, 1, std::move(name)) {}
   const char* backend() const override { return "local"; }
 
+  // The checks are the MPI group's (same messages), so that code tested here fails the same way
+  // under mpirun.
   WorkPtr allreduce(const Tensor& tensor, ReduceOp op) override {
-    EMBER_CHECK(tensor.defined(), "allreduce: the tensor is undefined");
+    check(tensor, "allreduce");
     EMBER_CHECK(op != ReduceOp::avg || is_floating(tensor.dtype()),
-                "allreduce(avg): needs a floating dtype, got ", describe(tensor));
+                "allreduce(avg): needs a floating dtype, got ", describe(tensor),
+                "; use sum and divide");
     return done();
   }
   WorkPtr broadcast(const Tensor& tensor, int root) override {
-    EMBER_CHECK(tensor.defined(), "broadcast: the tensor is undefined");
-    EMBER_CHECK(root == 0, "broadcast: root ", root, " is not a rank of a world of one");
+    check(tensor, "broadcast");
+    EMBER_CHECK(root == 0, "broadcast: root ", root, " is not a rank of group '", name(),
+                "' (size 1)");
     return done();
   }
   WorkPtr allgather(const Tensor& output, const Tensor& input) override {
-    EMBER_CHECK(output.numel() == input.numel() && output.dtype() == input.dtype(),
-                "allgather: output ", describe(output), " must match input ", describe(input));
+    check(output, "allgather");
+    check(input, "allgather");
+    EMBER_CHECK(output.dtype() == input.dtype(), "allgather: output ", describe(output),
+                " and input ", describe(input), " must have the same dtype");
+    EMBER_CHECK(output.numel() == input.numel(), "allgather: output ", describe(output),
+                " must hold size() * input.numel() = 1 * ", input.numel(), " elements (input ",
+                describe(input), ")");
     output.view({-1}).copy_(input.reshape({-1}));
     return done();
   }
-  WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp) override {
-    EMBER_CHECK(output.numel() == input.numel() && output.dtype() == input.dtype(),
-                "reduce_scatter: output ", describe(output), " must match input ", describe(input));
+  WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
+    check(output, "reduce_scatter");
+    check(input, "reduce_scatter");
+    EMBER_CHECK(output.dtype() == input.dtype(), "reduce_scatter: output ", describe(output),
+                " and input ", describe(input), " must have the same dtype");
+    EMBER_CHECK(input.numel() == output.numel(), "reduce_scatter: input ", describe(input),
+                " must hold size() * output.numel() = 1 * ", output.numel(), " elements (output ",
+                describe(output), ")");
+    EMBER_CHECK(op != ReduceOp::avg || is_floating(input.dtype()),
+                "reduce_scatter(avg): needs a floating dtype, got ", describe(input));
     output.view({-1}).copy_(input.reshape({-1}));
     return done();
   }
   WorkPtr barrier() override { return done(); }
   WorkPtr send(const Tensor&, int destination, int) override {
-    EMBER_FAIL("send: rank ", destination, " does not exist in a world of one (ember was built ",
-               "without MPI: configure with -DEMBER_MPI=ON)");
+    EMBER_FAIL("send: destination ", destination, " does not exist in a world of one (ember was ",
+               "built without MPI: configure with -DEMBER_MPI=ON)");
   }
   WorkPtr recv(const Tensor&, int source, int) override {
-    EMBER_FAIL("recv: rank ", source, " does not exist in a world of one (ember was built ",
+    EMBER_FAIL("recv: source ", source, " does not exist in a world of one (ember was built ",
                "without MPI: configure with -DEMBER_MPI=ON)");
   }
   std::shared_ptr<ProcessGroup> split(int color, int) override {
@@ -58,6 +74,12 @@ class LocalProcessGroup final : public ProcessGroup {
 
  private:
   static WorkPtr done() { return std::make_shared<CompletedWork>(); }
+  static void check(const Tensor& tensor, const char* call) {
+    EMBER_CHECK(tensor.defined(), call, ": the tensor is undefined");
+    EMBER_CHECK(tensor.is_contiguous(), call, ": the tensor must be contiguous, got ",
+                describe(tensor), " with strides ", shape_str(tensor.strides()),
+                "; pass .contiguous() and copy the result back");
+  }
 };
 
 std::mutex g_mutex;

@@ -128,6 +128,18 @@ void check_contiguous(const Tensor& tensor, const char* call) {
 
 // A CUDA tensor goes through a host copy: made here on the caller's thread (its stream is
 // where the values were produced), copied back when the caller waits.
+//
+// The host copy is ordinary (pageable) memory, so both copies are synchronous: the caller's
+// thread blocks on the device-to-host copy before the collective can even be queued, and the
+// driver bounces the bytes through its own pinned buffer (about half the PCIe bandwidth). Pinned
+// staging (once the runtime has a pinned host allocator) would need: the host tensor allocated
+// pinned, and cached per (dtype, size) or from a pool, since pinning is slow; the device-to-host
+// copy queued with cudaMemcpyAsync on the caller's current stream followed by an event, and the
+// MPI worker waiting on that event (cudaEventSynchronize) before MPI touches the buffer, so the
+// caller's thread does not block; the copy back queued asynchronously on the caller's stream at
+// wait(), with the staging buffer kept alive (and not reused) until an event after it completes;
+// and a CUDA-aware MPI (UCX) could skip staging altogether for device pointers. NCCL is the
+// backend for CUDA tensors: this path is for a build without it.
 struct Staged {
   Tensor device_tensor;  // the caller's tensor
   Tensor host;           // what MPI reads and writes

@@ -116,7 +116,9 @@ class NcclWork final : public Work {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     // The caller's stream continues after the collective (the host already waited: this only
-    // orders later kernels on other streams).
+    // orders later kernels on other streams). The guard: the legacy default stream is the
+    // current device's.
+    cuda::DeviceGuard guard(communicator_->device_index);
     EMBER_CUDA_CHECK(
         cudaStreamWaitEvent(cuda::current_stream(communicator_->device_index), done_, 0));
     keep_alive_.clear();
@@ -146,10 +148,13 @@ class NcclProcessGroup final : public ProcessGroup {
     cuda::DeviceGuard guard(device_index);
     ncclUniqueId id;
     if (rank() == 0) EMBER_NCCL_CHECK(ncclGetUniqueId(&id));
-    Tensor id_bytes = empty({static_cast<int64_t>(sizeof(id))}, DType::u8);
-    if (rank() == 0) std::memcpy(id_bytes.data_ptr(), &id, sizeof(id));
-    bootstrap->broadcast(id_bytes, 0)->wait();
-    std::memcpy(&id, id_bytes.data_ptr(), sizeof(id));
+    // A world of one (EMBER_MPI=OFF, or a split of one rank) has nobody to tell the id to.
+    if (size() > 1) {
+      Tensor id_bytes = empty({static_cast<int64_t>(sizeof(id))}, DType::u8);
+      if (rank() == 0) std::memcpy(id_bytes.data_ptr(), &id, sizeof(id));
+      bootstrap->broadcast(id_bytes, 0)->wait();
+      std::memcpy(&id, id_bytes.data_ptr(), sizeof(id));
+    }
     EMBER_NCCL_CHECK(ncclCommInitRank(&communicator_->comm, size(), id, rank()));
     EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&communicator_->stream, cudaStreamNonBlocking));
   }
@@ -158,6 +163,7 @@ class NcclProcessGroup final : public ProcessGroup {
 
   WorkPtr allreduce(const Tensor& tensor, ReduceOp op) override {
     check(tensor, "allreduce");
+    check_op(tensor, op, "allreduce");
     return launch(detail::concat("allreduce(", reduce_op_name(op), ")"), tensor, {tensor},
                   [&](ncclComm_t comm, cudaStream_t stream) {
                     return ncclAllReduce(
@@ -198,6 +204,7 @@ class NcclProcessGroup final : public ProcessGroup {
                 "reduce_scatter: input ", describe(input),
                 " must hold size() * output.numel() = ", size(), " * ", output.numel(),
                 " elements of the output's dtype (output ", describe(output), ")");
+    check_op(input, op, "reduce_scatter");
     return launch(detail::concat("reduce_scatter(", reduce_op_name(op), ")"), input,
                   {output, input}, [&](ncclComm_t comm, cudaStream_t stream) {
                     return ncclReduceScatter(
@@ -249,6 +256,13 @@ class NcclProcessGroup final : public ProcessGroup {
                 " tensors, got ", describe(tensor), "; use the MPI group for CPU tensors");
     EMBER_CHECK(tensor.is_contiguous(), call, ": the tensor must be contiguous, got ",
                 describe(tensor));
+  }
+
+  // As the MPI group: an average of integers would truncate. (Booleans: sum and max are or,
+  // min is and; see nccl_op.)
+  static void check_op(const Tensor& tensor, ReduceOp op, const char* call) {
+    EMBER_CHECK(op != ReduceOp::avg || is_floating(tensor.dtype()), call,
+                "(avg): needs a floating dtype, got ", describe(tensor));
   }
 
   template <typename Launch>
