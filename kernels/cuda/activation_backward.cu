@@ -1,6 +1,7 @@
 #include "kernels/cuda/activation_backward.h"
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/convert.h"
 #include "kernels/common/scalar_types.h"
@@ -12,9 +13,9 @@ namespace {
 
 namespace dm = device_math;
 
-// f'(v) times g, for v the saved x or y: the formulas of the ember-op backward in
-// runtime/ops/elementwise.cpp (and the f64 forms of kernels/cpu/activation_backward.cpp), on the
-// CUDA math library. One switch per element rather than one kernel per op: the branch is uniform
+// f'(v) times g, for v the saved x or y: the formulas of kernels/cpu/activation_backward.cpp (the
+// ember-op backward's, with gelu_tanh's f32 form rewritten as the CPU's), on the CUDA math
+// library. One switch per element rather than one kernel per op: the branch is uniform
 // across the grid, and it keeps one instantiation per dtype.
 template <typename Acc>
 __device__ __forceinline__ Acc grad_times(ActivationGrad op, Acc g, Acc v) {
@@ -38,9 +39,16 @@ __device__ __forceinline__ Acc grad_times(ActivationGrad op, Acc g, Acc v) {
     case ActivationGrad::gelu_tanh: {
       const Acc k = Acc(0.79788456080286535588), c = Acc(0.044715);
       const Acc x2 = v * v;
-      const Acc t = dm::tanh((v + v * x2 * c) * k);
       const Acc dinner = (x2 * (Acc(3) * c) + Acc(1)) * k;
-      return g * ((t + Acc(1)) * Acc(0.5) + v * (Acc(1) - t * t) * dinner * Acc(0.5));
+      if constexpr (std::is_same_v<Acc, float>) {
+        // As the CPU's f32 form: 0.5 (1 + tanh z) = s and 0.5 (1 - tanh^2 z) = 2 s (1 - s) with
+        // s = sigmoid(2z); 1 + tanh z would cancel for negative x.
+        const Acc s = Acc(1) / (Acc(1) + dm::exp(Acc(-2) * k * (v + c * x2 * v)));
+        return g * (s + Acc(2) * (v * (s * (Acc(1) - s))) * dinner);
+      } else {
+        const Acc t = dm::tanh((v + v * x2 * c) * k);
+        return g * ((t + Acc(1)) * Acc(0.5) + v * (Acc(1) - t * t) * dinner * Acc(0.5));
+      }
     }
   }
   return g;
