@@ -204,7 +204,7 @@ void AccuracyCallback::on_batch_end(IRunner& runner) {
   const double n = static_cast<double>(logits.size(0));
   for (int64_t k : topk_) {
     // Stays on the logits' device: the runner averages it there, without a synchronisation.
-    const Tensor value = sum(lt(rank, k)).to(DType::f64) / n;
+    const Tensor value = sum(lt(rank, k).to(DType::f64)) / n;  // counts: exact in f64
     char name[32];
     std::snprintf(name, sizeof(name), "accuracy%02lld", static_cast<long long>(k));
     runner.batch_metrics[k == 1 ? "accuracy" : name] = value;

@@ -14,7 +14,9 @@
 //   So gradients are compared at 1e-3 of each tensor's largest magnitude (norm-wise, not per
 //   element: a near-zero element has no relative precision to check), with a floor at 1e-3 of
 //   the model's largest gradient for tensors that are pure rounding noise (a conv bias right
-//   before a batch norm has an exact gradient of 0).
+//   before a batch norm has an exact gradient of 0). The loss, a mean of log-softmax terms over
+//   logits carrying the forward's error (the same sums, a few hundred terms per layer), is
+//   compared at 1e-4 relative.
 // - AdamW's first step is lr * g / (|g| + eps) per element: the sign of g, amplified. Where the
 //   two devices' gradients differ by dg, the updates may differ by lr * dg * eps / (|g| + eps)^2
 //   (at most 2 lr where g is rounding noise that changes sign). The updated weights are checked
@@ -304,7 +306,7 @@ TEST(CudaModels, OneAdamWStepMatchesTheCpuInF32) {
   for (const ModelCase& c : model_cases()) {
     bool skipped = false;
     std::string reason;
-    expect_one_step_matches(c, std::nullopt, 1e-5, 1e-3, skipped, reason);
+    expect_one_step_matches(c, std::nullopt, 1e-4, 1e-3, skipped, reason);
     if (skipped)
       GTEST_SKIP() << c.name << ": an op has no CUDA kernel in this build yet: " << reason;
   }
