@@ -200,6 +200,9 @@ void IRunner::run_loader() {
       }
       run_event(&ICallback::on_batch_end);
       for (const auto& [key, value] : batch_metrics) {
+        EMBER_CHECK(value.defined() && value.numel() == 1, "runner: batch metric '", key,
+                    "' should hold one number, got ",
+                    value.defined() ? describe(value) : std::string("an undefined tensor"));
         Running& running = running_[key];
         // In f64 on the metric's device, the same rounding as on the host: no synchronisation.
         NoGradGuard no_grad;

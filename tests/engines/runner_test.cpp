@@ -486,6 +486,22 @@ TEST(Runner, LoaderMetricsAreBatchSizeWeightedMeans) {
   EXPECT_EQ(runner.epoch_metric("train", "lr"), 0.1);
 }
 
+// A metric of several numbers is refused at the batch that makes it, naming the metric.
+class VectorMetric : public ICallback {
+ public:
+  VectorMetric() : ICallback(CallbackOrder::metric) {}
+  void on_batch_end(IRunner& runner) override { runner.batch_metrics["pair"] = zeros({2}); }
+};
+
+TEST(Runner, AMetricMustHoldOneNumber) {
+  SupervisedRunner runner;
+  EXPECT_ERROR_WITH(runner.train({.model = testing::mlp(false),
+                                  .loaders = {{"train", testing::loader(8, 4, false)}},
+                                  .engine = "cpu",
+                                  .callbacks = {{"pair", std::make_shared<VectorMetric>()}}}),
+                    "batch metric 'pair' should hold one number", "(2)");
+}
+
 TEST(Runner, BadInputSaysWhatToDo) {
   SupervisedRunner runner;
   EXPECT_ERROR_WITH(runner.train({}), "a model (or model_fn) is required");
