@@ -21,6 +21,7 @@
 #include "engines/runner.h"
 #include "nn/nn.h"
 #include "optim/adam.h"
+#include "optim/grad_clip.h"
 #include "runtime/io/checkpoint.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
@@ -160,6 +161,30 @@ TEST(CudaTrainPath, EachEngineTrainsStopsAndResumesOnTheGpu) {
     }
     std::filesystem::remove_all(straight);
     std::filesystem::remove_all(resumed);
+  }
+}
+
+// OptimizerCallback's max_grad_norm on CUDA gradients: the norm and the coefficient stay on the
+// GPU (no host 0-d tensor copied in, which would wait for the GPU), and clip as on the CPU.
+TEST(CudaTrainPath, ClipGradNormStaysOnTheGpuAndMatchesTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  Generator generator(4);
+  std::vector<Tensor> cpu_params, cuda_params;
+  for (const Shape& shape : {Shape{3, 5}, Shape{1}, Shape{4097}}) {
+    Tensor cpu = zeros(shape).requires_grad_(true);
+    cpu.set_grad(randn(shape, {}, &generator));
+    Tensor cuda = zeros(shape, TensorOptions(DType::f32, Device::cuda(0))).requires_grad_(true);
+    cuda.set_grad(cpu.grad().to(Device::cuda(0)));
+    cpu_params.push_back(cpu);
+    cuda_params.push_back(cuda);
+  }
+  const Tensor cpu_norm = optim::clip_grad_norm_(cpu_params, 1.0);
+  const Tensor cuda_norm = optim::clip_grad_norm_(cuda_params, 1.0);
+  EXPECT_TRUE(cuda_norm.is_cuda());
+  EXPECT_NEAR(cuda_norm.item<double>(), cpu_norm.item<double>(), 1e-5 * cpu_norm.item<double>());
+  for (size_t i = 0; i < cpu_params.size(); ++i) {
+    EXPECT_TRUE(allclose(cuda_params[i].grad().to(Device::cpu()), cpu_params[i].grad(), 1e-5, 1e-7))
+        << "parameter " << i;
   }
 }
 
