@@ -174,7 +174,7 @@ TEST(CudaTrainPath, ClipGradNormStaysOnTheGpuAndMatchesTheCpu) {
     Tensor cpu = zeros(shape).requires_grad_(true);
     cpu.set_grad(randn(shape, {}, &generator));
     Tensor cuda = zeros(shape, TensorOptions(DType::f32, Device::cuda(0))).requires_grad_(true);
-    cuda.set_grad(cpu.grad().to(Device::cuda(0)));
+    cuda.set_grad(cpu.grad().clone().to(Device::cuda(0)));
     cpu_params.push_back(cpu);
     cuda_params.push_back(cuda);
   }
