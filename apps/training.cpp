@@ -71,10 +71,34 @@ class StopAfterEpochs : public engines::ICallback {
 
 }  // namespace
 
+namespace {
+
+// --engine amp or o2 with --device cpu or cuda: that engine on that device (without --device the
+// factory picks the GPU when one is visible). --amp gives the precision; without it, f16 on a
+// GPU and bf16 on the CPU, as the factory's defaults.
+engines::EnginePtr make_precision_engine_on(const TrainConfig& config) {
+  const Device device = config.device == "cpu" ? Device::cpu() : Device::cuda(0);
+  const DType precision = config.amp == "fp16"   ? DType::f16
+                          : config.amp == "bf16" ? DType::bf16
+                          : device.is_cuda()     ? DType::f16
+                                                 : DType::bf16;
+  try {
+    if (config.engine == "amp") return std::make_shared<engines::AMPEngine>(device, precision);
+    return std::make_shared<engines::O2Engine>(device, precision);
+  } catch (const Error& error) {
+    EMBER_FAIL("engine '", config.engine, "' on --device ", config.device, ": ", error.what(),
+               " (pick --device cpu, or drop --device: the CPU when no GPU is visible)");
+  }
+}
+
+}  // namespace
+
 engines::EnginePtr make_train_engine(const TrainConfig& config) {
   std::string name = config.engine;
   const bool single_device = name == "auto" || name == "cpu" || name == "cuda";
+  const bool single_device_precision = name == "amp" || name == "o2";
   if (config.device != "auto") {
+    if (single_device_precision) return make_precision_engine_on(config);
     EMBER_CHECK(single_device || name == config.device, "train: --device ", config.device,
                 " does not go with --engine ", name,
                 " (the engine picks its devices; drop --device)");

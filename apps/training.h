@@ -40,8 +40,9 @@ struct TrainResult {
   bool is_master_process = true;  // rank 0 (prints the summary)
 };
 
-// The engine the flags ask for: --engine, with --device choosing the device of auto/cpu/cuda and
-// --amp turning them into the AMP engine (or giving o2 and the ddp forms their precision).
+// The engine the flags ask for: --engine, with --device choosing the device of auto/cpu/cuda/amp/o2
+// and --amp turning auto/cpu/cuda into the AMP engine (or giving amp, o2 and the ddp forms their
+// precision).
 engines::EnginePtr make_train_engine(const TrainConfig& config);
 
 TrainResult train_resnet9(const TrainConfig& config, std::ostream& out);

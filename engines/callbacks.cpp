@@ -187,18 +187,24 @@ void AccuracyCallback::on_batch_end(IRunner& runner) {
   EMBER_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
               "AccuracyCallback: expected logits (N, C) and targets (N), got ",
               shape_str(logits.sizes()), " and ", shape_str(targets.sizes()));
+  EMBER_CHECK(targets.device() == logits.device(), "AccuracyCallback: logits on ",
+              logits.device().str(), " but targets on ", targets.device().str(),
+              " (the engine's sync_device places both)");
   const Tensor target_index = targets.to(DType::i64).unsqueeze(1);  // (N, 1)
   const Tensor target_logit = gather(logits, 1, target_index);
-  // Ties rank the lower class index first, as argmax does (16-bit logits tie often).
-  const Tensor class_index = arange(logits.size(1), DType::i64).unsqueeze(0);  // (1, C)
+  // Ties rank the lower class index first, as argmax does (16-bit logits tie often). The class
+  // indices are made once per (C, device): arange on a GPU copies from the host, which waits.
+  if (!class_index_.defined() || class_index_.size(1) != logits.size(1) ||
+      class_index_.device() != logits.device())
+    class_index_ = arange(logits.size(1), TensorOptions(DType::i64, logits.device())).unsqueeze(0);
   const Tensor ahead = add(
       gt(logits, target_logit).to(DType::i64),
-      mul(eq(logits, target_logit).to(DType::i64), lt(class_index, target_index).to(DType::i64)));
+      mul(eq(logits, target_logit).to(DType::i64), lt(class_index_, target_index).to(DType::i64)));
   const Tensor rank = sum(ahead, {1});
   const double n = static_cast<double>(logits.size(0));
   for (int64_t k : topk_) {
-    const double correct = sum(lt(rank, scalar_tensor(k, rank.dtype()))).item<double>();
-    const Tensor value = scalar_tensor(correct / n, DType::f64);
+    // Stays on the logits' device: the runner averages it there, without a synchronisation.
+    const Tensor value = sum(lt(rank, k).to(DType::f64)) / n;  // counts: exact in f64
     char name[32];
     std::snprintf(name, sizeof(name), "accuracy%02lld", static_cast<long long>(k));
     runner.batch_metrics[k == 1 ? "accuracy" : name] = value;

@@ -89,6 +89,7 @@ class AccuracyCallback : public ICallback {
  private:
   std::string input_key_, target_key_;
   std::vector<int64_t> topk_;
+  Tensor class_index_;  // (1, C) i64 on the logits' device
 };
 
 struct CheckpointOptions {

@@ -49,7 +49,9 @@ EnginePtr IRunner::get_engine() {
 Metrics IRunner::running_metrics() const {
   Metrics metrics;
   for (const auto& [key, running] : running_)
-    metrics[key] = running.weight > 0 ? running.weighted_sum / running.weight : 0;
+    metrics[key] = running.weight > 0 && running.weighted_sum.defined()
+                       ? running.weighted_sum.item<double>() / running.weight
+                       : 0;
   return metrics;
 }
 
@@ -198,17 +200,25 @@ void IRunner::run_loader() {
       }
       run_event(&ICallback::on_batch_end);
       for (const auto& [key, value] : batch_metrics) {
+        EMBER_CHECK(value.defined() && value.numel() == 1, "runner: batch metric '", key,
+                    "' should hold one number, got ",
+                    value.defined() ? describe(value) : std::string("an undefined tensor"));
         Running& running = running_[key];
-        running.weighted_sum += value.item<double>() * static_cast<double>(batch_size);
+        // In f64 on the metric's device, the same rounding as on the host: no synchronisation.
+        NoGradGuard no_grad;
+        const Tensor weighted = value.detach().to(DType::f64) * static_cast<double>(batch_size);
+        running.weighted_sum =
+            running.weighted_sum.defined() ? running.weighted_sum + weighted : weighted;
         running.weight += static_cast<double>(batch_size);
       }
     }
   }
   // Averages over every rank: one sum of (value * samples, samples) per metric, in key order
   // (the same on every rank).
+  // The loader's one read of device metrics (the first item() waits for the GPU).
   std::vector<double> sums;
   for (const auto& [key, running] : running_) {
-    sums.push_back(running.weighted_sum);
+    sums.push_back(running.weighted_sum.defined() ? running.weighted_sum.item<double>() : 0.0);
     sums.push_back(running.weight);
   }
   sums.push_back(static_cast<double>(loader_sample_step));

@@ -95,7 +95,8 @@ class IRunner {
   // 0-d tensors of this batch ("loss", "accuracy", "lr"); averaged over the loader, weighted by
   // batch size. The loss keeps its graph (the backward callback uses it).
   std::map<std::string, Tensor> batch_metrics;
-  // This loader's running averages so far, on this rank (progress bars).
+  // This loader's running averages so far, on this rank (progress bars). Reads device metrics
+  // back: call it once in a while, not every batch.
   Metrics running_metrics() const;
   // After a loader: its averages over every rank, plus "throughput" (samples/s over all ranks)
   // and "seconds".
@@ -110,8 +111,11 @@ class IRunner {
   void run_loader();
   void run_event(void (ICallback::*event)(IRunner&));
 
+  // sum(value * batch size) as an f64 0-d tensor on the metric's device: adding a CUDA loss to it
+  // queues a kernel instead of waiting for the GPU, so the metrics cost no host synchronisation
+  // per batch (one per loader, when run_loader reads the sums).
   struct Running {
-    double weighted_sum = 0;
+    Tensor weighted_sum;  // undefined before the loader's first batch
     double weight = 0;
   };
   std::map<std::string, Running> running_;

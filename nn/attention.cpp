@@ -31,9 +31,12 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   // scores (B, heads, T, T); the mask hides the future (strictly upper triangle).
   Tensor scores =
       matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(head_size)));
-  const Tensor positions = arange(time);
-  const Tensor future = gt(positions.unsqueeze(0), positions.unsqueeze(1)).to(scores.device());
-  scores = masked_fill(scores, future, -std::numeric_limits<double>::infinity());
+  if (!future_mask_.defined() || future_mask_.size(0) != time ||
+      future_mask_.device() != scores.device()) {
+    const Tensor positions = arange(time);
+    future_mask_ = gt(positions.unsqueeze(0), positions.unsqueeze(1)).to(scores.device());
+  }
+  scores = masked_fill(scores, future_mask_, -std::numeric_limits<double>::infinity());
   const Tensor weights = (*attention_dropout)(softmax(scores, -1));
   // (B, heads, T, head_size) -> (B, T, C)
   const Tensor mixed = matmul(weights, v).transpose(1, 2).reshape({batch, time, channels});

@@ -20,6 +20,11 @@ class CausalSelfAttention : public Module {
 
  protected:
   std::shared_ptr<Module> make_clone() const override;
+
+ private:
+  // (T, T) bool, true above the diagonal, on the device of the last input: built once per (T,
+  // device), since building it on a GPU copies from the host, which waits for the GPU.
+  Tensor future_mask_;
 };
 
 class GptBlock : public Module {

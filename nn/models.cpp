@@ -40,7 +40,10 @@ GptMini::GptMini(int64_t vocab, int64_t context_length, int64_t layers, int64_t 
 Tensor GptMini::forward(const Tensor& tokens) {
   EMBER_CHECK(tokens.dim() == 2 && tokens.size(1) <= context, "GptMini: expected tokens (B, T) ",
               "with T <= ", context, ", got ", describe(tokens));
-  const Tensor positions = arange(tokens.size(1)).to(tokens.device());
+  if (!positions_.defined() || positions_.size(0) != context ||
+      positions_.device() != tokens.device())
+    positions_ = arange(context).to(tokens.device());
+  const Tensor positions = positions_.narrow(0, 0, tokens.size(1));
   Tensor x = (*token_embedding)(tokens) + (*position_embedding)(positions);
   for (const ModulePtr& block : *blocks)
     x = block->forward(x);

@@ -33,6 +33,11 @@ class GptMini : public Module {
 
  protected:
   std::shared_ptr<Module> make_clone() const override;
+
+ private:
+  // 0 .. context-1 (i64) on the device of the last tokens: built once per device, since building
+  // it on a GPU copies from the host, which waits for the GPU.
+  Tensor positions_;
 };
 
 std::shared_ptr<GptMini> gpt_mini(int64_t vocab, int64_t context, int64_t layers, int64_t heads,

@@ -35,7 +35,9 @@ Tensor total_grad_norm(const std::vector<Tensor>& grads, double norm_type) {
       }
     return scalar_tensor(static_cast<double>(largest), DType::f32);
   }
-  Tensor total = scalar_tensor(0.0, DType::f32);
+  // On the gradients' device: a host 0-d tensor meeting a CUDA one is copied there, and a host to
+  // device copy waits for the GPU.
+  Tensor total = scalar_tensor(0.0, TensorOptions(DType::f32, grads.front().device()));
   for (const Tensor& grad : grads) {
     const Tensor magnitude = abs(grad.to(DType::f32));
     const Tensor powered = norm_type == 1.0   ? magnitude
@@ -66,7 +68,9 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   }
   // Always multiplied (by a coefficient clamped to 1), as PyTorch does, so that the result does
   // not depend on a host-side comparison.
-  const Tensor clip_coef = div(scalar_tensor(max_norm, DType::f32), add(total_norm, 1e-6));
+  const Tensor clip_coef =
+      div(scalar_tensor(max_norm, TensorOptions(DType::f32, total_norm.device())),
+          add(total_norm, 1e-6));
   const Tensor clamped = clamp(clip_coef, std::nullopt, 1.0);
   for (Tensor& grad : grads)
     grad.mul_(clamped);

@@ -16,6 +16,7 @@
 #include "runtime/ops/layout.h"
 
 #if EMBER_WITH_CUDA
+#include "kernels/cuda/activation_backward.h"
 #include "kernels/cuda/elementwise.h"
 #include "runtime/cuda/stream.h"
 #endif
@@ -256,17 +257,30 @@ Tensor floating_input(const Tensor& x) {
   return is_floating(x.dtype()) ? x : x.to(DType::f32);
 }
 
-// g * f'(saved) in one fused CPU kernel pass, or an undefined tensor where the caller must build
-// it from ember ops (CUDA, a dtype or shape mismatch, or grad mode on). The engine runs every
-// backward formula under NoGradGuard (runtime/autograd/engine.cpp: no higher-order gradients), so
-// the fused path is the one taken there; a formula evaluated with grad mode on would need a
-// differentiable result, which the kernel does not record.
+// g * f'(saved) in one fused kernel pass (CPU or CUDA), or an undefined tensor where the caller
+// must build it from ember ops (mixed devices, a dtype or shape mismatch, or grad mode on). The
+// engine runs every backward formula under NoGradGuard (runtime/autograd/engine.cpp: no
+// higher-order gradients), so the fused path is the one taken there; a formula evaluated with grad
+// mode on would need a differentiable result, which the kernel does not record.
 Tensor fused_activation_grad(ActivationGrad op, const Tensor& g, const Tensor& saved) {
-  if (grad_enabled() || !g.is_cpu() || !saved.is_cpu() || g.dtype() != saved.dtype() ||
+  if (grad_enabled() || g.device() != saved.device() || g.dtype() != saved.dtype() ||
       !is_floating(g.dtype()) || g.sizes() != saved.sizes())
     return Tensor();
+#if !EMBER_WITH_CUDA
+  if (!g.is_cpu()) return Tensor();
+#endif
   Tensor grad_in = empty(saved.sizes(), TensorOptions(saved.dtype(), saved.device()));
   const kernels::StridedLayout layout = make_layout(grad_in, {&g, &saved}, "activation backward");
+  if (g.is_cuda()) {
+#if EMBER_WITH_CUDA
+    dispatch_floating(g.dtype(), "activation backward", [&]<typename T>() {
+      kernels::cuda::activation_backward<T>(
+          op, layout, static_cast<T*>(grad_in.data_ptr()), static_cast<const T*>(g.data_ptr()),
+          static_cast<const T*>(saved.data_ptr()), cuda::current_stream(g.device().index));
+    });
+    return grad_in;
+#endif
+  }
   dispatch_floating(g.dtype(), "activation backward", [&]<typename T>() {
     kernels::cpu::activation_backward<T>(op, layout, static_cast<T*>(grad_in.data_ptr()),
                                          static_cast<const T*>(g.data_ptr()),

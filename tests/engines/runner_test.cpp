@@ -426,6 +426,82 @@ TEST(Runner, AccuracyBreaksTiesAsArgmax) {
   EXPECT_ERROR_WITH(accuracy.on_batch_end(runner), "the batch has no 'logits'", "targets");
 }
 
+// The metric stays a 0-d f64 tensor on the logits' device (a CUDA one is averaged there, without
+// a host synchronisation per batch), and a batch with another class count rebuilds the cached
+// class indices.
+TEST(Runner, AccuracyIsA0dTensorOnTheLogitsDevice) {
+  BareRunner runner;
+  AccuracyCallback accuracy("logits", "targets", {1});
+  runner.batch["logits"] = from_vector(std::vector<float>{0, 3, 1, 2, 0, 1}, {2, 3});
+  runner.batch["targets"] = from_vector(std::vector<int64_t>{1, 2}, {2}, DType::i64);
+  accuracy.on_batch_end(runner);
+  const Tensor value = runner.batch_metrics.at("accuracy");
+  EXPECT_EQ(value.dim(), 0);
+  EXPECT_EQ(value.dtype(), DType::f64);
+  EXPECT_EQ(value.device(), Device::cpu());
+  EXPECT_DOUBLE_EQ(value.item<double>(), 0.5);
+  // Five classes now; the target (4) is the largest of its row, and ties class 0 in the other.
+  runner.batch["logits"] = from_vector(std::vector<float>{0, 1, 2, 3, 4, 5, 1, 1, 1, 5}, {2, 5});
+  runner.batch["targets"] = from_vector(std::vector<int64_t>{4, 4}, {2}, DType::i64);
+  accuracy.on_batch_end(runner);
+  EXPECT_DOUBLE_EQ(runner.batch_metrics.at("accuracy").item<double>(), 0.5);
+}
+
+// Records each train batch's loss and size as the runner sees them.
+class LossRecorder : public ICallback {
+ public:
+  LossRecorder() : ICallback(CallbackOrder::external) {}
+  void on_batch_end(IRunner& runner) override {
+    if (!runner.is_train_loader) return;
+    losses.push_back(runner.batch_metrics.at("loss").item<double>());
+    sizes.push_back(static_cast<double>(runner.batch_size));
+  }
+  std::vector<double> losses, sizes;
+};
+
+// The loader's loss is the batch-size-weighted mean of the batches' losses, with a smaller last
+// batch, summed in the same order and precision as on the host (the sums now stay on the
+// metric's device until the loader ends).
+TEST(Runner, LoaderMetricsAreBatchSizeWeightedMeans) {
+  manual_seed(3);
+  SupervisedRunner runner;
+  auto recorder = std::make_shared<LossRecorder>();
+  runner.train({.model = testing::mlp(false),
+                .criterion = cross_entropy_loss,
+                .loaders = {{"train", testing::loader(22, 8, true)}},  // batches of 8, 8, 6
+                .num_epochs = 1,
+                .engine = "cpu",
+                .callbacks = {{"recorder", recorder}},
+                .optimizer_fn = [](nn::Module& m) {
+                  return std::make_shared<optim::SGD>(m.named_parameters(),
+                                                      optim::SGDOptions{.lr = 0.1});
+                }});
+  ASSERT_EQ(recorder->losses.size(), 3u);
+  EXPECT_EQ(recorder->sizes, (std::vector<double>{8, 8, 6}));
+  double weighted_sum = recorder->losses[0] * recorder->sizes[0];
+  for (size_t i = 1; i < recorder->losses.size(); ++i)
+    weighted_sum = weighted_sum + recorder->losses[i] * recorder->sizes[i];
+  EXPECT_DOUBLE_EQ(runner.epoch_metric("train", "loss"), weighted_sum / 22.0);
+  EXPECT_EQ(runner.epoch_metric("train", "loss"), weighted_sum / 22.0);  // bit for bit
+  EXPECT_EQ(runner.epoch_metric("train", "lr"), 0.1);
+}
+
+// A metric of several numbers is refused at the batch that makes it, naming the metric.
+class VectorMetric : public ICallback {
+ public:
+  VectorMetric() : ICallback(CallbackOrder::metric) {}
+  void on_batch_end(IRunner& runner) override { runner.batch_metrics["pair"] = zeros({2}); }
+};
+
+TEST(Runner, AMetricMustHoldOneNumber) {
+  SupervisedRunner runner;
+  EXPECT_ERROR_WITH(runner.train({.model = testing::mlp(false),
+                                  .loaders = {{"train", testing::loader(8, 4, false)}},
+                                  .engine = "cpu",
+                                  .callbacks = {{"pair", std::make_shared<VectorMetric>()}}}),
+                    "batch metric 'pair' should hold one number", "(2)");
+}
+
 TEST(Runner, BadInputSaysWhatToDo) {
   SupervisedRunner runner;
   EXPECT_ERROR_WITH(runner.train({}), "a model (or model_fn) is required");
