@@ -163,11 +163,13 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
           .shuffle = true,
           .seed = config.seed,
           .drop_last = true,  // batch norm needs more than one image per batch
+          .pin_memory = engine->device().is_cuda(),
           .transforms = {data::pad(2), data::random_crop(32, 2), data::random_horizontal_flip(),
                          data::normalize({0.5}, {0.5})}}));
   auto valid_loader = engine->shard_loader(std::make_shared<data::DataLoader>(
       valid_set,
       data::DataLoaderOptions{.batch_size = std::max<int64_t>(1, 512 / ranks),
+                              .pin_memory = engine->device().is_cuda(),
                               .transforms = {data::pad(2), data::normalize({0.5}, {0.5})}}));
 
   // ---- the model is built once the runner has seeded the RNG (seed + rank), the optimizer and

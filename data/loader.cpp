@@ -7,6 +7,9 @@
 #include <optional>
 #include <thread>
 
+#include "runtime/device.h"
+#include "runtime/error.h"
+
 namespace ember::data {
 
 // One pass over the data: the batch plan, and the worker that fills a bounded queue from it.
@@ -15,6 +18,7 @@ struct DataLoader::Epoch {
   std::vector<std::vector<int64_t>> batches;  // dataset indices of each batch
   std::vector<Transform> transforms;
   Generator generator;
+  bool pin_memory = false;
   size_t capacity = 0;  // 0: synchronous
 
   std::mutex mutex;
@@ -30,6 +34,10 @@ struct DataLoader::Epoch {
     Batch batch = dataset->get_batch(batches[b]);
     for (const Transform& transform : transforms)
       batch.inputs = transform(batch.inputs, generator);
+    if (pin_memory) {
+      batch.inputs = batch.inputs.contiguous().pin_memory();
+      if (batch.targets.defined()) batch.targets = batch.targets.contiguous().pin_memory();
+    }
     return batch;
   }
 
@@ -87,6 +95,11 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
               options_.batch_size);
   EMBER_CHECK(options_.prefetch_batches >= 0, "DataLoader: prefetch_batches must be >= 0, got ",
               options_.prefetch_batches);
+  EMBER_CHECK(!options_.pin_memory || cuda_device_count() > 0,
+              "DataLoader: pin_memory needs a CUDA GPU (pinned memory only speeds up copies to "
+              "one), and ",
+              cuda_compiled() ? "no GPU is visible" : "this build of ember has no CUDA support",
+              "; leave pin_memory off");
   if (!sampler_) {
     if (options_.shuffle) {
       sampler_ = std::make_shared<RandomSampler>(dataset_->size(), options_.seed);
@@ -110,6 +123,7 @@ DataLoader::Iterator DataLoader::begin() {
   auto epoch = std::make_shared<Epoch>();
   epoch->dataset = dataset_;
   epoch->transforms = options_.transforms;
+  epoch->pin_memory = options_.pin_memory;
   // A stream of its own for the transforms, distinct from the sampler's seed + epoch.
   epoch->generator.set_state(
       {(options_.seed ^ 0x9E3779B97F4A7C15ull) + static_cast<uint64_t>(epoch_), 0});

@@ -26,7 +26,11 @@ struct DataLoaderOptions {
   bool shuffle = false;  // ignored when a sampler is given
   uint64_t seed = 0;     // shuffling and random transforms; mixed with the epoch
   bool drop_last = false;
-  int prefetch_batches = 2;                // 0: build each batch on the iterating thread
+  int prefetch_batches = 2;  // 0: build each batch on the iterating thread
+  // Build the batches in pinned (page-locked) host memory, as PyTorch's pin_memory=True: the
+  // engines then copy them to the GPU asynchronously (Tensor::to(device, non_blocking)). Needs a
+  // visible CUDA GPU.
+  bool pin_memory = false;
   std::vector<Transform> transforms = {};  // applied to batch.inputs, in order
 };
 

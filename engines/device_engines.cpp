@@ -83,9 +83,9 @@ O2Engine::O2Engine(Device device, DType dtype, const optim::GradScalerOptions& s
     : AMPEngine(device, checked_precision(dtype, "O2Engine"), scaler_options) {}
 
 Tensor O2Engine::sync_device(const Tensor& tensor) const {
-  if (is_floating(tensor.dtype()) && tensor.dtype() != DType::f64)
-    return tensor.to(device(), precision());
-  return tensor.to(device());
+  const Tensor placed = tensor.to(device(), /*non_blocking=*/tensor.is_pinned());
+  if (is_floating(tensor.dtype()) && tensor.dtype() != DType::f64) return placed.to(precision());
+  return placed;
 }
 
 void O2Engine::sync_device(nn::Module& module) const {

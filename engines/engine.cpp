@@ -36,7 +36,9 @@ int IEngine::world_size() const {
 }
 
 Tensor IEngine::sync_device(const Tensor& tensor) const {
-  return tensor.to(device());
+  // From pinned memory (DataLoaderOptions::pin_memory) the copy to a GPU runs asynchronously on
+  // the current stream, ordered before the kernels that use it.
+  return tensor.to(device(), /*non_blocking=*/tensor.is_pinned());
 }
 
 void IEngine::sync_device(nn::Module& module) const {

@@ -125,6 +125,39 @@ TEST(DataLoader, AnErrorInTheWorkerReachesTheLoop) {
   EXPECT_THROW(DataLoader(dataset, {.batch_size = 0}), Error);
 }
 
+TEST(DataLoader, PinnedBatchesReachTheGpuUnchanged) {
+  auto dataset = numbered(10);
+  if (cuda_device_count() == 0) {
+    // Without a GPU pinning cannot help: the loader says so at construction.
+    try {
+      DataLoader loader(dataset, {.batch_size = 4, .pin_memory = true});
+      ADD_FAILURE() << "pin_memory without a GPU was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("pin_memory needs a CUDA GPU"), std::string::npos)
+          << e.what();
+    }
+    GTEST_SKIP() << "no CUDA device visible: the pinned batches' copy to a GPU is not tested";
+  }
+  for (int prefetch : {0, 2}) {
+    DataLoader pinned(dataset, {.batch_size = 4, .prefetch_batches = prefetch, .pin_memory = true});
+    DataLoader plain(dataset, {.batch_size = 4, .prefetch_batches = prefetch});
+    std::vector<Batch> expected;
+    for (const Batch& batch : plain)
+      expected.push_back(batch);
+    size_t b = 0;
+    for (const Batch& batch : pinned) {
+      ASSERT_LT(b, expected.size());
+      EXPECT_TRUE(batch.inputs.is_pinned());
+      EXPECT_TRUE(batch.targets.is_pinned());
+      // As an engine copies it: asynchronously from pinned memory, then read back.
+      const Tensor on_gpu = batch.inputs.to(Device::cuda(0), /*non_blocking=*/true);
+      EXPECT_TRUE(allclose(on_gpu.to(Device::cpu()), expected[b].inputs, 0, 0)) << "batch " << b;
+      ++b;
+    }
+    EXPECT_EQ(b, expected.size());
+  }
+}
+
 TEST(Transforms, NormalizePadCropFlip) {
   Generator g(1);
   Tensor images = arange(0, 2 * 1 * 2 * 3, 1, DType::f32).reshape({2, 1, 2, 3});
