@@ -42,6 +42,10 @@ kernels::cpu::Pool2dGeometry pool_geometry(const Tensor& x, const Pool2dOptions&
                   2 * o.padding.w <= kernel.w,
               op, ": padding ", pair_str(o.padding),
               " must be non-negative and at most half the kernel size ", pair_str(kernel));
+  // An empty plane would still get padded windows (kernel 2, padding 1: one output) whose max
+  // index 0 lies outside the plane: the CPU backward would write past grad_x.
+  EMBER_CHECK(x.size(2) > 0 && x.size(3) > 0, op, ": expected a non-empty plane, got ",
+              describe(x));
   kernels::cpu::Pool2dGeometry g;
   g.planes = x.size(0) * x.size(1);
   g.in_height = x.size(2);

@@ -480,6 +480,17 @@ TEST(Pooling, ErrorsSayWhatIsWrong) {
         avg_pool2d(ones({1, 1, 6, 6}), {.kernel_size = 2, .padding = 2});
       },
       "at most half the kernel size");
+  // Padding alone would give an empty plane one window, whose argmax lies outside the plane.
+  expect_error(
+      [] {
+        max_pool2d(ones({1, 1, 0, 3}), {.kernel_size = 2, .padding = 1});
+      },
+      "max_pool2d: expected a non-empty plane");
+  expect_error(
+      [] {
+        avg_pool2d(ones({1, 1, 3, 0}), {.kernel_size = 2, .padding = 1});
+      },
+      "avg_pool2d: expected a non-empty plane");
   expect_error([] { adaptive_avg_pool2d(ones({4, 4}), 2); }, "expected a 4-D input");
 }
 

@@ -1,0 +1,203 @@
+// The row, reduction and normalisation kernels at sizes past their launch limits, against the CPU:
+// more rows than one grid holds (the kernels cap the grid at 65535 blocks and walk the rest in a
+// grid-stride loop), more column tiles than 65535, more channels than 65535, and enough rows that
+// layer_norm's weight / bias column sums must grow their row chunks to keep gridDim.y <= 65535.
+// The op cases (tests/common/op_cases_*.cpp) stay small and never reach these paths.
+//
+// f64 throughout: the sums over ~10^5..10^7 values then agree to 1e-10 whatever the order, so a
+// mismatch means a row, tile or channel was skipped, done twice, or written out of place.
+//
+// Without a visible GPU every test here skips, saying why. Written without a GPU (never run).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/ops.h"
+#include "runtime/random.h"
+#include "tests/common/op_cases.h"
+
+namespace ember::testing {
+namespace {
+
+#define EMBER_SKIP_WITHOUT_GPU()                               \
+  do {                                                         \
+    if (cuda_device_count() == 0)                              \
+      GTEST_SKIP() << "no CUDA device visible ("               \
+                   << (cuda_compiled() ? "none found"          \
+                                       : "no "                 \
+                                         "CUDA in this build") \
+                   << ")";                                     \
+  } while (false)
+
+using Inputs = std::vector<Tensor>;
+using Fn = std::function<Tensor(const Inputs&)>;
+
+constexpr double kTolerance = 1e-10;
+// One more than the rows a capped grid covers in one sweep: warp-per-row kernels hold 8 rows per
+// block (kernels/cuda/row_reduce.cuh), block-per-row kernels one.
+constexpr int64_t kMaxBlocks = 65535;
+constexpr int64_t kWarpModeRows = 8 * kMaxBlocks + 37;
+constexpr int64_t kBlockModeRows = kMaxBlocks + 3;
+
+// Empty when `actual` matches `expected` within |a - e| <= tol * (|e| + 1) (NaN matches NaN),
+// else a description of the first mismatch.
+std::string mismatch(const Tensor& actual_any_device, const Tensor& expected, double tol) {
+  const Tensor actual = actual_any_device.to(Device::cpu());
+  if (actual.sizes() != expected.sizes())
+    return "shapes differ: " + describe(actual) + " vs " + describe(expected);
+  const std::vector<double> a = to_vector<double>(actual.to(DType::f64));
+  const std::vector<double> e = to_vector<double>(expected.to(DType::f64));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == e[i] || (std::isnan(a[i]) && std::isnan(e[i]))) continue;
+    if (!(std::abs(a[i] - e[i]) <= tol * (std::abs(e[i]) + 1.0))) {
+      return "element " + std::to_string(i) + ": cuda " + std::to_string(a[i]) + ", cpu " +
+             std::to_string(e[i]);
+    }
+  }
+  return "";
+}
+
+struct Run {
+  Tensor out;
+  std::vector<Tensor> grads;
+};
+
+Run run_on(Device device, const Fn& fn, const Inputs& host_inputs,
+           const std::vector<bool>& wants_grad) {
+  Inputs inputs;
+  for (size_t i = 0; i < host_inputs.size(); ++i) {
+    Tensor t = host_inputs[i].to(device).clone();
+    if (wants_grad[i]) t.requires_grad_(true);
+    inputs.push_back(t);
+  }
+  Run run;
+  run.out = fn(inputs);
+  if (run.out.requires_grad()) run.out.backward(distinct_weights(run.out));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    run.grads.push_back(wants_grad[i] ? inputs[i].grad() : Tensor());
+  return run;
+}
+
+void expect_same_forward_and_backward(const std::string& what, const Fn& fn,
+                                      const Inputs& host_inputs,
+                                      const std::vector<bool>& wants_grad) {
+  const Run cpu = run_on(Device::cpu(), fn, host_inputs, wants_grad);
+  const Run cuda = run_on(Device::cuda(0), fn, host_inputs, wants_grad);
+  ASSERT_TRUE(cuda.out.is_cuda()) << what;
+  EXPECT_EQ(mismatch(cuda.out, cpu.out, kTolerance), "") << what << ", forward";
+  for (size_t i = 0; i < host_inputs.size(); ++i) {
+    if (!wants_grad[i]) continue;
+    ASSERT_TRUE(cuda.grads[i].defined()) << what << ": no CUDA gradient for input " << i;
+    EXPECT_EQ(mismatch(cuda.grads[i], cpu.grads[i], kTolerance), "")
+        << what << ", gradient of input " << i;
+  }
+}
+
+Tensor random_f64(const Shape& shape, Generator& generator, double low = -2.0, double high = 2.0) {
+  return uniform(shape, low, high, TensorOptions(DType::f64), &generator);
+}
+
+// Targets (k * 5 + 1) % classes, every 7th ignored.
+Tensor targets(int64_t count, int64_t classes) {
+  std::vector<int64_t> values(static_cast<size_t>(count));
+  for (int64_t k = 0; k < count; ++k)
+    values[static_cast<size_t>(k)] = k % 7 == 6 ? -100 : (k * 5 + 1) % classes;
+  return from_vector(values, {count}, DType::i64);
+}
+
+TEST(CudaGridLimits, WarpPerRowKernelsWalkMoreRowsThanTheGridHolds) {
+  EMBER_SKIP_WITHOUT_GPU();
+  Generator generator(41);
+  const Tensor x = random_f64({kWarpModeRows, 3}, generator);
+  const Tensor weight = random_f64({3}, generator, 0.5, 1.5);
+  const Tensor bias = random_f64({3}, generator);
+  expect_same_forward_and_backward("softmax of " + describe(x),
+                                   [](const Inputs& in) { return softmax(in[0], 1); }, {x}, {true});
+  expect_same_forward_and_backward("log_softmax of " + describe(x),
+                                   [](const Inputs& in) { return log_softmax(in[0], 1); }, {x},
+                                   {true});
+  expect_same_forward_and_backward(
+      "layer_norm of " + describe(x),
+      [](const Inputs& in) { return layer_norm(in[0], {3}, in[1], in[2], 1e-5); },
+      {x, weight, bias}, {true, true, true});
+  CrossEntropyOptions options;
+  options.reduction = Reduction::none;
+  options.label_smoothing = 0.1;
+  expect_same_forward_and_backward(
+      "cross_entropy of " + describe(x),
+      [options](const Inputs& in) { return cross_entropy(in[0], in[1], options); },
+      {x, targets(kWarpModeRows, 3)}, {true, false});
+}
+
+TEST(CudaGridLimits, BlockPerRowKernelsWalkMoreRowsThanTheGridHolds) {
+  EMBER_SKIP_WITHOUT_GPU();
+  Generator generator(42);
+  // 1026 f64 values: a multiple of the 2-wide 16-byte vector, so the vectorised path runs.
+  const Tensor x = random_f64({kBlockModeRows, 1026}, generator);
+  expect_same_forward_and_backward("softmax of " + describe(x),
+                                   [](const Inputs& in) { return softmax(in[0], 1); }, {x}, {true});
+  const Tensor weight = random_f64({1026}, generator, 0.5, 1.5);
+  expect_same_forward_and_backward(
+      "layer_norm of " + describe(x),
+      [](const Inputs& in) { return layer_norm(in[0], {1026}, in[1], Tensor(), 1e-5); },
+      {x, weight}, {true, true});
+}
+
+TEST(CudaGridLimits, LayerNormParameterGradientsOverMoreRowChunksThanGridDimYHolds) {
+  EMBER_SKIP_WITHOUT_GPU();
+  Generator generator(43);
+  // 128-row chunks would need 65537 blocks along y: the chunks must grow to 129 rows.
+  const int64_t rows = 128 * kMaxBlocks + 129;
+  const Tensor x = random_f64({rows, 2}, generator);
+  const Tensor weight = random_f64({2}, generator, 0.5, 1.5);
+  const Tensor bias = random_f64({2}, generator);
+  expect_same_forward_and_backward(
+      "layer_norm of " + describe(x),
+      [](const Inputs& in) { return layer_norm(in[0], {2}, in[1], in[2], 1e-5); },
+      {x, weight, bias}, {false, true, true});
+}
+
+TEST(CudaGridLimits, ReductionsWalkMoreRowsAndTilesThanTheGridHolds) {
+  EMBER_SKIP_WITHOUT_GPU();
+  Generator generator(44);
+  // (70001, 5) along dim 1: a block per row, 70001 rows. (70001, 3, 33) along dim 1: 2 tiles of
+  // 32 columns per outer index, 140002 tiles.
+  const std::vector<Tensor> inputs = {random_f64({70001, 5}, generator),
+                                      random_f64({70001, 3, 33}, generator)};
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> reductions = {
+      {"sum", [](const Tensor& x) { return sum(x, {1}); }},
+      {"max", [](const Tensor& x) { return max(x, {1}); }},
+      {"argmin", [](const Tensor& x) { return argmin(x, 1); }},
+      {"var", [](const Tensor& x) { return var(x, {1}); }},
+      {"logsumexp", [](const Tensor& x) { return logsumexp(x, {1}); }},
+      {"norm 3", [](const Tensor& x) { return norm(x, 3.0, {1}); }},
+  };
+  for (const Tensor& x : inputs) {
+    for (const auto& [name, f] : reductions) {
+      const Tensor cpu = f(x);
+      const Tensor cuda = f(x.to(Device::cuda(0)));
+      EXPECT_EQ(mismatch(cuda, cpu, kTolerance), "") << name << " of " << describe(x);
+    }
+  }
+}
+
+TEST(CudaGridLimits, BatchNormWalksMoreChannelsThanTheGridHolds) {
+  EMBER_SKIP_WITHOUT_GPU();
+  Generator generator(45);
+  const int64_t channels = kMaxBlocks + 2;
+  const Tensor x = random_f64({3, channels}, generator);
+  const Tensor weight = random_f64({channels}, generator, 0.5, 1.5);
+  const Tensor bias = random_f64({channels}, generator);
+  expect_same_forward_and_backward("batch_norm (training) of " + describe(x),
+                                   [](const Inputs& in) {
+                                     return batch_norm(in[0], Tensor(), Tensor(), in[1], in[2],
+                                                       true, 0.1, 1e-5);
+                                   },
+                                   {x, weight, bias}, {true, true, true});
+}
+
+}  // namespace
+}  // namespace ember::testing
