@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(kMultiTensorThreads)
 __global__ void update_scale_kernel(float* scale, int64_t* growth_tracker, const float* found_inf,
                                     bool host_found_inf, float growth_factor, float backoff_factor,
                                     int64_t growth_interval) {
-  if (host_found_inf || *found_inf != 0.0f) {
+  // found_inf is null when no gradient of this step was on the device (GradScaler passes none).
+  if (host_found_inf || (found_inf != nullptr && *found_inf != 0.0f)) {
     *scale = __fmul_rn(*scale, backoff_factor);
     *growth_tracker = 0;
   } else {

@@ -29,8 +29,9 @@ void amp_unscale_and_check(const std::vector<GradTensor>& grads, float* found_in
                            const float* scale, cudaStream_t stream);
 
 // torch._amp_update_scale_ on device values, in f32 like kernels/cpu's scaler: on Inf/NaN
-// (*found_inf != 0 or host_found_inf) scale *= backoff and the tracker resets; else the tracker
-// counts a good step and, at growth_interval, scale *= growth when that stays finite.
+// (*found_inf != 0 or host_found_inf; found_inf may be null) scale *= backoff and the tracker
+// resets; else the tracker counts a good step and, at growth_interval, scale *= growth when that
+// stays finite.
 void amp_update_scale(float* scale, int64_t* growth_tracker, const float* found_inf,
                       bool host_found_inf, float growth_factor, float backoff_factor,
                       int64_t growth_interval, cudaStream_t stream);

@@ -386,6 +386,32 @@ TEST(CudaGradScaler, GrowsAfterTheIntervalLikeTheCpu) {
   EXPECT_EQ(cuda_scaler.growth_tracker(), 1);
 }
 
+// After a CUDA step has put the scale on the device, a step in which no parameter has a gradient
+// records no device flag: update() must treat that as "no Inf" (it once read a null flag on the
+// device: an illegal address that poisons the CUDA context).
+TEST(CudaGradScaler, AStepWithoutGradientsStillUpdates) {
+  EMBER_SKIP_WITHOUT_GPU();
+  const optim::GradScalerOptions options{.init_scale = 8.0, .growth_interval = 2};
+  optim::GradScaler cpu_scaler(options), cuda_scaler(options);
+  Generator g(7);
+  TwinParams p = make_params({{5}}, DType::f32, g);
+  optim::SGD on_cpu(p.cpu, {.lr = 0.0}), on_cuda(p.cuda, {.lr = 0.0});
+  set_random_grads(p, g);
+  EXPECT_TRUE(cpu_scaler.step(on_cpu));
+  EXPECT_TRUE(cuda_scaler.step(on_cuda));
+  cpu_scaler.update();
+  cuda_scaler.update();
+  on_cpu.zero_grad();
+  on_cuda.zero_grad();
+  EXPECT_TRUE(cpu_scaler.step(on_cpu));
+  EXPECT_TRUE(cuda_scaler.step(on_cuda));
+  cpu_scaler.update();
+  cuda_scaler.update();
+  EXPECT_EQ(cuda_scaler.get_scale(), cpu_scaler.get_scale());
+  EXPECT_EQ(cuda_scaler.get_scale(), 16.0);
+  EXPECT_EQ(cuda_scaler.growth_tracker(), cpu_scaler.growth_tracker());
+}
+
 // ---- indexing
 // -------------------------------------------------------------------------------------
 
