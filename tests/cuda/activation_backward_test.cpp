@@ -21,43 +21,13 @@
 #include "runtime/ops.h"
 #include "runtime/random.h"
 #include "tests/common/op_cases.h"
+#include "tests/cuda/support.h"
 
 namespace ember::testing {
 namespace {
 
-#define EMBER_SKIP_WITHOUT_GPU()                          \
-  do {                                                    \
-    if (cuda_device_count() == 0)                         \
-      GTEST_SKIP() << "no CUDA device visible (this "     \
-                      "test compares CUDA with the CPU)"; \
-  } while (false)
-
-double tolerance_of(DType dtype) {
-  switch (dtype) {
-    case DType::f16:
-      return 2e-3;
-    case DType::bf16:
-      return 1e-2;
-    case DType::f64:
-      return 1e-12;
-    default:
-      return 1e-5;
-  }
-}
-
-// Empty when every element of `actual` (any device) is within tol * (|e| + 1) of `expected`.
-std::string mismatch(const Tensor& actual, const Tensor& expected, double tol) {
-  if (actual.sizes() != expected.sizes()) return "shapes differ: " + describe(actual);
-  const std::vector<double> a = to_vector<double>(actual.to(Device::cpu()).to(DType::f64));
-  const std::vector<double> e = to_vector<double>(expected.to(Device::cpu()).to(DType::f64));
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i] == e[i] || (std::isnan(a[i]) && std::isnan(e[i]))) continue;
-    if (!(std::abs(a[i] - e[i]) <= tol * (std::abs(e[i]) + 1.0)))
-      return "element " + std::to_string(i) + ": cuda " + std::to_string(a[i]) + ", cpu " +
-             std::to_string(e[i]);
-  }
-  return "";
-}
+// What the tests here need a GPU for, said when they skip without one.
+constexpr const char* kNeedsGpu = "this test compares CUDA with the CPU";
 
 struct Activation {
   std::string name;
@@ -113,7 +83,7 @@ Tensor input_gradient(const Activation& activation, const Tensor& values, const 
 }
 
 TEST(CudaActivationBackward, GradientsMatchTheCpu) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   // (rows, cols): 1 element, 3 (under one packet), 13 (a packet and a half in f32 plus a tail),
   // 1023 and 4097 (past one block of 256 threads, odd), and a 2-D block with odd sides.
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
@@ -136,7 +106,7 @@ TEST(CudaActivationBackward, GradientsMatchTheCpu) {
           ASSERT_TRUE(cuda.defined()) << what;
           EXPECT_TRUE(cuda.is_cuda()) << what;
           EXPECT_EQ(cuda.dtype(), dtype) << what;
-          EXPECT_EQ(mismatch(cuda, cpu, tolerance_of(dtype)), "") << what;
+          EXPECT_EQ(mismatch(cuda, cpu, cuda_tolerance(dtype)), "") << what;
         }
       }
     }
@@ -146,7 +116,7 @@ TEST(CudaActivationBackward, GradientsMatchTheCpu) {
 // NaN and infinities go through each formula as the CPU kernel sends them (relu of NaN gives a
 // zero gradient: NaN > 0 is false on both devices).
 TEST(CudaActivationBackward, SpecialValuesMatchTheCpu) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   const double inf = std::numeric_limits<double>::infinity();
   const std::vector<double> special = {0.0, -0.0, 1e-30, -1e-30, 30.0, -30.0, inf, -inf, NAN};
   for (const Activation& activation : activations()) {
@@ -159,7 +129,7 @@ TEST(CudaActivationBackward, SpecialValuesMatchTheCpu) {
         activation.forward(x).backward(ones_like(x));
         return x.grad();
       };
-      EXPECT_EQ(mismatch(gradient(Device::cuda(0)), gradient(Device::cpu()), tolerance_of(dtype)),
+      EXPECT_EQ(mismatch(gradient(Device::cuda(0)), gradient(Device::cpu()), cuda_tolerance(dtype)),
                 "")
           << activation.name << " " << dtype_name(dtype);
     }

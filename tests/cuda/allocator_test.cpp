@@ -18,6 +18,7 @@
 #include "runtime/device.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
+#include "tests/cuda/support.h"
 
 #if EMBER_WITH_CUDA
 #include "runtime/cuda/allocator.h"
@@ -27,24 +28,8 @@
 #include "runtime/cuda/stream.h"
 #endif
 
-namespace ember {
+namespace ember::testing {
 namespace {
-
-#define EMBER_SKIP_WITHOUT_GPU()                                               \
-  do {                                                                         \
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device is visible"; \
-  } while (false)
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an ember::Error";
-  return "";
-}
 
 TEST(CudaPinned, PinningWithoutAGpuSaysWhy) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is visible";
@@ -368,4 +353,4 @@ TEST(CudaDevice, GuardRestoresTheDeviceWhenAnErrorUnwinds) {
 #endif  // EMBER_WITH_CUDA
 
 }  // namespace
-}  // namespace ember
+}  // namespace ember::testing

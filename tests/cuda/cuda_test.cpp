@@ -6,9 +6,6 @@
 // and error-message tests run everywhere.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -17,6 +14,7 @@
 #include "runtime/ops.h"
 #include "runtime/random.h"
 #include "tests/common/op_cases.h"
+#include "tests/cuda/support.h"
 
 #if EMBER_WITH_CUDA
 #include <thread>
@@ -40,74 +38,6 @@ class PoisonCudaAllocations : public ::testing::Environment {
 [[maybe_unused]] const ::testing::Environment* const poison_environment =
     ::testing::AddGlobalTestEnvironment(new PoisonCudaAllocations);
 #endif
-
-std::string no_device_reason() {
-  if (!cuda_compiled()) return "this build of ember has no CUDA support (-DEMBER_CUDA=OFF)";
-  return "cudaGetDeviceCount reports no GPU (CUDA_VISIBLE_DEVICES=" +
-         std::string(std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES")
-                                                         : "<unset>") +
-         ")";
-}
-
-#define EMBER_SKIP_WITHOUT_GPU()                                        \
-  do {                                                                  \
-    if (cuda_device_count() == 0)                                       \
-      GTEST_SKIP() << "no CUDA device visible: " << no_device_reason(); \
-  } while (false)
-
-// The message of the ember::Error `fn` throws ("" and a test failure when it throws none).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an ember::Error";
-  return "";
-}
-
-// The raw bytes of a tensor's elements, in order, on the host.
-std::vector<unsigned char> bytes_of(const Tensor& t) {
-  const Tensor host = t.to(Device::cpu()).contiguous();
-  std::vector<unsigned char> bytes(host.nbytes());
-  if (!bytes.empty()) std::memcpy(bytes.data(), host.data_ptr(), bytes.size());
-  return bytes;
-}
-
-// Relative tolerance of a CUDA result against the CPU's, per dtype.
-double tolerance_of(DType dtype) {
-  switch (dtype) {
-    case DType::f16:
-      return 2e-3;
-    case DType::bf16:
-      return 1e-2;
-    case DType::f64:
-      return 1e-12;
-    default:
-      return 1e-5;
-  }
-}
-
-// Empty when `actual` matches `expected` within |a - e| <= tol * (|e| + 1) (exactly for integral
-// dtypes; NaN matches NaN), else a description of the first mismatch.
-std::string mismatch(const Tensor& actual, const Tensor& expected, double tol) {
-  if (actual.sizes() != expected.sizes())
-    return "shapes differ: " + describe(actual) + " vs " + describe(expected);
-  if (actual.dtype() != expected.dtype())
-    return "dtypes differ: " + describe(actual) + " vs " + describe(expected);
-  const bool exact = !is_floating(expected.dtype());
-  const std::vector<double> a = to_vector<double>(actual), e = to_vector<double>(expected);
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i] == e[i] || (std::isnan(a[i]) && std::isnan(e[i]))) continue;  // equal infinities too
-    const bool ok = exact ? a[i] == e[i] : std::abs(a[i] - e[i]) <= tol * (std::abs(e[i]) + 1.0);
-    if (!ok) {
-      return "element " + std::to_string(i) + ": cuda " + std::to_string(a[i]) + ", cpu " +
-             std::to_string(e[i]) + " (tolerance " + std::to_string(tol) + ")";
-    }
-  }
-  return "";
-}
 
 // ---- everywhere, GPU or not --------------------------------------------------------------------
 
@@ -253,7 +183,7 @@ TEST(Cuda, SumMatchesTheCpu) {
       const Tensor cuda = sum(host.to(Device::cuda(0)), c.dims);
       // The summation order differs: f32 rounding error grows with the length of a thread's
       // slice. A wrong index would be off by O(1), far beyond this.
-      const double tol = dtype == DType::f32 ? 1e-4 : tolerance_of(dtype);
+      const double tol = dtype == DType::f32 ? 1e-4 : cuda_tolerance(dtype);
       const std::string error = mismatch(cuda.to(Device::cpu()), cpu, tol);
       EXPECT_TRUE(error.empty()) << "sum of " << describe(host) << ": " << error;
     }
@@ -397,7 +327,7 @@ TEST_P(CudaOpCaseTest, MatchesTheCpu) {
     }
     ASSERT_TRUE(actual.is_cuda()) << c.name << ": result on " << actual.device();
     const std::string error =
-        mismatch(actual.to(Device::cpu()), expected, tolerance_of(dtype) * c.tolerance_scale);
+        mismatch(actual.to(Device::cpu()), expected, cuda_tolerance(dtype) * c.tolerance_scale);
     EXPECT_TRUE(error.empty()) << c.name << " in " << dtype << ": " << error;
   }
 }

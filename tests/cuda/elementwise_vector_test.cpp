@@ -11,22 +11,16 @@
 // must check that they pass, and under compute-sanitizer memcheck (no out-of-bounds tail access).
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "runtime/device.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
+#include "tests/cuda/support.h"
 
 namespace ember::testing {
 namespace {
-
-#define EMBER_SKIP_WITHOUT_GPU()                                                 \
-  do {                                                                           \
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible here"; \
-  } while (false)
 
 const Device kCuda = Device::cuda(0);
 
@@ -36,35 +30,6 @@ const std::vector<int64_t> kSizes = {1,  2,  3,  4,  5,    7,    8,    9,
                                      15, 16, 17, 33, 1023, 1024, 4097, 65543};
 
 const std::vector<DType> kFloatTypes = {DType::f32, DType::f16, DType::bf16, DType::f64};
-
-double tolerance_for(DType dtype) {
-  switch (dtype) {
-    case DType::f16:
-      return 2e-3;
-    case DType::bf16:
-      return 1e-2;
-    case DType::f64:
-      return 1e-12;
-    default:
-      return 1e-5;
-  }
-}
-
-// "" when `cuda` (any device) equals `cpu` within |c - e| <= tol (|e| + 1), NaN matching NaN;
-// else the first mismatch, with its index (a wrong tail or packet shows as a run of indices).
-std::string mismatch(const Tensor& cuda, const Tensor& cpu, double tol) {
-  if (cuda.sizes() != cpu.sizes() || cuda.dtype() != cpu.dtype())
-    return "shape or dtype differs: " + describe(cuda) + " vs " + describe(cpu);
-  const std::vector<double> a = to_vector<double>(cuda), e = to_vector<double>(cpu);
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i] == e[i] || (std::isnan(a[i]) && std::isnan(e[i]))) continue;
-    if (std::abs(a[i] - e[i]) > tol * (std::abs(e[i]) + 1.0)) {
-      return "element " + std::to_string(i) + " of " + std::to_string(a.size()) + ": cuda " +
-             std::to_string(a[i]) + ", cpu " + std::to_string(e[i]);
-    }
-  }
-  return "";
-}
 
 // The same random values on the CPU and the GPU: (n + 1) elements, so that slice(0, 1, n + 1)
 // gives a view one element in (misaligned for every vector width).
@@ -96,7 +61,7 @@ TEST(CudaElementwiseVector, UnaryAndBinaryMatchTheCpuAtEverySizeAndAlignment) {
         const Tensor b_cuda = view_of(b.cuda, n, misaligned >= 2);
         const std::string where = std::string(" in ") + dtype_name(dtype) + ", n " +
                                   std::to_string(n) + ", misaligned " + std::to_string(misaligned);
-        const double tol = tolerance_for(dtype);
+        const double tol = cuda_tolerance(dtype);
         EXPECT_EQ(mismatch(a_cuda + b_cuda, a_cpu + b_cpu, tol), "") << "add" << where;
         EXPECT_EQ(mismatch(a_cuda * b_cuda, a_cpu * b_cpu, tol), "") << "mul" << where;
         EXPECT_EQ(mismatch(sub(a_cuda, b_cuda, 2.5), sub(a_cpu, b_cpu, 2.5), tol), "")
@@ -123,7 +88,7 @@ TEST(CudaElementwiseVector, InPlaceOpsOnMisalignedOutputsMatchTheCpu) {
         out_cpu.add_(view_of(b.cpu, n, false), 0.5);
         out_cuda.add_(view_of(b.cuda, n, false), 0.5);
         // The whole buffer: the element outside the view must be untouched on both devices.
-        EXPECT_EQ(mismatch(a.cuda, a.cpu, tolerance_for(dtype)), "")
+        EXPECT_EQ(mismatch(a.cuda, a.cpu, cuda_tolerance(dtype)), "")
             << "add_ in " << dtype_name(dtype) << ", n " << n << ", out misaligned "
             << out_misaligned;
       }

@@ -12,7 +12,6 @@
 // The backend-name tests run everywhere; the rest skip without a GPU.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <optional>
@@ -23,25 +22,10 @@
 #include "runtime/ops.h"
 #include "runtime/ops/linalg.h"
 #include "runtime/random.h"
+#include "tests/cuda/support.h"
 
 namespace ember::testing {
 namespace {
-
-#define EMBER_SKIP_WITHOUT_GPU()                                            \
-  do {                                                                      \
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible"; \
-  } while (false)
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an ember::Error";
-  return "";
-}
 
 // Selects a backend for a scope (set_cuda_gemm_backend), then returns to EMBER_GEMM.
 class BackendGuard {
@@ -52,34 +36,11 @@ class BackendGuard {
   BackendGuard& operator=(const BackendGuard&) = delete;
 };
 
-double tolerance_of(DType dtype) {
-  switch (dtype) {
-    case DType::f16:
-      return 2e-3;
-    case DType::bf16:
-      return 1e-2;
-    case DType::f64:
-      return 1e-12;
-    default:
-      return 1e-5;
-  }
-}
-
-// Empty when |cuda - cpu| <= tol * (|cpu| + 1) everywhere, else the first mismatch.
-std::string mismatch(const Tensor& cuda, const Tensor& cpu, double tol) {
+// mismatch(), after checking that the result is on the GPU: a GEMM that fell back to the host
+// would otherwise compare equal.
+std::string gpu_mismatch(const Tensor& cuda, const Tensor& cpu, double tol) {
   if (!cuda.is_cuda()) return "the result is not on the GPU: " + describe(cuda);
-  if (cuda.sizes() != cpu.sizes() || cuda.dtype() != cpu.dtype())
-    return "got " + describe(cuda) + ", expected " + describe(cpu);
-  const std::vector<double> a = to_vector<double>(cuda.to(Device::cpu()));
-  const std::vector<double> e = to_vector<double>(cpu);
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i] == e[i] || (std::isnan(a[i]) && std::isnan(e[i]))) continue;
-    if (!(std::abs(a[i] - e[i]) <= tol * (std::abs(e[i]) + 1.0))) {
-      return "element " + std::to_string(i) + ": cuda " + std::to_string(a[i]) + ", cpu " +
-             std::to_string(e[i]) + " (tolerance " + std::to_string(tol) + ")";
-    }
-  }
-  return "";
+  return mismatch(cuda, cpu, tol);
 }
 
 // N(0, 1) values in `dtype`, on the CPU (the same values go to the GPU with .to(cuda)).
@@ -142,7 +103,7 @@ std::vector<BackendDtype> all_backends() {
 class CudaGemm : public ::testing::TestWithParam<BackendDtype> {
  protected:
   void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+    EMBER_SKIP_WITHOUT_GPU();
     if (!cuda_gemm_backend_available(GetParam().backend)) {
       GTEST_SKIP() << cuda_gemm_backend_name(GetParam().backend)
                    << " does not run here (v2/v3: sm_80+; v4: sm_90 and a build targeting 90)";
@@ -150,7 +111,7 @@ class CudaGemm : public ::testing::TestWithParam<BackendDtype> {
     guard_.emplace(GetParam().backend);
   }
   DType dtype() const { return GetParam().dtype; }
-  double tol() const { return tolerance_of(GetParam().dtype); }
+  double tol() const { return cuda_tolerance(GetParam().dtype); }
 
   std::optional<BackendGuard> guard_;
 };
@@ -227,7 +188,7 @@ TEST_P(CudaGemm, MatmulMatchesTheCpuAtOddSizesAndEveryTransposition) {
       const bool trans_a = transposes & 1, trans_b = transposes & 2;
       const Both a = operand(s.m, s.k, trans_a, dtype(), generator);
       const Both b = operand(s.k, s.n, trans_b, dtype(), generator);
-      EXPECT_EQ(mismatch(matmul(a.gpu, b.gpu), matmul(a.cpu, b.cpu), tol()), "")
+      EXPECT_EQ(gpu_mismatch(matmul(a.gpu, b.gpu), matmul(a.cpu, b.cpu), tol()), "")
           << "m " << s.m << " n " << s.n << " k " << s.k << " trans_a " << trans_a << " trans_b "
           << trans_b;
     }
@@ -243,19 +204,19 @@ TEST_P(CudaGemm, MisalignedViewsMatchTheCpu) {
                          [&](const Tensor& t) { return t.narrow(1, 1, k); });
   const Both b = on_both(random_cpu({k + 1, n + 1}, dtype(), generator),
                          [&](const Tensor& t) { return t.narrow(0, 1, k).narrow(1, 1, n); });
-  EXPECT_EQ(mismatch(matmul(a.gpu, b.gpu), matmul(a.cpu, b.cpu), tol()), "");
-  EXPECT_EQ(mismatch(matmul(b.gpu.t(), a.gpu.t()), matmul(b.cpu.t(), a.cpu.t()), tol()), "");
+  EXPECT_EQ(gpu_mismatch(matmul(a.gpu, b.gpu), matmul(a.cpu, b.cpu), tol()), "");
+  EXPECT_EQ(gpu_mismatch(matmul(b.gpu.t(), a.gpu.t()), matmul(b.cpu.t(), a.cpu.t()), tol()), "");
   // A batch of misaligned matrices: the batch stride is odd too.
   const Both x = on_both(random_cpu({3, 17, k + 1}, dtype(), generator),
                          [&](const Tensor& t) { return t.narrow(2, 1, k); });
   const Both y =
       on_both(random_cpu({3, k, 33}, dtype(), generator), [](const Tensor& t) { return t; });
-  EXPECT_EQ(mismatch(bmm(x.gpu, y.gpu), bmm(x.cpu, y.cpu), tol()), "");
+  EXPECT_EQ(gpu_mismatch(bmm(x.gpu, y.gpu), bmm(x.cpu, y.cpu), tol()), "");
 }
 
 TEST_P(CudaGemm, EmptyInnerDimensionGivesZeros) {
   const Tensor a = zeros({5, 0}, dtype()), b = zeros({0, 3}, dtype());
-  EXPECT_EQ(mismatch(matmul(on_gpu(a), on_gpu(b)), zeros({5, 3}, dtype()), 0.0), "");
+  EXPECT_EQ(gpu_mismatch(matmul(on_gpu(a), on_gpu(b)), zeros({5, 3}, dtype()), 0.0), "");
   EXPECT_EQ(matmul(on_gpu(zeros({0, 4}, dtype())), on_gpu(zeros({4, 3}, dtype()))).numel(), 0);
 }
 
@@ -265,25 +226,26 @@ TEST_P(CudaGemm, BatchedProductsMatchTheCpu) {
   const Tensor a = random_cpu({3, 17, 33}, dtype(), generator);
   const Tensor b = random_cpu({3, 33, 129}, dtype(), generator);
   const Tensor bt = random_cpu({3, 129, 33}, dtype(), generator);
-  EXPECT_EQ(mismatch(bmm(on_gpu(a), on_gpu(b)), bmm(a, b), tol()), "");
-  EXPECT_EQ(mismatch(bmm(on_gpu(a), on_gpu(bt).transpose(1, 2)), bmm(a, bt.transpose(1, 2)), tol()),
-            "");
+  EXPECT_EQ(gpu_mismatch(bmm(on_gpu(a), on_gpu(b)), bmm(a, b), tol()), "");
+  EXPECT_EQ(
+      gpu_mismatch(bmm(on_gpu(a), on_gpu(bt).transpose(1, 2)), bmm(a, bt.transpose(1, 2)), tol()),
+      "");
   // matmul with broadcast batch dims: a (2, 1, n, k) against b (3, k, m) over (2, 3) (a's batch
   // offsets repeat unevenly: made dense first), and a batch times one shared matrix (folded into
   // one large product).
   const Tensor x = random_cpu({2, 1, 7, 33}, dtype(), generator);
   const Tensor y = random_cpu({3, 33, 65}, dtype(), generator);
-  EXPECT_EQ(mismatch(matmul(on_gpu(x), on_gpu(y)), matmul(x, y), tol()), "");
+  EXPECT_EQ(gpu_mismatch(matmul(on_gpu(x), on_gpu(y)), matmul(x, y), tol()), "");
   const Tensor w = random_cpu({33, 65}, dtype(), generator);
-  EXPECT_EQ(mismatch(matmul(on_gpu(x), on_gpu(w)), matmul(x, w), tol()), "");
-  EXPECT_EQ(mismatch(matmul(on_gpu(w).t(), on_gpu(y).transpose(1, 2).transpose(1, 2)),
-                     matmul(w.t(), y), tol()),
+  EXPECT_EQ(gpu_mismatch(matmul(on_gpu(x), on_gpu(w)), matmul(x, w), tol()), "");
+  EXPECT_EQ(gpu_mismatch(matmul(on_gpu(w).t(), on_gpu(y).transpose(1, 2).transpose(1, 2)),
+                         matmul(w.t(), y), tol()),
             "");
   // Vectors.
   const Tensor v = random_cpu({33}, dtype(), generator);
-  EXPECT_EQ(mismatch(matmul(on_gpu(v), on_gpu(y)), matmul(v, y), tol()), "");
-  EXPECT_EQ(mismatch(matmul(on_gpu(x), on_gpu(v)), matmul(x, v), tol()), "");
-  EXPECT_EQ(mismatch(matmul(on_gpu(v), on_gpu(v)), matmul(v, v), tol()), "");
+  EXPECT_EQ(gpu_mismatch(matmul(on_gpu(v), on_gpu(y)), matmul(v, y), tol()), "");
+  EXPECT_EQ(gpu_mismatch(matmul(on_gpu(x), on_gpu(v)), matmul(x, v), tol()), "");
+  EXPECT_EQ(gpu_mismatch(matmul(on_gpu(v), on_gpu(v)), matmul(v, v), tol()), "");
 }
 
 TEST_P(CudaGemm, LinearWithBiasMatchesTheCpu) {
@@ -293,11 +255,11 @@ TEST_P(CudaGemm, LinearWithBiasMatchesTheCpu) {
     const Tensor x = random_cpu(x_shape, dtype(), generator);
     const Tensor weight = random_cpu({65, 127}, dtype(), generator);
     const Tensor bias = random_cpu({65}, dtype(), generator);
-    EXPECT_EQ(
-        mismatch(linear(on_gpu(x), on_gpu(weight), on_gpu(bias)), linear(x, weight, bias), tol()),
-        "")
+    EXPECT_EQ(gpu_mismatch(linear(on_gpu(x), on_gpu(weight), on_gpu(bias)), linear(x, weight, bias),
+                           tol()),
+              "")
         << shape_str(x_shape);
-    EXPECT_EQ(mismatch(linear(on_gpu(x), on_gpu(weight)), linear(x, weight), tol()), "")
+    EXPECT_EQ(gpu_mismatch(linear(on_gpu(x), on_gpu(weight)), linear(x, weight), tol()), "")
         << shape_str(x_shape);
   }
 }
@@ -359,7 +321,7 @@ TEST_P(CudaGemm, BackwardMatchesTheCpu) {
     const std::vector<Tensor> gpu = gradients(gpu_inputs, c.f, weights);
     for (size_t i = 0; i < cpu.size(); ++i) {
       // Gradients go through one more rounded product (g @ b^T): twice the forward tolerance.
-      EXPECT_EQ(mismatch(gpu[i], cpu[i], 2 * tol()), "") << c.name << ", input " << i;
+      EXPECT_EQ(gpu_mismatch(gpu[i], cpu[i], 2 * tol()), "") << c.name << ", input " << i;
     }
   }
 }
@@ -375,8 +337,8 @@ TEST(CudaGemmOnly, Tf32WhenAllowedStaysClose) {
   const Tensor tf32 = matmul(on_gpu(a), on_gpu(b));
   set_matmul_allow_tf32(false);
   // TF32 keeps 10 mantissa bits: about 2^-11 relative per product, sqrt(k) of them adding up.
-  EXPECT_EQ(mismatch(tf32, matmul(a, b), 1e-2), "");
-  EXPECT_EQ(mismatch(matmul(on_gpu(a), on_gpu(b)), matmul(a, b), 1e-5), "");
+  EXPECT_EQ(gpu_mismatch(tf32, matmul(a, b), 1e-2), "");
+  EXPECT_EQ(gpu_mismatch(matmul(on_gpu(a), on_gpu(b)), matmul(a, b), 1e-5), "");
 }
 
 TEST(CudaGemmOnly, OperandsOnDifferentDevicesAreAnError) {

@@ -10,7 +10,6 @@
 // Without a visible GPU every test here skips, saying why. Written without a GPU (never run).
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -18,19 +17,10 @@
 #include "runtime/ops.h"
 #include "runtime/random.h"
 #include "tests/common/op_cases.h"
+#include "tests/cuda/support.h"
 
 namespace ember::testing {
 namespace {
-
-#define EMBER_SKIP_WITHOUT_GPU()                               \
-  do {                                                         \
-    if (cuda_device_count() == 0)                              \
-      GTEST_SKIP() << "no CUDA device visible ("               \
-                   << (cuda_compiled() ? "none found"          \
-                                       : "no "                 \
-                                         "CUDA in this build") \
-                   << ")";                                     \
-  } while (false)
 
 using Inputs = std::vector<Tensor>;
 using Fn = std::function<Tensor(const Inputs&)>;
@@ -41,24 +31,6 @@ constexpr double kTolerance = 1e-10;
 constexpr int64_t kMaxBlocks = 65535;
 constexpr int64_t kWarpModeRows = 8 * kMaxBlocks + 37;
 constexpr int64_t kBlockModeRows = kMaxBlocks + 3;
-
-// Empty when `actual` matches `expected` within |a - e| <= tol * (|e| + 1) (NaN matches NaN),
-// else a description of the first mismatch.
-std::string mismatch(const Tensor& actual_any_device, const Tensor& expected, double tol) {
-  const Tensor actual = actual_any_device.to(Device::cpu());
-  if (actual.sizes() != expected.sizes())
-    return "shapes differ: " + describe(actual) + " vs " + describe(expected);
-  const std::vector<double> a = to_vector<double>(actual.to(DType::f64));
-  const std::vector<double> e = to_vector<double>(expected.to(DType::f64));
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i] == e[i] || (std::isnan(a[i]) && std::isnan(e[i]))) continue;
-    if (!(std::abs(a[i] - e[i]) <= tol * (std::abs(e[i]) + 1.0))) {
-      return "element " + std::to_string(i) + ": cuda " + std::to_string(a[i]) + ", cpu " +
-             std::to_string(e[i]);
-    }
-  }
-  return "";
-}
 
 struct Run {
   Tensor out;

@@ -30,7 +30,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -43,16 +42,13 @@
 #include "runtime/autocast.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
+#include "tests/cuda/support.h"
 
 namespace ember::testing {
 namespace {
 
-#define EMBER_SKIP_WITHOUT_GPU()                          \
-  do {                                                    \
-    if (cuda_device_count() == 0)                         \
-      GTEST_SKIP() << "no CUDA device visible (this "     \
-                      "test compares CUDA with the CPU)"; \
-  } while (false)
+// What the tests here need a GPU for, said when they skip without one.
+constexpr const char* kNeedsGpu = "this test compares CUDA with the CPU";
 
 // Runs `fn`; returns the message of a "not implemented for CUDA" error ("" when it ran). Any
 // other error propagates (and fails the test).
@@ -102,13 +98,6 @@ std::string mismatch_normwise(const Tensor& actual, const Tensor& expected, doub
              std::to_string(e[i]) + " (tensor scale " + std::to_string(scale) + ")";
   }
   return "";
-}
-
-std::vector<unsigned char> bytes_of(const Tensor& t) {
-  const Tensor host = t.detach().to(Device::cpu()).contiguous();
-  std::vector<unsigned char> bytes(host.nbytes());
-  if (!bytes.empty()) std::memcpy(bytes.data(), host.data_ptr(), bytes.size());
-  return bytes;
 }
 
 // A model, a batch for it (on the CPU) and its loss.
@@ -191,7 +180,7 @@ double train_step(nn::Module& model, optim::Optimizer& optimizer, const ModelCas
 }
 
 TEST(CudaModels, SameSeedGivesBitIdenticalInitialWeights) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   for (const ModelCase& c : model_cases()) {
     const auto [cpu, cuda] = twin_models(c);
     const NamedTensors cpu_state = cpu->state_dict();
@@ -302,7 +291,7 @@ void expect_one_step_matches(const ModelCase& c, std::optional<DType> autocast, 
 }
 
 TEST(CudaModels, OneAdamWStepMatchesTheCpuInF32) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   for (const ModelCase& c : model_cases()) {
     bool skipped = false;
     std::string reason;
@@ -313,7 +302,7 @@ TEST(CudaModels, OneAdamWStepMatchesTheCpuInF32) {
 }
 
 TEST(CudaModels, OneAdamWStepMatchesTheCpuUnderBf16Autocast) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   for (const ModelCase& c : model_cases()) {
     bool skipped = false;
     std::string reason;
@@ -324,7 +313,7 @@ TEST(CudaModels, OneAdamWStepMatchesTheCpuUnderBf16Autocast) {
 }
 
 TEST(CudaModels, OneAdamWStepMatchesTheCpuUnderFp16Autocast) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   for (const ModelCase& c : model_cases()) {
     bool skipped = false;
     std::string reason;
@@ -379,7 +368,7 @@ void expect_trains(const std::vector<double>& losses, const std::string& what) {
 }
 
 TEST(CudaModels, AmpAndO2EnginesTrainOnTheGpu) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   constexpr int kSteps = 30;
   for (const ModelCase& c : model_cases()) {
     for (DType precision : {DType::bf16, DType::f16}) {

@@ -21,40 +21,13 @@
 #include "optim/optim.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
+#include "tests/cuda/support.h"
 
 namespace ember::testing {
 namespace {
 
-#define EMBER_SKIP_WITHOUT_GPU()                          \
-  do {                                                    \
-    if (cuda_device_count() == 0)                         \
-      GTEST_SKIP() << "no CUDA device visible (this "     \
-                      "test compares CUDA with the CPU)"; \
-  } while (false)
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an ember::Error";
-  return "";
-}
-
-// Empty when every element of `actual` (any device) is within tol * (|e| + 1) of `expected`.
-std::string mismatch(const Tensor& actual, const Tensor& expected, double tol) {
-  if (actual.sizes() != expected.sizes()) return "shapes differ: " + describe(actual);
-  const std::vector<double> a = to_vector<double>(actual.to(Device::cpu()));
-  const std::vector<double> e = to_vector<double>(expected.to(Device::cpu()));
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i] == e[i] || (std::isnan(a[i]) && std::isnan(e[i]))) continue;
-    if (std::abs(a[i] - e[i]) > tol * (std::abs(e[i]) + 1.0))
-      return "element " + std::to_string(i) + ": cuda " + std::to_string(a[i]) + ", cpu " +
-             std::to_string(e[i]);
-  }
-  return "";
-}
+// What the tests here need a GPU for, said when they skip without one.
+constexpr const char* kNeedsGpu = "this test compares CUDA with the CPU";
 
 // The same parameters (and, per step, the same gradients) on the CPU and on CUDA.
 struct TwinParams {
@@ -192,7 +165,7 @@ TEST(CudaMultiTensorPlan, EveryChunkOfEveryTensorOnce) {
 const std::vector<Shape> kOddShapes = {{1}, {3}, {1023}, {4097}, {3, 5}, {65536 * 2 + 5}};
 
 TEST(CudaOptim, SgdMatchesTheCpu) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   const std::vector<optim::SGDOptions> variants = {
       {.lr = 0.1},
       {.lr = 0.1, .momentum = 0.9},
@@ -212,7 +185,7 @@ TEST(CudaOptim, SgdMatchesTheCpu) {
 }
 
 TEST(CudaOptim, AdamAndAdamWMatchTheCpu) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
     expect_same_steps(
         "Adam",
@@ -247,7 +220,7 @@ TEST(CudaOptim, AdamAndAdamWMatchTheCpu) {
 // fused = false (the reference path written with ember ops) and f64 parameters (which always
 // take it) run on CUDA too, through the CUDA elementwise ops.
 TEST(CudaOptim, ReferencePathMatchesTheCpu) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
     expect_same_steps(
         "SGD (reference path)",
@@ -270,7 +243,7 @@ TEST(CudaOptim, ReferencePathMatchesTheCpu) {
 // More tensors (30 > 24) and more chunks (> 320) than one launch takes: batches are cut, and one
 // tensor is carried over from one launch into the next.
 TEST(CudaOptim, ManyParametersSpanSeveralLaunches) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   std::vector<Shape> shapes;
   for (int k = 0; k < 30; ++k)
     shapes.push_back({k % 3 == 0 ? 1000003 : 17 + k});
@@ -285,7 +258,7 @@ TEST(CudaOptim, ManyParametersSpanSeveralLaunches) {
 // Parameters that miss the 16-byte alignment (views at odd offsets into a larger buffer) take the
 // element-wise path; f16 models with masters too.
 TEST(CudaOptim, UnalignedParametersMatchTheCpu) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   for (DType dtype : {DType::f32, DType::f16}) {
     Generator g(7);
     const Tensor base = randn({4100}, DType::f32, &g).to(dtype);
@@ -308,7 +281,7 @@ TEST(CudaOptim, UnalignedParametersMatchTheCpu) {
 // ---- GradScaler ---------------------------------------------------------------------------------
 
 TEST(CudaGradScaler, InfOrNanInOneGradientSkipsTheStepAndBacksOff) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   for (DType dtype : {DType::f32, DType::f16}) {
     for (float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
       Generator g(3);
@@ -355,7 +328,7 @@ TEST(CudaGradScaler, InfOrNanInOneGradientSkipsTheStepAndBacksOff) {
 }
 
 TEST(CudaGradScaler, GrowsAfterTheIntervalLikeTheCpu) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   const optim::GradScalerOptions options{.init_scale = 8.0, .growth_interval = 2};
   optim::GradScaler cpu_scaler(options), cuda_scaler(options);
   Generator g(5);
@@ -390,7 +363,7 @@ TEST(CudaGradScaler, GrowsAfterTheIntervalLikeTheCpu) {
 // records no device flag: update() must treat that as "no Inf" (it once read a null flag on the
 // device: an illegal address that poisons the CUDA context).
 TEST(CudaGradScaler, AStepWithoutGradientsStillUpdates) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   const optim::GradScalerOptions options{.init_scale = 8.0, .growth_interval = 2};
   optim::GradScaler cpu_scaler(options), cuda_scaler(options);
   Generator g(7);
@@ -416,7 +389,7 @@ TEST(CudaGradScaler, AStepWithoutGradientsStillUpdates) {
 // -------------------------------------------------------------------------------------
 
 TEST(CudaIndexing, EmbeddingBackwardSumsRepeatedIndices) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
     Generator g(11);
     // 4097 tokens of width 33 over 5 rows in f32 (each row hit ~800 times); over 257 rows in
@@ -438,7 +411,7 @@ TEST(CudaIndexing, EmbeddingBackwardSumsRepeatedIndices) {
 }
 
 TEST(CudaIndexing, GatherAndIndexSelectBackwardsMatchTheCpu) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   Generator g(13);
   const Tensor x = randn({7, 1023}, DType::f32, &g);
   const Tensor gather_index = randint(0, 1023, {7, 4097}, DType::i64, &g);
@@ -456,7 +429,7 @@ TEST(CudaIndexing, GatherAndIndexSelectBackwardsMatchTheCpu) {
 }
 
 TEST(CudaIndexing, OutOfRangeIndexIsAnEmberError) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   const Device cuda = Device::cuda(0);
   const Tensor weight = randn({5, 3}, TensorOptions(DType::f32, cuda));
   const Tensor bad =

@@ -15,7 +15,6 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
@@ -24,74 +23,15 @@
 #include "runtime/ops.h"
 #include "runtime/random.h"
 #include "tests/common/op_cases.h"
+#include "tests/cuda/support.h"
 
 namespace ember::testing {
 namespace {
-
-#define EMBER_SKIP_WITHOUT_GPU()                               \
-  do {                                                         \
-    if (cuda_device_count() == 0)                              \
-      GTEST_SKIP() << "no CUDA device visible ("               \
-                   << (cuda_compiled() ? "none found"          \
-                                       : "no "                 \
-                                         "CUDA in this build") \
-                   << ")";                                     \
-  } while (false)
 
 using Inputs = std::vector<Tensor>;
 using Fn = std::function<Tensor(const Inputs&)>;
 
 const std::vector<DType> kFloatDTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
-double tolerance_of(DType dtype) {
-  switch (dtype) {
-    case DType::f16:
-      return 2e-3;
-    case DType::bf16:
-      return 1e-2;
-    case DType::f64:
-      return 1e-12;
-    default:
-      return 1e-5;
-  }
-}
-
-// Empty when `actual` matches `expected` within |a - e| <= tol * (|e| + 1) (NaN matches NaN,
-// infinities must be equal), else a description of the first mismatch.
-std::string mismatch(const Tensor& actual_any_device, const Tensor& expected, double tol) {
-  const Tensor actual = actual_any_device.to(Device::cpu());
-  if (actual.sizes() != expected.sizes())
-    return "shapes differ: " + describe(actual) + " vs " + describe(expected);
-  if (actual.dtype() != expected.dtype())
-    return "dtypes differ: " + describe(actual) + " vs " + describe(expected);
-  const std::vector<double> a = to_vector<double>(actual), e = to_vector<double>(expected);
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i] == e[i] || (std::isnan(a[i]) && std::isnan(e[i]))) continue;
-    if (!(std::abs(a[i] - e[i]) <= tol * (std::abs(e[i]) + 1.0))) {
-      return "element " + std::to_string(i) + ": cuda " + std::to_string(a[i]) + ", cpu " +
-             std::to_string(e[i]) + " (tolerance " + std::to_string(tol) + ")";
-    }
-  }
-  return "";
-}
-
-std::vector<unsigned char> bytes_of(const Tensor& t) {
-  const Tensor host = t.to(Device::cpu()).contiguous();
-  std::vector<unsigned char> bytes(host.nbytes());
-  if (!bytes.empty()) std::memcpy(bytes.data(), host.data_ptr(), bytes.size());
-  return bytes;
-}
-
-template <typename F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an ember::Error";
-  return "";
-}
 
 // fn's output and the gradients of the inputs marked in `wants_grad`, with the host inputs
 // copied to `device` and distinct_weights(out) as the cotangent.
@@ -125,7 +65,7 @@ void expect_same_forward_and_backward(const std::string& what, const Fn& fn,
   const Run cpu = run_on(Device::cpu(), fn, host_inputs, wants_grad);
   const Run cuda = run_on(Device::cuda(0), fn, host_inputs, wants_grad);
   ASSERT_TRUE(cuda.out.is_cuda()) << what;
-  const double tol = tolerance_of(cpu.out.dtype()) * tolerance_scale;
+  const double tol = cuda_tolerance(cpu.out.dtype()) * tolerance_scale;
   std::string error = mismatch(cuda.out, cpu.out, tol);
   EXPECT_TRUE(error.empty()) << what << ", forward: " << error;
   for (size_t i = 0; i < host_inputs.size(); ++i) {
@@ -345,14 +285,14 @@ TEST(CudaRows, SoftmaxOfInfAndNanRowsMatchesTheCpu) {
         const Tensor cpu = log ? log_softmax(x, 1) : softmax(x, 1);
         const Tensor cuda =
             log ? log_softmax(x.to(Device::cuda(0)), 1) : softmax(x.to(Device::cuda(0)), 1);
-        const std::string error = mismatch(cuda, cpu, tolerance_of(dtype));
+        const std::string error = mismatch(cuda, cpu, cuda_tolerance(dtype));
         EXPECT_TRUE(error.empty()) << (log ? "log_softmax" : "softmax") << " of special rows of "
                                    << n << " in " << dtype << ": " << error;
         // Along dim 0 as well: the strided-lines kernel.
         const Tensor cpu_columns = log ? log_softmax(x, 0) : softmax(x, 0);
         const Tensor cuda_columns =
             log ? log_softmax(x.to(Device::cuda(0)), 0) : softmax(x.to(Device::cuda(0)), 0);
-        EXPECT_TRUE(mismatch(cuda_columns, cpu_columns, tolerance_of(dtype)).empty())
+        EXPECT_TRUE(mismatch(cuda_columns, cpu_columns, cuda_tolerance(dtype)).empty())
             << "columns of special rows of " << n << " in " << dtype;
       }
     }
@@ -366,7 +306,7 @@ TEST(CudaRows, LayerNormAndCrossEntropyOfInfAndNanRowsMatchTheCpu) {
       const Tensor x = special_rows(n).to(dtype);
       const Tensor cpu_norm = layer_norm(x, {n}, Tensor(), Tensor(), 1e-5);
       const Tensor cuda_norm = layer_norm(x.to(Device::cuda(0)), {n}, Tensor(), Tensor(), 1e-5);
-      EXPECT_TRUE(mismatch(cuda_norm, cpu_norm, tolerance_of(dtype)).empty())
+      EXPECT_TRUE(mismatch(cuda_norm, cpu_norm, cuda_tolerance(dtype)).empty())
           << "layer_norm of special rows of " << n << " in " << dtype;
       const Tensor target = class_targets(6, n, 0);
       CrossEntropyOptions options;
@@ -375,9 +315,9 @@ TEST(CudaRows, LayerNormAndCrossEntropyOfInfAndNanRowsMatchTheCpu) {
       const Tensor cpu_loss = cross_entropy(x, target, options);
       const Tensor cuda_loss =
           cross_entropy(x.to(Device::cuda(0)), target.to(Device::cuda(0)), options);
-      EXPECT_TRUE(mismatch(cuda_loss, cpu_loss, tolerance_of(dtype)).empty())
+      EXPECT_TRUE(mismatch(cuda_loss, cpu_loss, cuda_tolerance(dtype)).empty())
           << "cross_entropy of special rows of " << n << " in " << dtype << ": "
-          << mismatch(cuda_loss, cpu_loss, tolerance_of(dtype));
+          << mismatch(cuda_loss, cpu_loss, cuda_tolerance(dtype));
     }
   }
 }

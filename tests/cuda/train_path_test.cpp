@@ -25,17 +25,14 @@
 #include "runtime/io/checkpoint.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
+#include "tests/cuda/support.h"
 #include "tests/engines/fixtures.h"
 
 namespace ember::testing {
 namespace {
 
-#define EMBER_SKIP_WITHOUT_GPU()                      \
-  do {                                                \
-    if (cuda_device_count() == 0)                     \
-      GTEST_SKIP() << "no CUDA device visible (this " \
-                      "test trains on the GPU)";      \
-  } while (false)
+// What the tests here need a GPU for, said when they skip without one.
+constexpr const char* kNeedsGpu = "this test trains on the GPU";
 
 // images (N, 3, 4, 4) -> logits (N, 3)
 nn::ModulePtr conv_net() {
@@ -114,7 +111,7 @@ struct EngineCase {
 };
 
 TEST(CudaTrainPath, EachEngineTrainsStopsAndResumesOnTheGpu) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   const std::vector<EngineCase> cases = {
       {"cuda", [] { return std::make_shared<engines::DeviceEngine>(Device::cuda(0)); }, 1e-4},
       {"amp_bf16",
@@ -174,7 +171,7 @@ TEST(CudaTrainPath, EachEngineTrainsStopsAndResumesOnTheGpu) {
 // OptimizerCallback's max_grad_norm on CUDA gradients: the norm and the coefficient stay on the
 // GPU (no host 0-d tensor copied in, which would wait for the GPU), and clip as on the CPU.
 TEST(CudaTrainPath, ClipGradNormStaysOnTheGpuAndMatchesTheCpu) {
-  EMBER_SKIP_WITHOUT_GPU();
+  EMBER_SKIP_WITHOUT_GPU(kNeedsGpu);
   Generator generator(4);
   std::vector<Tensor> cpu_params, cuda_params;
   for (const Shape& shape : {Shape{3, 5}, Shape{1}, Shape{4097}}) {
