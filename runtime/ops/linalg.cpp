@@ -134,6 +134,23 @@ MatrixLayout matrix_layout_of(const Tensor& t) {
   return blas_layout(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1));
 }
 
+// The matrix part of a GEMM (both backends' GemmShape have these fields): out (..., m, n) =
+// a (..., m, k) @ b (..., k, n), each operand's transpose flag and leading dim from its layout.
+template <typename GemmShape>
+GemmShape matrix_shape_of(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const MatrixLayout la = matrix_layout_of(a), lb = matrix_layout_of(b);
+  GemmShape shape;
+  shape.trans_a = la.transposed;
+  shape.trans_b = lb.transposed;
+  shape.m = out.size(-2);
+  shape.n = out.size(-1);
+  shape.k = a.size(-1);
+  shape.lda = la.ld;
+  shape.ldb = lb.ld;
+  shape.ldc = std::max<int64_t>(1, shape.n);
+  return shape;
+}
+
 // `t` itself when BLAS can read its last two dims, else a dense copy.
 Tensor blas_readable(const Tensor& t) {
   return matrix_layout_of(t).readable ? t : t.contiguous();
@@ -209,16 +226,7 @@ void cuda_product_into(Tensor a, Tensor b, const Tensor& out, float beta, const 
     b = b.contiguous();
     stride_b = uniform_batch_stride(b, batch);
   }
-  const MatrixLayout la = matrix_layout_of(a), lb = matrix_layout_of(b);
-  kernels::cuda::GemmShape shape;
-  shape.trans_a = la.transposed;
-  shape.trans_b = lb.transposed;
-  shape.m = out.size(-2);
-  shape.n = out.size(-1);
-  shape.k = a.size(-1);
-  shape.lda = la.ld;
-  shape.ldb = lb.ld;
-  shape.ldc = std::max<int64_t>(1, shape.n);
+  auto shape = matrix_shape_of<kernels::cuda::GemmShape>(a, b, out);
   shape.batch = shape_numel(batch);
   shape.stride_a = stride_a;
   shape.stride_b = stride_b;
@@ -245,16 +253,7 @@ void product_into(const Tensor& a, const Tensor& b, const Tensor& out, float bet
     return;
 #endif
   }
-  const MatrixLayout la = matrix_layout_of(a), lb = matrix_layout_of(b);
-  kernels::cpu::GemmShape shape;
-  shape.trans_a = la.transposed;
-  shape.trans_b = lb.transposed;
-  shape.m = out.size(-2);
-  shape.n = out.size(-1);
-  shape.k = a.size(-1);
-  shape.lda = la.ld;
-  shape.ldb = lb.ld;
-  shape.ldc = std::max<int64_t>(1, shape.n);
+  const auto shape = matrix_shape_of<kernels::cpu::GemmShape>(a, b, out);
   const Shape batch(out.sizes().begin(), out.sizes().end() - 2);
   dispatch_floating(out.dtype(), op, [&]<typename T>() {
     const T* a_data = static_cast<const T*>(a.data_ptr());

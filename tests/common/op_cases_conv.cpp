@@ -28,6 +28,7 @@ OpCase conv_case(const std::string& name, Shape input, Shape weight, bool with_b
   // cuDNN may sum in another order (implicit GEMM) or transform (Winograd, FFT): its rounding
   // differs from the CPU's direct sums by more than one f32 rounding, far less than a wrong tap.
   c.tolerance_scale = 4.0;
+  c.cuda_dtypes = {DType::f32, DType::f16, DType::bf16, DType::f64};
   return c;
 }
 
@@ -59,6 +60,12 @@ EMBER_OP_CASES(conv) {
       conv_case("conv2d/no_bias_odd", {2, 3, 5, 7}, {2, 3, 2, 3}, false,
                 {.stride = Size2(2, 1), .padding = Size2(0, 1)}),
       conv_case("conv2d/pointwise", {2, 3, 4, 5}, {2, 3, 1, 1}, false, {}),
+      // nn::resnet9's convolution: 3x3, padding 1, here with odd sizes and a bias.
+      conv_case("conv2d/resnet9_3x3_odd", {2, 3, 7, 5}, {4, 3, 3, 3}, true, {.padding = 1}),
+      conv_case("conv2d/depthwise", {2, 4, 6, 5}, {4, 1, 3, 3}, false, {.padding = 1, .groups = 4}),
+      conv_case("conv2d/one_pixel", {1, 3, 1, 1}, {2, 3, 1, 1}, true, {}),
+      conv_case("conv2d/stride2_dilation2", {1, 2, 9, 8}, {3, 2, 3, 3}, true,
+                {.stride = 2, .padding = 2, .dilation = 2}),
       pool_case("max_pool2d/2x2", OpId::max_pool2d, {2, 2, 5, 6},
                 [](const Tensor& x) { return max_pool2d(x, {.kernel_size = 2}); }),
       pool_case("max_pool2d/padding_stride", OpId::max_pool2d, {1, 3, 7, 6},

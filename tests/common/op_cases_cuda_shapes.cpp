@@ -1,7 +1,8 @@
 // Op cases at the sizes where the CUDA kernels change strategy or could slip: odd and one-element
 // dims, a per-channel count larger than a block (batch_norm), rows of 1023 and 4097 (reductions),
-// depthwise and dilated convolutions, and the layers of nn::resnet9 (3x3 convolutions with padding
-// 1, batch norm, 2x2 and 4x4 max pooling) at small odd sizes. Each also runs in f64 on CUDA.
+// and the layers of nn::resnet9 (batch norm, 2x2 and 4x4 max pooling) at small odd sizes. Each
+// also runs in f64 on CUDA. resnet9's convolutions, depthwise and dilated ones are with the other
+// convolution cases in op_cases_conv.cpp.
 #include <limits>
 
 #include "tests/common/op_cases.h"
@@ -15,27 +16,6 @@ const std::vector<DType> kFloatingWithF64 = {DType::f32, DType::f16, DType::bf16
 
 Tensor weighted(const Tensor& y) {
   return y * distinct_weights(y);
-}
-
-OpCase conv_case(const std::string& name, Shape input, Shape weight, bool with_bias,
-                 Conv2dOptions options) {
-  OpCase c;
-  c.name = name;
-  c.op = OpId::conv2d;
-  c.make_inputs = [=](DType dtype, Device device, Generator& g) -> Inputs {
-    Inputs inputs = {random_input(input, dtype, device, g), random_input(weight, dtype, device, g)};
-    if (with_bias) inputs.push_back(random_input({weight[0]}, dtype, device, g));
-    return inputs;
-  };
-  c.fn = [options, with_bias](const Inputs& in) {
-    return weighted(conv2d(in[0], in[1], with_bias ? in[2] : Tensor(), options));
-  };
-  c.differentiable = std::vector<bool>(with_bias ? 3 : 2, true);
-  // cuDNN may sum in another order (implicit GEMM) or transform (Winograd, FFT): its rounding
-  // differs from the CPU's direct sums by more than one f32 rounding, far less than a wrong tap.
-  c.tolerance_scale = 4.0;
-  c.cuda_dtypes = kFloatingWithF64;
-  return c;
 }
 
 // One input through `f` (pooling or a reduction), times distinct weights.
@@ -95,12 +75,6 @@ OpCase batch_norm_case(const std::string& name, Shape x_shape, bool training) {
 EMBER_OP_CASES(cuda_shapes) {
   const double inf = std::numeric_limits<double>::infinity();
   return {
-      // nn::resnet9's convolution: 3x3, padding 1, here with odd sizes and a bias.
-      conv_case("conv2d/resnet9_3x3_odd", {2, 3, 7, 5}, {4, 3, 3, 3}, true, {.padding = 1}),
-      conv_case("conv2d/depthwise", {2, 4, 6, 5}, {4, 1, 3, 3}, false, {.padding = 1, .groups = 4}),
-      conv_case("conv2d/one_pixel", {1, 3, 1, 1}, {2, 3, 1, 1}, true, {}),
-      conv_case("conv2d/stride2_dilation2", {1, 2, 9, 8}, {3, 2, 3, 3}, true,
-                {.stride = 2, .padding = 2, .dilation = 2}),
       // resnet9's pooling: 2x2 after a block, 4x4 down to one pixel at the head.
       unary_case("max_pool2d/resnet9_2x2_odd", OpId::max_pool2d, {2, 3, 7, 9},
                  [](const Tensor& x) { return max_pool2d(x, {.kernel_size = 2}); }),
