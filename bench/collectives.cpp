@@ -36,20 +36,42 @@ double median(std::vector<double> values) {
 
 // The median over ranks' medians is not what nccl-tests reports: it takes, per iteration, the
 // slowest rank. Here: each iteration starts after a barrier and its time is the max over ranks.
+double time_once(MPI_Comm comm, const std::function<void()>& run) {
+  MPI_Barrier(comm);
+  const auto start = std::chrono::steady_clock::now();
+  run();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return seconds;
+}
+
 double time_collective(MPI_Comm comm, int iterations, const std::function<void()>& run) {
   for (int i = 0; i < 3; ++i)
     run();  // warm-up
   std::vector<double> times;
-  for (int i = 0; i < iterations; ++i) {
-    MPI_Barrier(comm);
-    const auto start = std::chrono::steady_clock::now();
-    run();
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm);
-    times.push_back(seconds);
-  }
+  for (int i = 0; i < iterations; ++i)
+    times.push_back(time_once(comm, run));
   return median(times);
+}
+
+// Two calls timed side by side: their iterations interleave (a b b a a b ...), so that a slow
+// spell of this shared machine falls on both rather than on whichever ran then. Returns the
+// median time of each.
+std::pair<double, double> time_side_by_side(MPI_Comm comm, int iterations,
+                                            const std::function<void()>& a,
+                                            const std::function<void()>& b) {
+  for (int i = 0; i < 3; ++i) {  // warm-up
+    a();
+    b();
+  }
+  std::vector<double> a_times, b_times;
+  for (int i = 0; i < iterations; ++i) {
+    const bool a_first = (i % 4 == 0) || (i % 4 == 3);
+    if (a_first) a_times.push_back(time_once(comm, a));
+    b_times.push_back(time_once(comm, b));
+    if (!a_first) a_times.push_back(time_once(comm, a));
+  }
+  return {median(a_times), median(b_times)};
 }
 
 struct Collective {
@@ -133,10 +155,9 @@ int main(int argc, char** argv) {
       Tensor in = ones({in_count});
       Tensor out = zeros({out_count});
       const int iters = bytes >= (64 << 20) ? std::max(5, iterations / 4) : iterations;
-      const double ember_seconds =
-          time_collective(raw, iters, [&] { collective.ember_call(*world, in, out); });
-      const double raw_seconds =
-          time_collective(raw, iters, [&] { collective.raw_call(raw, in, out); });
+      const auto [ember_seconds, raw_seconds] = time_side_by_side(
+          raw, iters, [&] { collective.ember_call(*world, in, out); },
+          [&] { collective.raw_call(raw, in, out); });
       const double message = static_cast<double>((count - count % ranks) * 4);
       const double ember_busbw = message / ember_seconds * collective.bus_factor / 1e9;
       const double raw_busbw = message / raw_seconds * collective.bus_factor / 1e9;

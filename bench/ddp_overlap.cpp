@@ -9,7 +9,8 @@
 // take to allreduce one after another with nothing else running (all communication). Hidden =
 // 1 - exposed / all, from the medians over steps (the first two steps, which build and rebuild
 // the buckets, are not counted). Rank 0 prints one Markdown row: ranks | batch per rank | model
-// width | bucket_cap_mb | buckets | parameter MB | backward ms | allreduce ms | hidden.
+// width | bucket_cap_mb | buckets | parameter MB | backward ms | allreduce ms | exposed ms |
+// hidden.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -99,11 +100,11 @@ int main(int argc, char** argv) {
     int64_t parameters = 0;
     for (const Tensor& p : model->parameters())
       parameters += p.numel();
-    std::printf("| %d | %lld | %lld | %g | %zu | %.1f | %.2f | %.2f | %.0f%% |\n", world->size(),
-                static_cast<long long>(batch), static_cast<long long>(size), bucket_cap_mb,
-                ddp->reducer().bucket_parameters().size(), parameters * 4 / 1e6,
+    std::printf("| %d | %lld | %lld | %g | %zu | %.1f | %.2f | %.2f | %.2f | %.0f%% |\n",
+                world->size(), static_cast<long long>(batch), static_cast<long long>(size),
+                bucket_cap_mb, ddp->reducer().bucket_parameters().size(), parameters * 4 / 1e6,
                 median(backward_times) * 1e3, median(all_communication) * 1e3,
-                std::max(0.0, hidden) * 100);
+                median(exposed) * 1e3, std::max(0.0, hidden) * 100);
   }
   ddp.reset();
   world.reset();

@@ -192,16 +192,19 @@ MpiProcessGroup::~MpiProcessGroup() {
   MPI_Comm communicator = communicator_;
   // Freed on the worker, after every operation queued on it has started.
   MpiOperation operation;
-  operation.description = "MPI_Comm_free";
+  operation.describe = [] { return std::string("MPI_Comm_free"); };
   operation.start = [communicator](std::vector<MPI_Request>&) mutable {
     MPI_Comm_free(&communicator);
   };
   submit(std::move(operation));
 }
 
-std::string MpiProcessGroup::describe_call(const std::string& call, const Tensor& tensor) const {
-  return detail::concat(call, tensor.defined() ? " of " + describe(tensor) : std::string(),
-                        " on group '", name(), "' at rank ", rank(), " of ", size());
+std::function<std::string()> MpiProcessGroup::describe_call(std::string call,
+                                                            const Tensor& tensor) const {
+  return [call = std::move(call), tensor, group = name(), rank = rank(), size = size()] {
+    return detail::concat(call, tensor.defined() ? " of " + describe(tensor) : std::string(),
+                          " on group '", group, "' at rank ", rank, " of ", size);
+  };
 }
 
 WorkPtr MpiProcessGroup::allreduce(const Tensor& tensor, ReduceOp op) {
@@ -212,8 +215,7 @@ WorkPtr MpiProcessGroup::allreduce(const Tensor& tensor, ReduceOp op) {
   const int count = checked_count(tensor, "allreduce");
   Staged staged = stage(tensor);
   MpiOperation operation;
-  operation.description =
-      describe_call(detail::concat("allreduce(", reduce_op_name(op), ")"), tensor);
+  operation.describe = describe_call(std::string("allreduce(") + reduce_op_name(op) + ")", tensor);
   const MPI_Comm comm = communicator_;
   const int group_size = size();
   operation.start = [host = staged.host, count, op, comm](std::vector<MPI_Request>&) {
@@ -235,7 +237,7 @@ WorkPtr MpiProcessGroup::broadcast(const Tensor& tensor, int root) {
   const int count = checked_count(tensor, "broadcast");
   Staged staged = stage(tensor);
   MpiOperation operation;
-  operation.description = describe_call(detail::concat("broadcast(root ", root, ")"), tensor);
+  operation.describe = describe_call("broadcast(root " + std::to_string(root) + ")", tensor);
   const MPI_Comm comm = communicator_;
   operation.start = [host = staged.host, count, root, comm](std::vector<MPI_Request>&) {
     MPI_Bcast(host.data_ptr(), count, mpi_type(host.dtype()), root, comm);
@@ -258,7 +260,7 @@ WorkPtr MpiProcessGroup::allgather(const Tensor& output, const Tensor& input) {
   Staged staged_output = stage(output);
   Staged staged_input = stage(input);
   MpiOperation operation;
-  operation.description = describe_call("allgather", input);
+  operation.describe = describe_call("allgather", input);
   const MPI_Comm comm = communicator_;
   operation.start = [out = staged_output.host, in = staged_input.host, count,
                      comm](std::vector<MPI_Request>&) {
@@ -285,8 +287,8 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& output, const Tensor& inpu
   Staged staged_output = stage(output);
   Staged staged_input = stage(input);
   MpiOperation operation;
-  operation.description =
-      describe_call(detail::concat("reduce_scatter(", reduce_op_name(op), ")"), input);
+  operation.describe =
+      describe_call(std::string("reduce_scatter(") + reduce_op_name(op) + ")", input);
   const MPI_Comm comm = communicator_;
   const int group_size = size();
   operation.start = [out = staged_output.host, in = staged_input.host, count, op,
@@ -304,7 +306,7 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& output, const Tensor& inpu
 
 WorkPtr MpiProcessGroup::barrier() {
   MpiOperation operation;
-  operation.description = describe_call("barrier", Tensor());
+  operation.describe = describe_call("barrier", Tensor());
   const MPI_Comm comm = communicator_;
   operation.start = [comm](std::vector<MPI_Request>&) { MPI_Barrier(comm); };
   operation.blocking = true;
@@ -319,8 +321,8 @@ WorkPtr MpiProcessGroup::send(const Tensor& tensor, int destination, int tag) {
   const int count = checked_count(tensor, "send");
   Staged staged = stage(tensor);
   MpiOperation operation;
-  operation.description =
-      describe_call(detail::concat("send(to ", destination, ", tag ", tag, ")"), tensor);
+  operation.describe = describe_call(
+      "send(to " + std::to_string(destination) + ", tag " + std::to_string(tag) + ")", tensor);
   const MPI_Comm comm = communicator_;
   operation.start = [host = staged.host, count, destination, tag,
                      comm](std::vector<MPI_Request>& requests) {
@@ -339,8 +341,8 @@ WorkPtr MpiProcessGroup::recv(const Tensor& tensor, int source, int tag) {
   const int count = checked_count(tensor, "recv");
   Staged staged = stage(tensor);
   MpiOperation operation;
-  operation.description =
-      describe_call(detail::concat("recv(from ", source, ", tag ", tag, ")"), tensor);
+  operation.describe = describe_call(
+      "recv(from " + std::to_string(source) + ", tag " + std::to_string(tag) + ")", tensor);
   const MPI_Comm comm = communicator_;
   operation.start = [host = staged.host, count, source, tag,
                      comm](std::vector<MPI_Request>& requests) {
@@ -357,8 +359,8 @@ std::shared_ptr<ProcessGroup> MpiProcessGroup::split(int color, int key) {
   std::vector<int> mine{color, key};
   std::vector<int> everyone(static_cast<size_t>(2 * size()));
   MpiOperation gather;
-  gather.description =
-      describe_call(detail::concat("split(color ", color, ", key ", key, ")"), Tensor());
+  gather.describe = describe_call(
+      "split(color " + std::to_string(color) + ", key " + std::to_string(key) + ")", Tensor());
   const MPI_Comm comm = communicator_;
   gather.start = [&mine, &everyone, comm](std::vector<MPI_Request>& requests) {
     requests.emplace_back();

@@ -5,6 +5,9 @@
 
 #include <mpi.h>
 
+#include <functional>
+#include <string>
+
 #include "distributed/process_group.h"
 
 namespace ember::dist::mpi {
@@ -29,7 +32,9 @@ class MpiProcessGroup final : public ProcessGroup {
   std::shared_ptr<ProcessGroup> split(int color, int key) override;
 
  private:
-  std::string describe_call(const std::string& call, const Tensor& tensor) const;
+  // Names a call in errors ("allreduce(sum) of f32 [1024] on group 'world' at rank 1 of 2"),
+  // formatted only when one is raised: formatting it for every call cost about 1 us.
+  std::function<std::string()> describe_call(std::string call, const Tensor& tensor) const;
   MPI_Comm communicator_;
 };
 

@@ -81,7 +81,7 @@ ProcessGroupPtr init() {
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    // Serialized is enough: after this, only ember's worker thread calls MPI.
+    // Serialized is enough: after this, ember calls MPI one call at a time (mpi_worker.h).
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
     EMBER_CHECK(provided >= MPI_THREAD_SERIALIZED,
                 "dist::init: this MPI library does not support MPI_THREAD_SERIALIZED (provided ",

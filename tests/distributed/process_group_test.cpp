@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
+#include "distributed/mpi/mpi_worker.h"
 #include "distributed/world.h"
 #include "runtime/ops.h"
 #include "tests/common/expect_error.h"
@@ -154,6 +156,35 @@ TEST(ProcessGroup, SeveralCollectivesInFlightCompleteInAnyWaitOrder) {
     EXPECT_EQ(max(tensors[static_cast<size_t>(k)]).item<double>(), want);
     EXPECT_TRUE(works[static_cast<size_t>(k)]->is_completed());
   }
+}
+
+// A caller that waits runs its own collective when the worker has not taken it yet, while the
+// worker may take the ones queued after it (when the caller is descheduled for longer than the
+// grace, as happens with more ranks than cores; forced here with a pause on odd ranks): the start
+// order must still be the submission order on every rank. Broadcasts of different lengths make a
+// reordering visible: MPI matches them by order, so mismatched lengths fail or deliver the
+// wrong values.
+TEST(ProcessGroup, CallerAndWorkerKeepTheSubmissionOrder) {
+  auto group = world();
+  // Only odd ranks pause: a reordering that every rank made alike would go unseen.
+  if (group->rank() % 2 == 1) mpi::set_caller_pause_for_testing(std::chrono::microseconds(200));
+  for (int round = 0; round < 20; ++round) {
+    std::vector<Tensor> tensors;
+    std::vector<WorkPtr> works;
+    for (int k = 0; k < 6; ++k) {
+      const double value = group->rank() == 0 ? 100.0 * round + k : -1.0;
+      tensors.push_back(full({3 + 5 * k}, value, DType::f32));
+      works.push_back(group->broadcast(tensors.back(), 0));
+    }
+    for (auto& work : works)
+      work->wait();
+    for (int k = 0; k < 6; ++k) {
+      const Tensor& t = tensors[static_cast<size_t>(k)];
+      EXPECT_EQ(min(t).item<double>(), 100.0 * round + k) << "round " << round << ", k " << k;
+      EXPECT_EQ(max(t).item<double>(), 100.0 * round + k) << "round " << round << ", k " << k;
+    }
+  }
+  mpi::set_caller_pause_for_testing(std::chrono::microseconds(0));
 }
 
 TEST(ProcessGroup, SendAndReceiveAroundARingDoNotDeadlock) {
