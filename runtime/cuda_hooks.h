@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 #include "runtime/allocator.h"
 
@@ -20,5 +21,9 @@ enum class CopyKind { host_to_device, device_to_host, device_to_device };
 void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind, int device_index,
                 const void* pinned_host_block = nullptr);
 void synchronize(int device_index);
+// Marks the work queued so far on the current stream of `device_index`; the function returned
+// waits on the host until that work has completed, from any thread (MPI's staging waits there
+// for a device-to-host copy before it reads the host buffer).
+std::function<void()> host_fence(int device_index);
 
 }  // namespace ember::cuda_hooks

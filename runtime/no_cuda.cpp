@@ -47,5 +47,10 @@ void synchronize(int device_index) {
   check_device_available(Device::cuda(device_index));
 }
 
+std::function<void()> host_fence(int device_index) {
+  check_device_available(Device::cuda(device_index));
+  return [] {};
+}
+
 }  // namespace cuda_hooks
 }  // namespace ember

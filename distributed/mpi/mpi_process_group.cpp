@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <climits>
+#include <functional>
+#include <initializer_list>
 #include <tuple>
 #include <vector>
 
 #include "distributed/mpi/mpi_worker.h"
 #include "kernels/common/scalar_types.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/cuda_hooks.h"
 #include "runtime/error.h"
 
 namespace ember::dist::mpi {
@@ -126,33 +130,58 @@ void check_contiguous(const Tensor& tensor, const char* call) {
               "; pass .contiguous() and copy the result back");
 }
 
-// A CUDA tensor goes through a host copy: made here on the caller's thread (its stream is
-// where the values were produced), copied back when the caller waits.
-//
-// The host copy is ordinary (pageable) memory, so both copies are synchronous: the caller's
-// thread blocks on the device-to-host copy before the collective can even be queued, and the
-// driver bounces the bytes through its own pinned buffer (about half the PCIe bandwidth). Pinned
-// staging (once the runtime has a pinned host allocator) would need: the host tensor allocated
-// pinned, and cached per (dtype, size) or from a pool, since pinning is slow; the device-to-host
-// copy queued with cudaMemcpyAsync on the caller's current stream followed by an event, and the
-// MPI worker waiting on that event (cudaEventSynchronize) before MPI touches the buffer, so the
-// caller's thread does not block; the copy back queued asynchronously on the caller's stream at
-// wait(), with the staging buffer kept alive (and not reused) until an event after it completes;
-// and a CUDA-aware MPI (UCX) could skip staging altogether for device pointers. NCCL is the
-// backend for CUDA tensors: this path is for a build without it.
+// A CUDA tensor goes through pinned host memory (ember does not assume a CUDA-aware MPI):
+// - Its values are copied to a pinned buffer asynchronously, on the caller's current stream (where
+//   they were produced), so the caller's thread does not block. An event after the copy is what
+//   the MPI call waits for, on whichever thread starts it.
+// - A tensor that MPI only writes (an output, a receive, a broadcast away from the root) gets a
+//   pinned buffer without the copy.
+// - The result goes back asynchronously when the caller waits, on the waiting thread's current
+//   stream, as NCCL's results are ordered on the stream. The pinned allocator keeps the buffer
+//   from reuse until that copy has completed.
+// NCCL is the backend for CUDA tensors; this path is for a build without it, or for a test. A
+// CUDA-aware MPI (UCX) could skip staging altogether.
+enum class Contents { read, overwritten };  // whether MPI reads the tensor's values
+
 struct Staged {
-  Tensor device_tensor;  // the caller's tensor
-  Tensor host;           // what MPI reads and writes
+  Tensor device_tensor;          // the caller's tensor
+  Tensor host;                   // what MPI reads and writes
+  std::function<void()> copied;  // waits for the copy into `host`; empty when there is none
   bool staged() const { return !device_tensor.is_same(host); }
 };
-Staged stage(const Tensor& tensor) {
-  if (tensor.is_cpu()) return {tensor, tensor};
-  return {tensor, tensor.to(Device::cpu()).contiguous()};
+
+Staged stage(const Tensor& tensor, Contents contents) {
+  if (tensor.is_cpu()) return {tensor, tensor, nullptr};
+  if (contents == Contents::overwritten) {
+    return {tensor, empty_pinned(tensor.sizes(), tensor.dtype()), nullptr};
+  }
+  NoGradGuard no_grad;
+  Tensor host = tensor.to(Device::cpu(), /*non_blocking=*/true);  // pinned, copy left running
+  return {tensor, host, cuda_hooks::host_fence(tensor.device().index)};
 }
+
+// The MPI call starts once the staged inputs' copies have landed.
+void start_after_copies(MpiOperation& operation, std::initializer_list<const Staged*> inputs) {
+  std::vector<std::function<void()>> copies;
+  for (const Staged* input : inputs) {
+    if (input->copied) copies.push_back(input->copied);
+  }
+  if (copies.empty()) return;
+  operation.start = [start = std::move(operation.start),
+                     copies = std::move(copies)](std::vector<MPI_Request>& requests) {
+    for (const auto& copied : copies)
+      copied();
+    start(requests);
+  };
+}
+
 void copy_back_on_wait(const Staged& staged, MpiOperation& operation) {
   if (!staged.staged()) return;
-  operation.work->after_wait = [device_tensor = staged.device_tensor,
-                                host = staged.host]() mutable { device_tensor.copy_(host); };
+  operation.work->after_wait = [device_tensor = staged.device_tensor, host = staged.host] {
+    cuda_hooks::copy_bytes(device_tensor.data_ptr(), host.data_ptr(), host.nbytes(),
+                           cuda_hooks::CopyKind::host_to_device, device_tensor.device().index,
+                           host.storage()->data());
+  };
 }
 
 }  // namespace
@@ -213,7 +242,7 @@ WorkPtr MpiProcessGroup::allreduce(const Tensor& tensor, ReduceOp op) {
               "allreduce(avg): needs a floating dtype, got ", describe(tensor),
               "; use sum and divide");
   const int count = checked_count(tensor, "allreduce");
-  Staged staged = stage(tensor);
+  Staged staged = stage(tensor, Contents::read);
   MpiOperation operation;
   operation.describe = describe_call(std::string("allreduce(") + reduce_op_name(op) + ")", tensor);
   const MPI_Comm comm = communicator_;
@@ -226,6 +255,7 @@ WorkPtr MpiProcessGroup::allreduce(const Tensor& tensor, ReduceOp op) {
   if (op == ReduceOp::avg) {
     operation.finish = [host = staged.host, group_size] { divide(host, group_size); };
   }
+  start_after_copies(operation, {&staged});
   copy_back_on_wait(staged, operation);
   return submit(std::move(operation));
 }
@@ -235,7 +265,7 @@ WorkPtr MpiProcessGroup::broadcast(const Tensor& tensor, int root) {
   EMBER_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " is not a rank of group '",
               name(), "' (size ", size(), ")");
   const int count = checked_count(tensor, "broadcast");
-  Staged staged = stage(tensor);
+  Staged staged = stage(tensor, rank() == root ? Contents::read : Contents::overwritten);
   MpiOperation operation;
   operation.describe = describe_call("broadcast(root " + std::to_string(root) + ")", tensor);
   const MPI_Comm comm = communicator_;
@@ -243,6 +273,7 @@ WorkPtr MpiProcessGroup::broadcast(const Tensor& tensor, int root) {
     MPI_Bcast(host.data_ptr(), count, mpi_type(host.dtype()), root, comm);
   };
   operation.blocking = true;
+  start_after_copies(operation, {&staged});
   copy_back_on_wait(staged, operation);
   return submit(std::move(operation));
 }
@@ -257,8 +288,8 @@ WorkPtr MpiProcessGroup::allgather(const Tensor& output, const Tensor& input) {
               " elements (input ", describe(input), ")");
   const int count = checked_count(input, "allgather");
   checked_count(output, "allgather");
-  Staged staged_output = stage(output);
-  Staged staged_input = stage(input);
+  Staged staged_output = stage(output, Contents::overwritten);
+  Staged staged_input = stage(input, Contents::read);
   MpiOperation operation;
   operation.describe = describe_call("allgather", input);
   const MPI_Comm comm = communicator_;
@@ -268,6 +299,7 @@ WorkPtr MpiProcessGroup::allgather(const Tensor& output, const Tensor& input) {
     MPI_Allgather(in.data_ptr(), count, type, out.data_ptr(), count, type, comm);
   };
   operation.blocking = true;
+  start_after_copies(operation, {&staged_input});
   copy_back_on_wait(staged_output, operation);
   return submit(std::move(operation));
 }
@@ -284,8 +316,8 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& output, const Tensor& inpu
               "reduce_scatter(avg): needs a floating dtype, got ", describe(input));
   const int count = checked_count(output, "reduce_scatter");
   checked_count(input, "reduce_scatter");
-  Staged staged_output = stage(output);
-  Staged staged_input = stage(input);
+  Staged staged_output = stage(output, Contents::overwritten);
+  Staged staged_input = stage(input, Contents::read);
   MpiOperation operation;
   operation.describe =
       describe_call(std::string("reduce_scatter(") + reduce_op_name(op) + ")", input);
@@ -300,6 +332,7 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& output, const Tensor& inpu
   if (op == ReduceOp::avg) {
     operation.finish = [out = staged_output.host, group_size] { divide(out, group_size); };
   }
+  start_after_copies(operation, {&staged_input});
   copy_back_on_wait(staged_output, operation);
   return submit(std::move(operation));
 }
@@ -319,7 +352,7 @@ WorkPtr MpiProcessGroup::send(const Tensor& tensor, int destination, int tag) {
               " is not a rank of group '", name(), "' (size ", size(), ")");
   EMBER_CHECK(tag >= 0, "send: tag must be >= 0, got ", tag);
   const int count = checked_count(tensor, "send");
-  Staged staged = stage(tensor);
+  Staged staged = stage(tensor, Contents::read);
   MpiOperation operation;
   operation.describe = describe_call(
       "send(to " + std::to_string(destination) + ", tag " + std::to_string(tag) + ")", tensor);
@@ -330,6 +363,7 @@ WorkPtr MpiProcessGroup::send(const Tensor& tensor, int destination, int tag) {
     MPI_Isend(host.data_ptr(), count, mpi_type(host.dtype()), destination, tag, comm,
               &requests.back());
   };
+  start_after_copies(operation, {&staged});
   return submit(std::move(operation));
 }
 
@@ -339,7 +373,7 @@ WorkPtr MpiProcessGroup::recv(const Tensor& tensor, int source, int tag) {
               name(), "' (size ", size(), ")");
   EMBER_CHECK(tag >= 0, "recv: tag must be >= 0, got ", tag);
   const int count = checked_count(tensor, "recv");
-  Staged staged = stage(tensor);
+  Staged staged = stage(tensor, Contents::overwritten);
   MpiOperation operation;
   operation.describe = describe_call(
       "recv(from " + std::to_string(source) + ", tag " + std::to_string(tag) + ")", tensor);

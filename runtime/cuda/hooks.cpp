@@ -1,7 +1,10 @@
 // The CUDA side of runtime/cuda_hooks.h and device.h's queries (runtime/no_cuda.cpp without CUDA).
+#include <memory>
+
 #include "runtime/cuda/allocator.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/device_guard.h"
+#include "runtime/cuda/event.h"
 #include "runtime/cuda/stream.h"
 #include "runtime/cuda_hooks.h"
 #include "runtime/device.h"
@@ -91,6 +94,13 @@ void synchronize(int device_index) {
   check_device_available(Device::cuda(device_index));
   cuda::DeviceGuard guard(device_index);
   EMBER_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+std::function<void()> host_fence(int device_index) {
+  check_device_available(Device::cuda(device_index));
+  auto event = std::make_shared<cuda::Event>();
+  event->record(device_index);
+  return [event] { event->synchronize(); };
 }
 
 }  // namespace cuda_hooks
