@@ -112,15 +112,28 @@ template <typename T>
 void chunked_f32(ActivationGrad op, int64_t n, T* grad_in, const T* g, const T* v,
                  const int64_t* s) {
   float g_chunk[kChunk], v_chunk[kChunk];
+  const bool dense = s[0] == 1 && s[1] == 1 && s[2] == 1;  // the usual case: loops that vectorise
   for (int64_t begin = 0; begin < n; begin += kChunk) {
     const int64_t m = std::min(kChunk, n - begin);
-    for (int64_t i = 0; i < m; ++i) {
-      g_chunk[i] = convert<float>(g[(begin + i) * s[1]]);
-      v_chunk[i] = convert<float>(v[(begin + i) * s[2]]);
+    if (dense) {
+      for (int64_t i = 0; i < m; ++i)
+        g_chunk[i] = convert<float>(g[begin + i]);
+      for (int64_t i = 0; i < m; ++i)
+        v_chunk[i] = convert<float>(v[begin + i]);
+    } else {
+      for (int64_t i = 0; i < m; ++i) {
+        g_chunk[i] = convert<float>(g[(begin + i) * s[1]]);
+        v_chunk[i] = convert<float>(v[(begin + i) * s[2]]);
+      }
     }
     activation_backward_f32(op, g_chunk, g_chunk, v_chunk, m);
-    for (int64_t i = 0; i < m; ++i)
-      grad_in[(begin + i) * s[0]] = convert<T>(g_chunk[i]);
+    if (dense) {
+      for (int64_t i = 0; i < m; ++i)
+        grad_in[begin + i] = convert<T>(g_chunk[i]);
+    } else {
+      for (int64_t i = 0; i < m; ++i)
+        grad_in[(begin + i) * s[0]] = convert<T>(g_chunk[i]);
+    }
   }
 }
 
