@@ -227,17 +227,12 @@ class Worker {
       }
     }
     try {
-      if (entry.operation.blocking) {
-        std::lock_guard watch(watch_mutex_);
-        watched_ = &entry.operation.describe;
-        watched_deadline_ = entry.deadline;
-      }
+      if (entry.operation.blocking) watch(&entry.operation.describe, entry.deadline);
       if (entry.operation.start) entry.operation.start(entry.requests);
-      if (entry.operation.blocking) {
-        std::lock_guard watch(watch_mutex_);
-        watched_ = nullptr;
-      }
+      if (entry.operation.blocking) watch(nullptr, {});
     } catch (...) {
+      // Unwatched here too: `entry`, which the watchdog would name, is gone after this.
+      if (entry.operation.blocking) watch(nullptr, {});
       entry.operation.work->mark_done(std::current_exception());
       return;
     }
@@ -294,6 +289,13 @@ class Worker {
 
   static Clock::duration to_duration(double seconds) {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  }
+
+  // Says which blocking call is in progress (null: none), for the watchdog.
+  void watch(const std::function<std::string()>* describe, Clock::time_point deadline) {
+    std::lock_guard lock(watch_mutex_);
+    watched_ = describe;
+    watched_deadline_ = deadline;
   }
 
   // A blocking collective cannot be abandoned: when one outlives the timeout, the watchdog says
