@@ -175,22 +175,20 @@ class Worker {
           continue;
         }
       }
-      if (!fresh.empty()) {
+      bool progressed = !fresh.empty();
+      if (!fresh.empty() || !in_flight.empty()) {
         std::unique_lock mpi(mpi_mutex_);
         for (auto& queued : fresh)
           start(std::move(queued), in_flight, mpi);
-      }
-      bool progressed = !fresh.empty();
-      std::unique_lock mpi(mpi_mutex_);
-      for (size_t i = 0; i < in_flight.size();) {
-        if (poll(in_flight[i])) {
-          in_flight.erase(in_flight.begin() + static_cast<std::ptrdiff_t>(i));
-          progressed = true;
-        } else {
-          ++i;
+        for (size_t i = 0; i < in_flight.size();) {
+          if (poll(in_flight[i])) {
+            in_flight.erase(in_flight.begin() + static_cast<std::ptrdiff_t>(i));
+            progressed = true;
+          } else {
+            ++i;
+          }
         }
       }
-      mpi.unlock();
       // Spin (yielding) while operations are young, then back off: a long wait for a peer
       // should not take a core from the computation it is overlapping.
       idle_polls = progressed ? 0 : idle_polls + 1;
