@@ -1,0 +1,71 @@
+// The vectorised run conversions (kernels/cpu/convert_runs.h) against the scalar conversions of
+// scalar_types.h, bit for bit: every 16-bit pattern, and random f32 bit patterns that include
+// NaNs, infinities, subnormals and halfway cases, at lengths that leave vector tails.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/convert_runs.h"
+
+namespace ember::kernels::cpu {
+namespace {
+
+template <typename T>
+void expect_every_pattern_widens_exactly() {
+  std::vector<T> narrow(65536 + 3);
+  for (uint32_t bits = 0; bits < narrow.size(); ++bits)
+    narrow[bits] = T::from_bits(static_cast<uint16_t>(bits));
+  std::vector<float> wide(narrow.size(), -1.0f);
+  widen_to_f32(narrow.data(), wide.data(), static_cast<int64_t>(narrow.size()));
+  for (size_t i = 0; i < narrow.size(); ++i) {
+    const float expected = narrow[i];
+    ASSERT_EQ(0, std::memcmp(&wide[i], &expected, sizeof(float))) << "pattern 0x" << std::hex << i;
+  }
+}
+
+TEST(ConvertRuns, EveryBFloat16PatternWidensExactly) {
+  expect_every_pattern_widens_exactly<BFloat16>();
+}
+
+TEST(ConvertRuns, EveryHalfPatternWidensExactly) {
+  expect_every_pattern_widens_exactly<Half>();
+}
+
+// Random bit patterns hit every class; rounding cases are forced by zeroing the low bits.
+std::vector<float> random_float_patterns(size_t count) {
+  std::mt19937 rng(20261123);
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t bits = static_cast<uint32_t>(rng());
+    if (i % 3 == 0) bits = (bits & 0xffff0000u) | 0x8000u;      // exactly halfway for bf16
+    if (i % 5 == 0) bits = (bits & 0xffffe000u) | 0x1000u;      // halfway for binary16
+    if (i % 7 == 0) bits = (bits & 0x807fffffu) | 0x7f800000u;  // Inf or NaN
+    std::memcpy(&values[i], &bits, sizeof(float));
+  }
+  return values;
+}
+
+template <typename T>
+void expect_narrowing_matches_the_scalar_conversion() {
+  const std::vector<float> wide = random_float_patterns(100003);
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{31}, int64_t{33}, int64_t{100003}}) {
+    std::vector<T> narrow(static_cast<size_t>(n) + 1, T::from_bits(0xdead));  // poisoned
+    narrow_from_f32(wide.data(), narrow.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(narrow[i].bits, T(wide[i]).bits) << "n " << n << ", element " << i;
+    EXPECT_EQ(narrow[n].bits, 0xdead) << "wrote past the run of " << n;
+  }
+}
+
+TEST(ConvertRuns, BFloat16NarrowingMatchesTheScalarConversion) {
+  expect_narrowing_matches_the_scalar_conversion<BFloat16>();
+}
+
+TEST(ConvertRuns, HalfNarrowingMatchesTheScalarConversion) {
+  expect_narrowing_matches_the_scalar_conversion<Half>();
+}
+
+}  // namespace
+}  // namespace ember::kernels::cpu
