@@ -7,11 +7,13 @@
 
 #include "kernels/common/convert.h"
 #include "kernels/common/scalar_types.h"
+#include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/vector_math.h"
 
 // Vector selects in the f32 loops (see kernels/cpu/vector_math.h). convert<> is defined before
-// this point and so is not inlined below: only the 16-bit buffer fills call it.
+// this point and so is not inlined below: only the strided 16-bit buffer fills call it (dense
+// runs convert through convert_runs.h).
 EMBER_NO_TRAPPING_MATH
 
 namespace ember::kernels::cpu {
@@ -116,10 +118,8 @@ void chunked_f32(ActivationGrad op, int64_t n, T* grad_in, const T* g, const T* 
   for (int64_t begin = 0; begin < n; begin += kChunk) {
     const int64_t m = std::min(kChunk, n - begin);
     if (dense) {
-      for (int64_t i = 0; i < m; ++i)
-        g_chunk[i] = convert<float>(g[begin + i]);
-      for (int64_t i = 0; i < m; ++i)
-        v_chunk[i] = convert<float>(v[begin + i]);
+      widen_to_f32(g + begin, g_chunk, m);
+      widen_to_f32(v + begin, v_chunk, m);
     } else {
       for (int64_t i = 0; i < m; ++i) {
         g_chunk[i] = convert<float>(g[(begin + i) * s[1]]);
@@ -128,8 +128,7 @@ void chunked_f32(ActivationGrad op, int64_t n, T* grad_in, const T* g, const T* 
     }
     activation_backward_f32(op, g_chunk, g_chunk, v_chunk, m);
     if (dense) {
-      for (int64_t i = 0; i < m; ++i)
-        grad_in[begin + i] = convert<T>(g_chunk[i]);
+      narrow_from_f32(g_chunk, grad_in + begin, m);
     } else {
       for (int64_t i = 0; i < m; ++i)
         grad_in[(begin + i) * s[0]] = convert<T>(g_chunk[i]);

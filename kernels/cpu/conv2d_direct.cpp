@@ -8,10 +8,12 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/common/convert.h"
 #include "kernels/common/scalar_types.h"
+#include "kernels/cpu/convert_runs.h"
 
 // The accumulations `acc += w * x` must become fused multiply-adds: ISO C++ mode turns off
 // contraction by default.
@@ -298,8 +300,7 @@ void run_plan(const Plan& plan, int64_t batch, const T* input, const float* pack
       for (int64_t h = 0; h < plan.H; ++h) {
         const T* row = src + (c * plan.H + h) * plan.W;
         float* to = dst + c * plan.plane + (h + plan.pad_h) * plan.Wp + plan.pad_w;
-        for (int64_t w = 0; w < plan.W; ++w)
-          to[w] = static_cast<float>(row[w]);
+        widen_to_f32(row, to, plan.W);
       }
   };
   // Work items: (block, tile) pairs, block-major, so that a range keeps its weights in L1.
@@ -321,16 +322,24 @@ void run_plan(const Plan& plan, int64_t batch, const T* input, const float* pack
       item += tile_end - tile;
     }
   };
-  // The valid positions q < Q of each row, plus the bias, converted to T.
+  // The valid positions q < Q of each row, plus the bias, converted to T. (The workspace is
+  // rewritten for each image, so the 16-bit path adds the bias in place before narrowing.)
   auto store_image = [&](const Workspace& space, int64_t n, int64_t k_begin, int64_t k_end) {
     T* dst = output + n * out_image;
     for (int64_t k = k_begin; k < k_end; ++k) {
       const float b = bias != nullptr ? bias[k] : 0.0f;
       for (int64_t p = 0; p < plan.P; ++p) {
-        const float* from = space.out.get() + k * plan.positions + p * plan.Wp;
+        float* from = space.out.get() + k * plan.positions + p * plan.Wp;
         T* to = dst + (k * plan.P + p) * plan.Q;
-        for (int64_t q = 0; q < plan.Q; ++q)
-          to[q] = T(from[q] + b);
+        if constexpr (std::is_same_v<T, float>) {
+          for (int64_t q = 0; q < plan.Q; ++q)
+            to[q] = from[q] + b;
+        } else {
+          if (bias != nullptr)
+            for (int64_t q = 0; q < plan.Q; ++q)
+              from[q] += b;
+          narrow_from_f32(from, to, plan.Q);
+        }
       }
     }
   };

@@ -7,6 +7,7 @@
 
 #include "kernels/common/convert.h"
 #include "kernels/common/scalar_types.h"
+#include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/vector_math.h"
 
@@ -68,8 +69,8 @@ Acc sigmoid_of(Acc x) {
 
 // Activations with a vectorisable f32 form below.
 bool has_f32_activation(UnaryOp op) {
-  return op == UnaryOp::tanh || op == UnaryOp::sigmoid || op == UnaryOp::silu ||
-         op == UnaryOp::gelu_tanh;
+  return op == UnaryOp::relu || op == UnaryOp::tanh || op == UnaryOp::sigmoid ||
+         op == UnaryOp::silu || op == UnaryOp::gelu_tanh;
 }
 
 // The f32 activations, on vectorisable exp/tanh (kernels/cpu/vector_math.h) in place of scalar
@@ -90,6 +91,8 @@ template <typename Fn>
 // baseline. out may alias in.
 EMBER_CLONE_FOR_SIMD void activation_f32(UnaryOp op, float* out, const float* in, int64_t n) {
   switch (op) {
+    case UnaryOp::relu:  // `x < 0 ? 0 : x` keeps NaN, as PyTorch does
+      return dense_f32(out, in, n, [](float x) { return x < 0.0f ? 0.0f : x; });
     case UnaryOp::tanh:
       return dense_f32(out, in, n, [](float x) { return tanh_vectorisable(x); });
     case UnaryOp::sigmoid:
@@ -107,7 +110,8 @@ EMBER_CLONE_FOR_SIMD void activation_f32(UnaryOp op, float* out, const float* in
 #pragma GCC pop_options
 #endif
 
-// f32, f16 and bf16 activations: dense f32 runs directly, anything else through f32 chunks.
+// f32, f16 and bf16 activations: dense f32 runs directly, anything else through f32 chunks
+// (dense 16-bit runs converted by convert_runs.h).
 constexpr int64_t kActivationChunk = 512;
 
 template <typename T>
@@ -120,14 +124,23 @@ void activation_via_f32(UnaryOp op, const StridedLayout& layout, T* out, const T
                     if constexpr (std::is_same_v<T, float>) {
                       if (s[0] == 1 && s[1] == 1) return activation_f32(op, o, x, n);
                     }
+                    const bool dense = s[0] == 1 && s[1] == 1;
                     float chunk[kActivationChunk];
                     for (int64_t begin = 0; begin < n; begin += kActivationChunk) {
                       const int64_t m = std::min(kActivationChunk, n - begin);
-                      for (int64_t i = 0; i < m; ++i)
-                        chunk[i] = convert<float>(x[(begin + i) * s[1]]);
+                      if (dense) {
+                        widen_to_f32(x + begin, chunk, m);
+                      } else {
+                        for (int64_t i = 0; i < m; ++i)
+                          chunk[i] = convert<float>(x[(begin + i) * s[1]]);
+                      }
                       activation_f32(op, chunk, chunk, m);
-                      for (int64_t i = 0; i < m; ++i)
-                        o[(begin + i) * s[0]] = convert<T>(chunk[i]);
+                      if (dense) {
+                        narrow_from_f32(chunk, o + begin, m);
+                      } else {
+                        for (int64_t i = 0; i < m; ++i)
+                          o[(begin + i) * s[0]] = convert<T>(chunk[i]);
+                      }
                     }
                   });
 }
