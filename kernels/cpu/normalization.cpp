@@ -165,91 +165,11 @@ void layer_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
   }
 }
 
-template <typename T>
-void batch_norm_statistics(const T* x, acc_t<T>* mean, acc_t<T>* variance, int64_t batch,
-                           int64_t channels, int64_t spatial) {
-  using Acc = acc_t<T>;
-  const Acc count = static_cast<Acc>(batch * spatial);
-  const int threads = threads_for(batch * channels * spatial * 2);
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
-  for (int64_t c = 0; c < channels; ++c) {
-    Acc total = 0;
-    for (int64_t n = 0; n < batch; ++n)
-      total += row_sum(x + (n * channels + c) * spatial, spatial);
-    const Acc m = count > 0 ? total / count : Acc(0);
-    Acc squares = 0;
-    for (int64_t n = 0; n < batch; ++n)
-      squares += row_squared_deviations(x + (n * channels + c) * spatial, spatial, m);
-    mean[c] = m;
-    variance[c] = count > 0 ? squares / count : Acc(0);
-  }
-}
-
-template <typename T>
-void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, T* y, int64_t batch,
-                      int64_t channels, int64_t spatial) {
-  using Acc = acc_t<T>;
-  const int threads = threads_for(batch * channels * spatial);
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
-  for (int64_t plane = 0; plane < batch * channels; ++plane) {
-    const int64_t c = plane % channels;
-    const Acc a = scale[c], b = shift[c];
-    const T* in = x + plane * spatial;
-    T* out = y + plane * spatial;
-    for (int64_t k = 0; k < spatial; ++k)
-      out[k] = convert<T>(convert<Acc>(in[k]) * a + b);
-  }
-}
-
-template <typename T>
-void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
-                         const T* weight, T* grad_x, T* grad_weight, T* grad_bias, int64_t batch,
-                         int64_t channels, int64_t spatial, bool training) {
-  using Acc = acc_t<T>;
-  const Acc count = static_cast<Acc>(batch * spatial);
-  const int threads = threads_for(batch * channels * spatial * 4);
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
-  for (int64_t c = 0; c < channels; ++c) {
-    const Acc m = mean[c], s = rstd[c];
-    const Acc w = weight ? convert<Acc>(weight[c]) : Acc(1);
-    Acc sum_g = 0, sum_g_xhat = 0;
-    for (int64_t n = 0; n < batch; ++n) {
-      const T* g = grad_out + (n * channels + c) * spatial;
-      const T* in = x + (n * channels + c) * spatial;
-      for (int64_t k = 0; k < spatial; ++k) {
-        const Acc gk = convert<Acc>(g[k]);
-        sum_g += gk;
-        sum_g_xhat += gk * (convert<Acc>(in[k]) - m) * s;
-      }
-    }
-    if (grad_weight) grad_weight[c] = convert<T>(sum_g_xhat);
-    if (grad_bias) grad_bias[c] = convert<T>(sum_g);
-    if (!grad_x) continue;
-    const Acc mean_g = training && count > 0 ? sum_g / count : Acc(0);
-    const Acc mean_g_xhat = training && count > 0 ? sum_g_xhat / count : Acc(0);
-    for (int64_t n = 0; n < batch; ++n) {
-      const T* g = grad_out + (n * channels + c) * spatial;
-      const T* in = x + (n * channels + c) * spatial;
-      T* out = grad_x + (n * channels + c) * spatial;
-      for (int64_t k = 0; k < spatial; ++k) {
-        const Acc xhat = (convert<Acc>(in[k]) - m) * s;
-        out[k] = convert<T>(w * s * (convert<Acc>(g[k]) - mean_g - xhat * mean_g_xhat));
-      }
-    }
-  }
-}
-
 #define EMBER_INSTANTIATE_NORMALIZATION(T)                                                     \
   template void layer_norm<T>(const T*, const T*, const T*, T*, acc_t<T>*, acc_t<T>*, int64_t, \
                               int64_t, double);                                                \
   template void layer_norm_backward<T>(const T*, const T*, const acc_t<T>*, const acc_t<T>*,   \
-                                       const T*, T*, T*, T*, int64_t, int64_t);                \
-  template void batch_norm_statistics<T>(const T*, acc_t<T>*, acc_t<T>*, int64_t, int64_t,     \
-                                         int64_t);                                             \
-  template void batch_norm_apply<T>(const T*, const acc_t<T>*, const acc_t<T>*, T*, int64_t,   \
-                                    int64_t, int64_t);                                         \
-  template void batch_norm_backward<T>(const T*, const T*, const acc_t<T>*, const acc_t<T>*,   \
-                                       const T*, T*, T*, T*, int64_t, int64_t, int64_t, bool);
+                                       const T*, T*, T*, T*, int64_t, int64_t);
 EMBER_INSTANTIATE_NORMALIZATION(float)
 EMBER_INSTANTIATE_NORMALIZATION(double)
 EMBER_INSTANTIATE_NORMALIZATION(Half)

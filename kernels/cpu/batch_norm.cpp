@@ -1,0 +1,248 @@
+// Batch norm on the CPU: x viewed as (batch, channels, spatial), statistics per channel.
+//
+// Every pass walks the (batch) planes of one channel in chunks of at most kChunk values. The
+// arithmetic runs on f32 (f64 for f64) runs: an f32 tensor's own memory, or a 16-bit chunk
+// widened into a stack buffer (convert_runs.h). The f32 loops are compiled for AVX-512 and AVX2
+// as well as the baseline, and their sums are split across vector lanes, so the f32 and 16-bit
+// forms share one vectorised loop; f64 stays on the plain loops (it is the reference precision).
+#include <omp.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "kernels/common/convert.h"
+#include "kernels/cpu/convert_runs.h"
+#include "kernels/cpu/loops.h"
+#include "kernels/cpu/normalization.h"
+#include "kernels/cpu/vector_math.h"
+
+namespace ember::kernels::cpu {
+namespace {
+
+constexpr int64_t kChunk = 1024;
+
+// ---- the loops over one run, for Acc = float (cloned below) or double ----
+
+// sum(x). `omp simd` lets the sum be split across vector lanes (the build does not use
+// -ffast-math, so a plain loop would stay sequential).
+template <typename Acc>
+[[gnu::always_inline]] inline Acc sum_loop(const Acc* x, int64_t n) {
+  Acc total = 0;
+#pragma omp simd reduction(+ : total)
+  for (int64_t i = 0; i < n; ++i)
+    total += x[i];
+  return total;
+}
+
+// sum((x - mean)^2): the second pass of a two-pass variance.
+template <typename Acc>
+[[gnu::always_inline]] inline Acc squared_deviations_loop(const Acc* x, int64_t n, Acc mean) {
+  Acc total = 0;
+#pragma omp simd reduction(+ : total)
+  for (int64_t i = 0; i < n; ++i) {
+    const Acc d = x[i] - mean;
+    total += d * d;
+  }
+  return total;
+}
+
+// y = x a + b.
+template <typename Acc>
+[[gnu::always_inline]] inline void affine_loop(const Acc* x, Acc a, Acc b, Acc* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = x[i] * a + b;
+}
+
+// sum(g) and sum(g (x - mean)), added to the running sums.
+struct GradSums {
+  float g = 0, g_centered = 0;
+};
+struct GradSums64 {
+  double g = 0, g_centered = 0;
+};
+template <typename Acc, typename Sums>
+[[gnu::always_inline]] inline void grad_sums_loop(const Acc* g, const Acc* x, int64_t n, Acc mean,
+                                                  Sums& sums) {
+  Acc sum_g = 0, sum_g_centered = 0;
+#pragma omp simd reduction(+ : sum_g, sum_g_centered)
+  for (int64_t i = 0; i < n; ++i) {
+    sum_g += g[i];
+    sum_g_centered += g[i] * (x[i] - mean);
+  }
+  sums.g += sum_g;
+  sums.g_centered += sum_g_centered;
+}
+
+// dx = scale (g - mean_g - (x - mean) slope).
+template <typename Acc>
+[[gnu::always_inline]] inline void grad_input_loop(const Acc* g, const Acc* x, int64_t n, Acc mean,
+                                                   Acc scale, Acc mean_g, Acc slope, Acc* dx) {
+  for (int64_t i = 0; i < n; ++i)
+    dx[i] = scale * (g[i] - mean_g - (x[i] - mean) * slope);
+}
+
+EMBER_CLONE_FOR_SIMD float sum_run(const float* x, int64_t n) {
+  return sum_loop(x, n);
+}
+EMBER_CLONE_FOR_SIMD float squared_deviations_run(const float* x, int64_t n, float mean) {
+  return squared_deviations_loop(x, n, mean);
+}
+EMBER_CLONE_FOR_SIMD void affine_run(const float* x, float a, float b, float* y, int64_t n) {
+  affine_loop(x, a, b, y, n);
+}
+EMBER_CLONE_FOR_SIMD void grad_sums_run(const float* g, const float* x, int64_t n, float mean,
+                                        GradSums& sums) {
+  grad_sums_loop(g, x, n, mean, sums);
+}
+EMBER_CLONE_FOR_SIMD void grad_input_run(const float* g, const float* x, int64_t n, float mean,
+                                         float scale, float mean_g, float slope, float* dx) {
+  grad_input_loop(g, x, n, mean, scale, mean_g, slope, dx);
+}
+
+double sum_run(const double* x, int64_t n) {
+  return sum_loop(x, n);
+}
+double squared_deviations_run(const double* x, int64_t n, double mean) {
+  return squared_deviations_loop(x, n, mean);
+}
+void affine_run(const double* x, double a, double b, double* y, int64_t n) {
+  affine_loop(x, a, b, y, n);
+}
+void grad_sums_run(const double* g, const double* x, int64_t n, double mean, GradSums64& sums) {
+  grad_sums_loop(g, x, n, mean, sums);
+}
+void grad_input_run(const double* g, const double* x, int64_t n, double mean, double scale,
+                    double mean_g, double slope, double* dx) {
+  grad_input_loop(g, x, n, mean, scale, mean_g, slope, dx);
+}
+
+// A dense run of T seen as Acc values: the run itself when T is Acc, else widened into buffer.
+template <typename T, typename Acc = acc_t<T>>
+const Acc* acc_run(const T* src, Acc* buffer, int64_t n) {
+  if constexpr (std::is_same_v<T, Acc>) {
+    return src;
+  } else {
+    widen_to_f32(src, buffer, n);
+    return buffer;
+  }
+}
+
+// Where an Acc result for a dense run of T goes (the run itself when T is Acc), and the narrowing
+// into the run after (a no-op when T is Acc).
+template <typename T, typename Acc = acc_t<T>>
+Acc* acc_destination(T* dst, Acc* buffer) {
+  if constexpr (std::is_same_v<T, Acc>) {
+    return dst;
+  } else {
+    return buffer;
+  }
+}
+template <typename T, typename Acc = acc_t<T>>
+void store_run(const Acc* result, T* dst, int64_t n) {
+  if constexpr (!std::is_same_v<T, Acc>) narrow_from_f32(result, dst, n);
+}
+
+// body(offset, length) for the chunks of plane (n, c): offsets into the whole tensor.
+template <typename Body>
+[[gnu::always_inline]] inline void for_each_chunk_of_channel(int64_t c, int64_t batch,
+                                                             int64_t channels, int64_t spatial,
+                                                             Body body) {
+  for (int64_t n = 0; n < batch; ++n) {
+    const int64_t plane = (n * channels + c) * spatial;
+    for (int64_t begin = 0; begin < spatial; begin += kChunk)
+      body(plane + begin, std::min(kChunk, spatial - begin));
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void batch_norm_statistics(const T* x, acc_t<T>* mean, acc_t<T>* variance, int64_t batch,
+                           int64_t channels, int64_t spatial) {
+  using Acc = acc_t<T>;
+  const Acc count = static_cast<Acc>(batch * spatial);
+  const int threads = threads_for(batch * channels * spatial * 2);
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+  for (int64_t c = 0; c < channels; ++c) {
+    Acc buffer[kChunk];
+    Acc total = 0;
+    for_each_chunk_of_channel(c, batch, channels, spatial, [&](int64_t offset, int64_t length) {
+      total += sum_run(acc_run(x + offset, buffer, length), length);
+    });
+    const Acc m = count > 0 ? total / count : Acc(0);
+    Acc squares = 0;
+    for_each_chunk_of_channel(c, batch, channels, spatial, [&](int64_t offset, int64_t length) {
+      squares += squared_deviations_run(acc_run(x + offset, buffer, length), length, m);
+    });
+    mean[c] = m;
+    variance[c] = count > 0 ? squares / count : Acc(0);
+  }
+}
+
+template <typename T>
+void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, T* y, int64_t batch,
+                      int64_t channels, int64_t spatial) {
+  using Acc = acc_t<T>;
+  const int threads = threads_for(batch * channels * spatial);
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+  for (int64_t plane = 0; plane < batch * channels; ++plane) {
+    const int64_t c = plane % channels;
+    Acc in_buffer[kChunk], out_buffer[kChunk];
+    for (int64_t begin = 0; begin < spatial; begin += kChunk) {
+      const int64_t offset = plane * spatial + begin, length = std::min(kChunk, spatial - begin);
+      Acc* out = acc_destination(y + offset, out_buffer);
+      affine_run(acc_run(x + offset, in_buffer, length), scale[c], shift[c], out, length);
+      store_run(out, y + offset, length);
+    }
+  }
+}
+
+template <typename T>
+void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
+                         const T* weight, T* grad_x, T* grad_weight, T* grad_bias, int64_t batch,
+                         int64_t channels, int64_t spatial, bool training) {
+  using Acc = acc_t<T>;
+  using Sums = std::conditional_t<std::is_same_v<Acc, float>, GradSums, GradSums64>;
+  const Acc count = static_cast<Acc>(batch * spatial);
+  const int threads = threads_for(batch * channels * spatial * 4);
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+  for (int64_t c = 0; c < channels; ++c) {
+    Acc g_buffer[kChunk], x_buffer[kChunk], out_buffer[kChunk];
+    const Acc m = mean[c], s = rstd[c];
+    const Acc w = weight ? convert<Acc>(weight[c]) : Acc(1);
+    Sums sums;
+    for_each_chunk_of_channel(c, batch, channels, spatial, [&](int64_t offset, int64_t length) {
+      grad_sums_run(acc_run(grad_out + offset, g_buffer, length),
+                    acc_run(x + offset, x_buffer, length), length, m, sums);
+    });
+    const Acc sum_g_xhat = sums.g_centered * s;  // xhat = (x - mean) rstd
+    if (grad_weight) grad_weight[c] = convert<T>(sum_g_xhat);
+    if (grad_bias) grad_bias[c] = convert<T>(sums.g);
+    if (!grad_x) continue;
+    const Acc mean_g = training && count > 0 ? sums.g / count : Acc(0);
+    const Acc mean_g_xhat = training && count > 0 ? sum_g_xhat / count : Acc(0);
+    // w s (g - mean_g - xhat mean_g_xhat), with xhat mean_g_xhat = (x - m) (s mean_g_xhat)
+    for_each_chunk_of_channel(c, batch, channels, spatial, [&](int64_t offset, int64_t length) {
+      Acc* out = acc_destination(grad_x + offset, out_buffer);
+      grad_input_run(acc_run(grad_out + offset, g_buffer, length),
+                     acc_run(x + offset, x_buffer, length), length, m, w * s, mean_g,
+                     s * mean_g_xhat, out);
+      store_run(out, grad_x + offset, length);
+    });
+  }
+}
+
+#define EMBER_INSTANTIATE_BATCH_NORM(T)                                                      \
+  template void batch_norm_statistics<T>(const T*, acc_t<T>*, acc_t<T>*, int64_t, int64_t,   \
+                                         int64_t);                                           \
+  template void batch_norm_apply<T>(const T*, const acc_t<T>*, const acc_t<T>*, T*, int64_t, \
+                                    int64_t, int64_t);                                       \
+  template void batch_norm_backward<T>(const T*, const T*, const acc_t<T>*, const acc_t<T>*, \
+                                       const T*, T*, T*, T*, int64_t, int64_t, int64_t, bool);
+EMBER_INSTANTIATE_BATCH_NORM(float)
+EMBER_INSTANTIATE_BATCH_NORM(double)
+EMBER_INSTANTIATE_BATCH_NORM(Half)
+EMBER_INSTANTIATE_BATCH_NORM(BFloat16)
+#undef EMBER_INSTANTIATE_BATCH_NORM
+
+}  // namespace ember::kernels::cpu
