@@ -10,7 +10,9 @@
 
 #include "kernels/common/convert.h"
 #include "kernels/common/scalar_types.h"
+#include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace ember::kernels::cpu {
 
@@ -60,11 +62,77 @@ int64_t bin_end(int64_t i, int64_t in, int64_t out) {
   return ((i + 1) * in + out - 1) / out;
 }
 
+// ---- max pooling with 2x2 windows at stride 2, no padding (ResNet9's pools) ----
+// Each output row reads two whole input rows, so the row pair is converted once (16-bit) and the
+// window maxima become one vectorised loop of selects.
+
+constexpr int64_t kMaxFastRow = 1024;  // widest input row the fast path buffers
+
+bool is_plain_2x2_pool(const Pool2dGeometry& g) {
+  return g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 &&
+         g.pad_w == 0 && 2 * g.out_height <= g.in_height && 2 * g.out_width <= g.in_width &&
+         g.in_width <= kMaxFastRow;
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#endif
+EMBER_NO_TRAPPING_MATH
+
+// top, bottom (2 Q) -> out (Q), index (Q): the maximum of each 2x2 window and its flat position in
+// the plane, top_position being the position of top[0]. The first maximum in row-major order wins
+// ties, and the first NaN wins outright, as in the generic loop.
+EMBER_CLONE_FOR_SIMD void max_of_2x2_windows(const float* top, const float* bottom, int64_t Q,
+                                             int64_t top_position, int64_t width, float* out,
+                                             int64_t* index) {
+  for (int64_t q = 0; q < Q; ++q) {
+    const float candidates[3] = {top[2 * q + 1], bottom[2 * q], bottom[2 * q + 1]};
+    const int64_t offsets[3] = {1, width, width + 1};
+    float best = top[2 * q];
+    int64_t best_offset = 0;
+    for (int k = 0; k < 3; ++k) {
+      const float v = candidates[k];
+      const bool take = best == best && (v > best || v != v);
+      best = take ? v : best;
+      best_offset = take ? offsets[k] : best_offset;
+    }
+    out[q] = best;
+    index[q] = top_position + 2 * q + best_offset;
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
+
+template <typename T>
+void max_pool_2x2_plane(const Pool2dGeometry& g, const T* in, T* out, int64_t* index) {
+  const int64_t W = g.in_width, Q = g.out_width;
+  float top_buffer[kMaxFastRow], bottom_buffer[kMaxFastRow], out_buffer[kMaxFastRow / 2];
+  for (int64_t p = 0; p < g.out_height; ++p) {
+    const int64_t top_position = 2 * p * W;
+    const float* top = as_f32(in + top_position, top_buffer, 2 * Q);
+    const float* bottom = as_f32(in + top_position + W, bottom_buffer, 2 * Q);
+    float* row_out = f32_destination(out + p * Q, out_buffer);
+    max_of_2x2_windows(top, bottom, Q, top_position, W, row_out, index + p * Q);
+    if constexpr (!std::is_same_v<T, float>) narrow_from_f32(row_out, out + p * Q, Q);
+  }
+}
+
 }  // namespace
 
 template <typename T>
 void max_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, int64_t* indices) {
   const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
+  if constexpr (!std::is_same_v<T, double>) {
+    if (is_plain_2x2_pool(g)) {
+      over_planes(g.planes, out_plane * 4, [&](int64_t plane) {
+        max_pool_2x2_plane(g, x + plane * in_plane, y + plane * out_plane,
+                           indices + plane * out_plane);
+      });
+      return;
+    }
+  }
   over_planes(g.planes, out_plane * g.kernel_h * g.kernel_w, [&](int64_t plane) {
     const T* in = x + plane * in_plane;
     T* out = y + plane * out_plane;

@@ -8,12 +8,17 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <random>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/common/conv_params.h"
+#include "kernels/common/convert.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/conv2d_direct.h"
+#include "kernels/cpu/pooling.h"
 #include "runtime/ops.h"
 
 namespace ember {
@@ -417,6 +422,54 @@ TEST(Pooling, MaxAndAverageMatchTheDefinition) {
     exclude.count_include_pad = false;
     expect_close(values_of(avg_pool2d(x, exclude)), naive_pool(x, o, false, false), 1e-6,
                  "avg_pool2d exclude pad " + shape_str(shape));
+  }
+}
+
+// The 2x2 stride-2 pools take a vectorised path for f32, f16 and bf16; f64 keeps the generic
+// window loop. Both must pick the same element: the first maximum in row-major order on ties, and
+// the first NaN when a window holds one. Values from {-1, 0, 1, 2} make ties common.
+template <typename T>
+void expect_the_2x2_path_matches_the_generic_one(int64_t height, int64_t width) {
+  SCOPED_TRACE(testing::Message() << height << "x" << width << ", " << sizeof(T) << "-byte "
+                                  << (std::is_same_v<T, BFloat16> ? "bf16" : "type"));
+  kernels::cpu::Pool2dGeometry geometry;
+  geometry.planes = 3;
+  geometry.in_height = height;
+  geometry.in_width = width;
+  geometry.out_height = height / 2;
+  geometry.out_width = width / 2;
+  geometry.kernel_h = geometry.kernel_w = geometry.stride_h = geometry.stride_w = 2;
+  const int64_t in_count = geometry.planes * height * width;
+  const int64_t out_count = geometry.planes * geometry.out_height * geometry.out_width;
+  std::mt19937 rng(static_cast<uint32_t>(height * 100 + width));
+  std::vector<double> x64(static_cast<size_t>(in_count));
+  for (double& v : x64)
+    v = rng() % 23 == 0 ? std::numeric_limits<double>::quiet_NaN() : double(rng() % 4) - 1.0;
+  std::vector<T> x(x64.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = convert<T>(x64[i]);
+  std::vector<double> y64(static_cast<size_t>(out_count));
+  std::vector<int64_t> index64(y64.size()), index(y64.size(), -7);
+  std::vector<T> y(y64.size(), convert<T>(123.0));  // poisoned
+  kernels::cpu::max_pool2d_forward(geometry, x64.data(), y64.data(), index64.data());
+  kernels::cpu::max_pool2d_forward(geometry, x.data(), y.data(), index.data());
+  for (size_t i = 0; i < y.size(); ++i) {
+    ASSERT_EQ(index[i], index64[i]) << "output " << i;
+    const double value = convert<double>(y[i]);
+    if (std::isnan(y64[i])) {
+      ASSERT_TRUE(std::isnan(value)) << "output " << i;
+    } else {
+      ASSERT_EQ(value, y64[i]) << "output " << i;
+    }
+  }
+}
+
+TEST(Pooling, MaxPool2x2FastPathPicksWhatTheGenericLoopPicks) {
+  for (auto [height, width] :
+       {std::pair<int64_t, int64_t>{8, 8}, {9, 7}, {5, 33}, {2, 2}, {32, 32}, {3, 1025}}) {
+    expect_the_2x2_path_matches_the_generic_one<float>(height, width);
+    expect_the_2x2_path_matches_the_generic_one<Half>(height, width);
+    expect_the_2x2_path_matches_the_generic_one<BFloat16>(height, width);
   }
 }
 
