@@ -13,6 +13,11 @@
 #      is carried in .debs/fashion-mnist) and bench/gpu/torch_train_loop.py (random data) for
 #      images/s,
 #   6. the rest of the build and the whole ctest (the CPU suites; the cuda label ran in step 1),
+#   7. only when named (`run.sh mpi`) and carried (prepare.sh --mpi fills .debs/mpi): OpenMPI
+#      unpacked into /tmp/deb-mpi, a build with MPI on in build-gpu-mpi (the other steps keep their
+#      MPI-less build-gpu), then ember_distributed_tests under mpirun -np 2 and the launcher tests
+#      of ctest (np 4, DASO, a peer that exits or hangs); bench/gpu/NOTES.md, "MPI on the GPU
+#      machine", says what each variable set there is for,
 # and print a summary table last. Each step has a time budget and the whole stays under BUDGET_S
 # (default 570 s: the device allows 600 s a call); a step that runs out is reported and the next
 # one starts.
@@ -27,7 +32,10 @@
 # between calls on a warm machine; a cold one rebuilds, which the `build` step does):
 #     run(command="bash bench/gpu/run.sh build test sanitize bench torch", carry=[".debs"])
 #     run(command="bash bench/gpu/run.sh build train ctest", carry=[".debs"])
-# Steps: build test sanitize bench torch train ctest (default: all of them, in that order).
+# Steps: build test sanitize bench torch train ctest (default: all of them, in that order), and
+# mpi, never in the default: a call of its own, as its build from scratch takes most of one call
+# (on a warm machine a second call picks the build up where it stopped):
+#     run(command="bash bench/gpu/run.sh mpi", carry=[".debs"], timeout_s=600)
 # Environment: BUDGET_S (570), EMBER_CUDA_ARCHS (90; "90a" for wgmma kernels), REPETITIONS (10),
 # SANITIZE_FILTER (a gtest filter for the memcheck run).
 #
@@ -49,6 +57,7 @@ wants() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 wants bench && rm -f "$WORK"/logs/gpu_bench* "$WORK"/logs/gemm_bench*
 wants torch && rm -f "$WORK"/logs/side_by_side.md "$WORK"/logs/torch_bench.json
 wants train && rm -rf "$WORK"/logs/train_* "$WORK"/logs/torch_train_loop.*
+wants mpi && rm -f "$WORK"/logs/mpi_*
 
 declare -a SUMMARY=()
 note() { SUMMARY+=("| $1 | $2 | $3 |"); }  # step, result, seconds
@@ -87,16 +96,26 @@ pack() {  # what comes back: at most 8 files in $OUT
 }
 
 # ---- unpack the carried Debian packages (never into /) -----------------------------------------
+# unpack_debs DEST DEB...: the files of each package under DEST.
+unpack_debs() {
+  local dest=$1 f
+  shift
+  for f in "$@"; do
+    if command -v dpkg > /dev/null; then
+      dpkg -x "$f" "$dest"
+    else  # no dpkg: a .deb is an ar archive holding data.tar.*
+      (d=$(mktemp -d) && cd "$d" && ar x "$OLDPWD/$f" && tar -xf data.tar.* -C "$dest" && rm -rf "$d")
+    fi
+  done
+}
 DEB=/tmp/deb
 mkdir -p $DEB
-for f in .debs/*.deb; do
-  [[ -f $f ]] || { echo "no .debs/*.deb: run bench/gpu/prepare.sh here and carry .debs" >&2; break; }
-  if command -v dpkg > /dev/null; then
-    dpkg -x "$f" $DEB
-  else  # no dpkg: a .deb is an ar archive holding data.tar.*
-    (d=$(mktemp -d) && cd "$d" && ar x "$OLDPWD/$f" && tar -xf data.tar.* -C $DEB && rm -rf "$d")
-  fi
-done
+debs=(.debs/*.deb)
+if [[ -f ${debs[0]} ]]; then
+  unpack_debs $DEB "${debs[@]}"
+else
+  echo "no .debs/*.deb: run bench/gpu/prepare.sh here and carry .debs" >&2
+fi
 LIBDIR=$DEB/usr/lib/x86_64-linux-gnu
 # zlib1g-dev's libz.so links to /lib/x86_64-linux-gnu/libz.so.1.2.13, Debian 12's runtime: point
 # it at this machine's libz.so.1 (any 1.x has the same ABI).
@@ -215,6 +234,66 @@ if wants ctest; then
   grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)" "$WORK/logs/ctest.log" | head -20
 fi
 
+# ---- 7. MPI: the distributed suite under mpirun (only when named) -------------------------------
+if wants mpi; then
+  mpi_debs=(.debs/mpi/*.deb)
+  glibc=$(getconf GNU_LIBC_VERSION 2> /dev/null | awk '{print $2}')
+  if [[ ! -f ${mpi_debs[0]} ]]; then
+    note mpi "skipped: no .debs/mpi/*.deb (run bench/gpu/prepare.sh --mpi, carry .debs)" 0
+  elif [[ -n $glibc ]] && ! printf '%s\n' 2.36 "$glibc" | sort -C -V; then
+    # Debian 12's libevent calls arc4random (GLIBC_2.36); the rest of .debs needs 2.34.
+    note mpi "skipped: glibc $glibc here, Debian 12's libevent_core needs 2.36" 0
+  else
+    MPI_PREFIX=/tmp/deb-mpi
+    MPI_BUILD=build-gpu-mpi
+    mkdir -p $MPI_PREFIX
+    unpack_debs $MPI_PREFIX "${mpi_debs[@]}"
+    # The names Debian's postinst makes with update-alternatives, which dpkg -x does not run.
+    for name in mpirun mpiexec; do ln -sf orterun $MPI_PREFIX/usr/bin/$name; done
+    for name in mpicc mpicxx mpic++; do ln -sf opal_wrapper $MPI_PREFIX/usr/bin/$name; done
+    # OpenMPI relocated: OPAL_PREFIX moves what was under /usr (components, help texts, wrapper
+    # data), OPAL_SYSCONFDIR its /etc/openmpi (Debian's defaults, which leave out the InfiniBand
+    # and UCX components), PMIX_LIBDIR PMIx's components. No ssh here: mpirun starts the ranks
+    # itself (plm isolated); ob1 over shared memory; reachable weighted needs no libnl. The last two
+    # are precautions for a VM or gVisor (no cross-process copy, no binding); override them here.
+    export OPAL_PREFIX=$MPI_PREFIX/usr OPAL_SYSCONFDIR=$MPI_PREFIX/etc/openmpi \
+      PMIX_LIBDIR=$MPI_PREFIX/usr/lib/x86_64-linux-gnu/pmix2/lib \
+      PATH=$MPI_PREFIX/usr/bin:$PATH LD_LIBRARY_PATH=$MPI_PREFIX/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH \
+      OMPI_MCA_plm=isolated OMPI_MCA_pml=ob1 OMPI_MCA_reachable=weighted \
+      OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none} \
+      OMPI_MCA_hwloc_base_binding_policy=${OMPI_MCA_hwloc_base_binding_policy:-none}
+    # Seconds to find out whether OpenMPI starts here at all, before minutes of building.
+    if step mpi_start 30 mpi_start.log mpirun --allow-run-as-root --oversubscribe -np 2 uname -n; then
+      if step mpi_configure 90 mpi_configure.log cmake -S . -B $MPI_BUILD -G Ninja \
+        -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON -DEMBER_MPI=ON -DMPI_HOME=$MPI_PREFIX/usr \
+        -DEMBER_NCCL=AUTO -DCMAKE_CUDA_ARCHITECTURES="${EMBER_CUDA_ARCHS:-90}" -DZLIB_ROOT=$DEB/usr \
+        ${cudnn_root:+-DCUDNN_ROOT=$cudnn_root}; then
+        grep -E "Found MPI|ember: (NCCL|distributed)" "$WORK/logs/mpi_configure.log"
+        step mpi_build 330 mpi_build.log ninja -C $MPI_BUILD -j16 ember_distributed_tests \
+          ember_peer_exits_early ||
+          { grep -E "error|FAILED" "$WORK/logs/mpi_build.log" | head -20; tail -5 "$WORK/logs/mpi_build.log"; }
+      else
+        tail -30 "$WORK/logs/mpi_configure.log"
+      fi
+    else
+      cat "$WORK/logs/mpi_start.log"
+    fi
+    if [[ -x $MPI_BUILD/bin/ember_distributed_tests ]]; then
+      # mpirun gives the ranks a terminal: no colours, so that the log greps.
+      step mpi_np2 120 mpi_np2.log env OMP_NUM_THREADS=1 EMBER_COLLECTIVE_TIMEOUT=60 \
+        EMBER_CUDA_POISON=1 mpirun --allow-run-as-root --oversubscribe -np 2 \
+        $MPI_BUILD/bin/ember_distributed_tests --gtest_color=no
+      grep -E "^\[  (PASSED|FAILED) |tests? from .* ran|^\[rank|CudaTensorsAreStaged" \
+        "$WORK/logs/mpi_np2.log" | head -24
+      # The launcher tests of tests/CMakeLists.txt but mpi_np2 (just run).
+      step mpi_ctest 150 mpi_ctest.log ctest --test-dir $MPI_BUILD --output-on-failure \
+        -R '^distributed\.(mpi_np4|daso_np4_local2|peer_)'
+      grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)" "$WORK/logs/mpi_ctest.log" | head -10
+    fi
+  fi
+  pack
+fi
+
 # ---- summary ---------------------------------------------------------------------------------
 {
   echo "# ember on $(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1), $(date -u +%F)"
@@ -233,6 +312,10 @@ fi
     [[ -f $csv ]] && echo "ember train --engine $engine (metrics.csv):" && cat "$csv" && echo
   done
   [[ -f $WORK/logs/torch_train_loop.log ]] && grep "images/s" "$WORK/logs/torch_train_loop.log"
+  if [[ -f $WORK/logs/mpi_np2.log ]]; then
+    echo "ember_distributed_tests under mpirun -np 2 (mpi_np2.log):"
+    grep -E "^\[  (PASSED|FAILED) |tests? from .* ran|CudaTensorsAreStaged" "$WORK/logs/mpi_np2.log"
+  fi
 } > "$WORK/logs/summary.md"
 cp "$WORK/logs/summary.md" "$OUT/summary.md"
 pack
