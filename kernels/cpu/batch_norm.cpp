@@ -14,6 +14,7 @@
 #include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/normalization.h"
+#include "kernels/cpu/run_sums.h"
 #include "kernels/cpu/vector_math.h"
 
 namespace ember::kernels::cpu {
@@ -22,17 +23,6 @@ namespace {
 constexpr int64_t kChunk = 1024;
 
 // ---- the loops over one run, for Acc = float (cloned below) or double ----
-
-// sum(x). `omp simd` lets the sum be split across vector lanes (the build does not use
-// -ffast-math, so a plain loop would stay sequential).
-template <typename Acc>
-[[gnu::always_inline]] inline Acc sum_loop(const Acc* x, int64_t n) {
-  Acc total = 0;
-#pragma omp simd reduction(+ : total)
-  for (int64_t i = 0; i < n; ++i)
-    total += x[i];
-  return total;
-}
 
 // sum((x - mean)^2): the second pass of a two-pass variance.
 template <typename Acc>
@@ -81,9 +71,6 @@ template <typename Acc>
     dx[i] = scale * (g[i] - mean_g - (x[i] - mean) * slope);
 }
 
-EMBER_CLONE_FOR_SIMD float sum_run(const float* x, int64_t n) {
-  return sum_loop(x, n);
-}
 EMBER_CLONE_FOR_SIMD float squared_deviations_run(const float* x, int64_t n, float mean) {
   return squared_deviations_loop(x, n, mean);
 }
@@ -99,9 +86,6 @@ EMBER_CLONE_FOR_SIMD void grad_input_run(const float* g, const float* x, int64_t
   grad_input_loop(g, x, n, mean, scale, mean_g, slope, dx);
 }
 
-double sum_run(const double* x, int64_t n) {
-  return sum_loop(x, n);
-}
 double squared_deviations_run(const double* x, int64_t n, double mean) {
   return squared_deviations_loop(x, n, mean);
 }

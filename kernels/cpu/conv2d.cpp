@@ -11,7 +11,9 @@
 #include "kernels/common/convert.h"
 #include "kernels/common/scalar_types.h"
 #include "kernels/cpu/conv2d_direct.h"
+#include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/run_sums.h"
 
 namespace ember::kernels::cpu {
 
@@ -338,10 +340,17 @@ void forward_image_groups(const Conv2dParams& p, const Geometry& g, int64_t per_
       T* dst = output + (first + b) * g.image_out;
       for (int64_t k = 0; k < g.K; ++k) {
         const Acc add = bias != nullptr ? static_cast<Acc>(bias[k]) : Acc(0);
-        const Acc* from = space.out.data() + k * width + b * g.plane;
+        Acc* from = space.out.data() + k * width + b * g.plane;
         T* to = dst + k * g.plane;
-        for (int64_t i = 0; i < g.plane; ++i)
-          to[i] = T(from[i] + add);
+        if constexpr (is_reduced_float_v<T>) {  // the bias added in place, then one narrowing
+          if (bias != nullptr)
+            for (int64_t i = 0; i < g.plane; ++i)
+              from[i] += add;
+          narrow_from_f32(from, to, g.plane);
+        } else {
+          for (int64_t i = 0; i < g.plane; ++i)
+            to[i] = from[i] + add;
+        }
       }
     }
   });
@@ -378,8 +387,11 @@ void backward_image_groups(const Conv2dParams& p, const Geometry& g, int64_t per
       const T* src = grad_output + (first + b) * g.image_out;
       for (int64_t k = 0; k < g.K; ++k) {
         Acc* to = space.dy.data() + k * width + b * g.plane;
-        for (int64_t i = 0; i < g.plane; ++i)
-          to[i] = static_cast<Acc>(src[k * g.plane + i]);
+        if constexpr (is_reduced_float_v<T>) {
+          widen_to_f32(src + k * g.plane, to, g.plane);
+        } else {
+          std::copy(src + k * g.plane, src + (k + 1) * g.plane, to);
+        }
       }
     }
     if (grad_weight != nullptr) {
@@ -412,10 +424,7 @@ void backward_image_groups(const Conv2dParams& p, const Geometry& g, int64_t per
         }
         std::fill(dx, dx + g.image, Acc(0));
         col2im_image(g, sources.data(), space.grad_cols.data() + b * g.plane, width, dx);
-        if constexpr (!std::is_same_v<T, Acc>) {
-          for (int64_t i = 0; i < g.image; ++i)
-            dst[i] = T(dx[i]);
-        }
+        if constexpr (!std::is_same_v<T, Acc>) narrow_from_f32(dx, dst, g.image);
       }
     }
   });
@@ -497,9 +506,7 @@ void conv2d_forward(const Conv2dParams& p, const T* input, const T* weight, cons
       }
     }
     if constexpr (!direct) {
-      T* dst = output + n * g.image_out;
-      for (int64_t i = 0; i < g.image_out; ++i)
-        dst[i] = T(out[i]);
+      narrow_from_f32(out, output + n * g.image_out, g.image_out);
     }
   });
 }
@@ -518,11 +525,7 @@ void conv2d_backward(const Conv2dParams& p, const T* input, const T* weight, con
     for (int64_t k = 0; k < g.K; ++k) {
       double total = 0.0;
       for (int64_t n = 0; n < p.batch; ++n) {
-        const T* src = grad_output + n * g.image_out + k * g.plane;
-        Acc partial = 0;
-        for (int64_t i = 0; i < g.plane; ++i)
-          partial += static_cast<Acc>(src[i]);
-        total += static_cast<double>(partial);
+        total += static_cast<double>(sum_run(grad_output + n * g.image_out + k * g.plane, g.plane));
       }
       grad_bias[k] = convert<T>(total);
     }
@@ -577,9 +580,7 @@ void conv2d_backward(const Conv2dParams& p, const T* input, const T* weight, con
     if constexpr (direct) {
       dy = grad_output + n * g.image_out;
     } else {
-      const T* src = grad_output + n * g.image_out;
-      for (int64_t i = 0; i < g.image_out; ++i)
-        space.grad_out[static_cast<size_t>(i)] = static_cast<Acc>(src[i]);
+      widen_to_f32(grad_output + n * g.image_out, space.grad_out.data(), g.image_out);
       dy = space.grad_out.data();
     }
     Acc* dx = nullptr;
@@ -622,9 +623,7 @@ void conv2d_backward(const Conv2dParams& p, const T* input, const T* weight, con
     }
     if constexpr (!direct) {
       if (grad_input != nullptr) {
-        T* dst = grad_input + n * g.image;
-        for (int64_t i = 0; i < g.image; ++i)
-          dst[i] = T(dx[i]);
+        narrow_from_f32(dx, grad_input + n * g.image, g.image);
       }
     }
   });
