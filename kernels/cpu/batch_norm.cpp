@@ -100,32 +100,6 @@ void grad_input_run(const double* g, const double* x, int64_t n, double mean, do
   grad_input_loop(g, x, n, mean, scale, mean_g, slope, dx);
 }
 
-// A dense run of T seen as Acc values: the run itself when T is Acc, else widened into buffer.
-template <typename T, typename Acc = acc_t<T>>
-const Acc* acc_run(const T* src, Acc* buffer, int64_t n) {
-  if constexpr (std::is_same_v<T, Acc>) {
-    return src;
-  } else {
-    widen_to_f32(src, buffer, n);
-    return buffer;
-  }
-}
-
-// Where an Acc result for a dense run of T goes (the run itself when T is Acc), and the narrowing
-// into the run after (a no-op when T is Acc).
-template <typename T, typename Acc = acc_t<T>>
-Acc* acc_destination(T* dst, Acc* buffer) {
-  if constexpr (std::is_same_v<T, Acc>) {
-    return dst;
-  } else {
-    return buffer;
-  }
-}
-template <typename T, typename Acc = acc_t<T>>
-void store_run(const Acc* result, T* dst, int64_t n) {
-  if constexpr (!std::is_same_v<T, Acc>) narrow_from_f32(result, dst, n);
-}
-
 // body(offset, length) for the chunks of plane (n, c): offsets into the whole tensor.
 template <typename Body>
 [[gnu::always_inline]] inline void for_each_chunk_of_channel(int64_t c, int64_t batch,
@@ -151,12 +125,12 @@ void batch_norm_statistics(const T* x, acc_t<T>* mean, acc_t<T>* variance, int64
     Acc buffer[kChunk];
     Acc total = 0;
     for_each_chunk_of_channel(c, batch, channels, spatial, [&](int64_t offset, int64_t length) {
-      total += sum_run(acc_run(x + offset, buffer, length), length);
+      total += sum_run(accumulate_run(x + offset, buffer, length), length);
     });
     const Acc m = count > 0 ? total / count : Acc(0);
     Acc squares = 0;
     for_each_chunk_of_channel(c, batch, channels, spatial, [&](int64_t offset, int64_t length) {
-      squares += squared_deviations_run(acc_run(x + offset, buffer, length), length, m);
+      squares += squared_deviations_run(accumulate_run(x + offset, buffer, length), length, m);
     });
     mean[c] = m;
     variance[c] = count > 0 ? squares / count : Acc(0);
@@ -174,9 +148,9 @@ void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, 
     Acc in_buffer[kChunk], out_buffer[kChunk];
     for (int64_t begin = 0; begin < spatial; begin += kChunk) {
       const int64_t offset = plane * spatial + begin, length = std::min(kChunk, spatial - begin);
-      Acc* out = acc_destination(y + offset, out_buffer);
-      affine_run(acc_run(x + offset, in_buffer, length), scale[c], shift[c], out, length);
-      store_run(out, y + offset, length);
+      Acc* out = accumulate_destination(y + offset, out_buffer);
+      affine_run(accumulate_run(x + offset, in_buffer, length), scale[c], shift[c], out, length);
+      store_accumulated(out, y + offset, length);
     }
   }
 }
@@ -196,8 +170,8 @@ void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
     const Acc w = weight ? convert<Acc>(weight[c]) : Acc(1);
     Sums sums;
     for_each_chunk_of_channel(c, batch, channels, spatial, [&](int64_t offset, int64_t length) {
-      grad_sums_run(acc_run(grad_out + offset, g_buffer, length),
-                    acc_run(x + offset, x_buffer, length), length, m, sums);
+      grad_sums_run(accumulate_run(grad_out + offset, g_buffer, length),
+                    accumulate_run(x + offset, x_buffer, length), length, m, sums);
     });
     const Acc sum_g_xhat = sums.g_centered * s;  // xhat = (x - mean) rstd
     if (grad_weight) grad_weight[c] = convert<T>(sum_g_xhat);
@@ -207,11 +181,11 @@ void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
     const Acc mean_g_xhat = training && count > 0 ? sum_g_xhat / count : Acc(0);
     // w s (g - mean_g - xhat mean_g_xhat), with xhat mean_g_xhat = (x - m) (s mean_g_xhat)
     for_each_chunk_of_channel(c, batch, channels, spatial, [&](int64_t offset, int64_t length) {
-      Acc* out = acc_destination(grad_x + offset, out_buffer);
-      grad_input_run(acc_run(grad_out + offset, g_buffer, length),
-                     acc_run(x + offset, x_buffer, length), length, m, w * s, mean_g,
+      Acc* out = accumulate_destination(grad_x + offset, out_buffer);
+      grad_input_run(accumulate_run(grad_out + offset, g_buffer, length),
+                     accumulate_run(x + offset, x_buffer, length), length, m, w * s, mean_g,
                      s * mean_g_xhat, out);
-      store_run(out, grad_x + offset, length);
+      store_accumulated(out, grad_x + offset, length);
     });
   }
 }

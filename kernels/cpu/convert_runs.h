@@ -27,10 +27,11 @@ inline void narrow_from_f32(const float* src, float* dst, int64_t n) {
   if (src != dst) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
-// An f32 view of a dense run of T: for f32 the run itself, otherwise `buffer` filled with it.
-template <typename T>
-const float* as_f32(const T* src, float* buffer, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) {
+// A dense run of T seen as acc_t<T> values (f32 for the 16-bit floats): the run itself when T is
+// its own accumulation type, else `buffer` filled with the widened run.
+template <typename T, typename Acc = acc_t<T>>
+const Acc* accumulate_run(const T* src, Acc* buffer, int64_t n) {
+  if constexpr (std::is_same_v<T, Acc>) {
     return src;
   } else {
     widen_to_f32(src, buffer, n);
@@ -38,15 +39,20 @@ const float* as_f32(const T* src, float* buffer, int64_t n) {
   }
 }
 
-// Where an f32 result for a dense run of T is written: T's run itself for f32, else `buffer`
-// (to be narrowed into the run with narrow_from_f32 after).
-template <typename T>
-float* f32_destination(T* dst, float* buffer) {
-  if constexpr (std::is_same_v<T, float>) {
+// Where an acc_t<T> result for a dense run of T is written (the run itself when T is its own
+// accumulation type, else `buffer`), and store_accumulated to narrow it into the run after (a
+// no-op in the first case).
+template <typename T, typename Acc = acc_t<T>>
+Acc* accumulate_destination(T* dst, Acc* buffer) {
+  if constexpr (std::is_same_v<T, Acc>) {
     return dst;
   } else {
     return buffer;
   }
+}
+template <typename T, typename Acc = acc_t<T>>
+void store_accumulated(const Acc* result, T* dst, int64_t n) {
+  if constexpr (!std::is_same_v<T, Acc>) narrow_from_f32(result, dst, n);
 }
 
 }  // namespace ember::kernels::cpu

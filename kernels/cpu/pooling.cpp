@@ -111,11 +111,11 @@ void max_pool_2x2_plane(const Pool2dGeometry& g, const T* in, T* out, int64_t* i
   float top_buffer[kMaxFastRow], bottom_buffer[kMaxFastRow], out_buffer[kMaxFastRow / 2];
   for (int64_t p = 0; p < g.out_height; ++p) {
     const int64_t top_position = 2 * p * W;
-    const float* top = as_f32(in + top_position, top_buffer, 2 * Q);
-    const float* bottom = as_f32(in + top_position + W, bottom_buffer, 2 * Q);
-    float* row_out = f32_destination(out + p * Q, out_buffer);
+    const float* top = accumulate_run(in + top_position, top_buffer, 2 * Q);
+    const float* bottom = accumulate_run(in + top_position + W, bottom_buffer, 2 * Q);
+    float* row_out = accumulate_destination(out + p * Q, out_buffer);
     max_of_2x2_windows(top, bottom, Q, top_position, W, row_out, index + p * Q);
-    if constexpr (!std::is_same_v<T, float>) narrow_from_f32(row_out, out + p * Q, Q);
+    store_accumulated(static_cast<const float*>(row_out), out + p * Q, Q);
   }
 }
 
