@@ -2,15 +2,17 @@
 // images padded to 32x32, as ember train feeds it):
 //
 //   mpirun -np 2 build/bin/ember_ddp_overlap [--batch 32] [--size 16] [--steps 12]
-//                                            [--bucket-cap-mb 25]
+//                                            [--bucket-cap-mb 25] [--gradient-as-bucket-view 1]
 //
 // Per step: the time from the end of backward on the slowest rank to the last bucket's
 // completion (exposed communication), and, separately, the time the same buckets
 // take to allreduce one after another with nothing else running (all communication). Hidden =
 // 1 - exposed / all, from the medians over steps (the first two steps, which build and rebuild
-// the buckets, are not counted). Rank 0 prints one Markdown row: ranks | batch per rank | model
-// width | bucket_cap_mb | buckets | parameter MB | backward ms | allreduce ms | exposed ms |
-// hidden.
+// the buckets, are not counted). Also the time from the end of backward to the averages being in
+// the gradients (the copy back out of the buckets, which gradient_as_bucket_view removes).
+// Rank 0 prints one Markdown row: ranks | batch per rank | model width | bucket_cap_mb |
+// gradient_as_bucket_view | buckets | parameter MB | backward ms | allreduce ms | exposed ms |
+// hidden | backward end to gradients written ms.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -43,31 +45,35 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 int main(int argc, char** argv) {
   int64_t batch = 32, size = 16, steps = 12;
   double bucket_cap_mb = 25;
+  bool as_view = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--batch") == 0) batch = std::atoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--size") == 0) size = std::atoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--bucket-cap-mb") == 0) bucket_cap_mb = std::atof(argv[i + 1]);
+    if (std::strcmp(argv[i], "--gradient-as-bucket-view") == 0) as_view = std::atoi(argv[i + 1]);
   }
   auto world = dist::init();
   auto model = nn::resnet9(1, 10, size);
   dist::DdpOptions options;
   options.bucket_cap_mb = bucket_cap_mb;
+  options.gradient_as_bucket_view = as_view;
   auto ddp = nn::make<dist::DistributedDataParallel>(model, world, options);
   Generator generator(world->rank());
   Tensor images = randn({batch, 1, 32, 32}, {}, &generator);
   Tensor labels = randint(0, 10, {batch}, DType::i64, &generator);
 
-  std::vector<double> exposed, backward_times, all_communication;
+  std::vector<double> exposed, backward_times, all_communication, until_written;
   for (int64_t step = 0; step < steps; ++step) {
     model->zero_grad();
     const auto start = Clock::now();
     cross_entropy((*ddp)(images), labels).backward();
     const auto& timeline = ddp->reducer().timeline();
-    Clock::time_point backward_end{}, last_done{};
+    Clock::time_point backward_end{}, last_done{}, written{};
     for (const auto& event : timeline) {
       if (event.kind == dist::ReducerEvent::Kind::backward_finished) backward_end = event.time;
       if (event.kind == dist::ReducerEvent::Kind::bucket_done) last_done = event.time;
+      if (event.kind == dist::ReducerEvent::Kind::gradients_written) written = event.time;
     }
     // The same buckets, reduced with nothing else to do.
     std::vector<Tensor> buffers;
@@ -93,6 +99,8 @@ int main(int argc, char** argv) {
     if (step < 2) continue;
     exposed.push_back(std::max(0.0, done - last_backward_end));
     backward_times.push_back(seconds_between(start, backward_end));
+    const double written_at = std::chrono::duration<double>(written.time_since_epoch()).count();
+    until_written.push_back(std::max(0.0, written_at - last_backward_end));
     all_communication.push_back(communication);
   }
   const double hidden = 1.0 - median(exposed) / median(all_communication);
@@ -100,11 +108,12 @@ int main(int argc, char** argv) {
     int64_t parameters = 0;
     for (const Tensor& p : model->parameters())
       parameters += p.numel();
-    std::printf("| %d | %lld | %lld | %g | %zu | %.1f | %.2f | %.2f | %.2f | %.0f%% |\n",
-                world->size(), static_cast<long long>(batch), static_cast<long long>(size),
-                bucket_cap_mb, ddp->reducer().bucket_parameters().size(), parameters * 4 / 1e6,
-                median(backward_times) * 1e3, median(all_communication) * 1e3,
-                median(exposed) * 1e3, std::max(0.0, hidden) * 100);
+    std::printf(
+        "| %d | %lld | %lld | %g | %s | %zu | %.1f | %.2f | %.2f | %.2f | %.0f%% | %.2f |\n",
+        world->size(), static_cast<long long>(batch), static_cast<long long>(size), bucket_cap_mb,
+        as_view ? "yes" : "no", ddp->reducer().bucket_parameters().size(), parameters * 4 / 1e6,
+        median(backward_times) * 1e3, median(all_communication) * 1e3, median(exposed) * 1e3,
+        std::max(0.0, hidden) * 100, median(until_written) * 1e3);
   }
   ddp.reset();
   world.reset();

@@ -90,6 +90,7 @@ std::unique_ptr<Reducer> make_reducer(nn::Module& module, ProcessGroupPtr group,
       static_cast<int64_t>(options.first_bucket_cap_mb * 1024 * 1024);
   reducer_options.find_unused_parameters = options.find_unused_parameters;
   reducer_options.compression = options.compression;
+  reducer_options.gradient_as_bucket_view = options.gradient_as_bucket_view;
   if (topology().num_nodes > 1) reducer_options.simulated_link = SimulatedLink::from_environment();
   return std::make_unique<Reducer>(std::move(parameters), std::move(names), std::move(group),
                                    reducer_options);

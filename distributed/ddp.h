@@ -27,6 +27,9 @@ struct DdpOptions {
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
   std::optional<DType> compression;  // f16 or bf16 on the wire
+  // Gradients become views of the flat buckets: no copy back after the allreduce (PyTorch's
+  // option of the same name; off by default there too).
+  bool gradient_as_bucket_view = false;
 };
 
 // The pieces DistributedDataParallel is made of, for engines that attach DDP to a model without

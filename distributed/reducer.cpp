@@ -58,6 +58,17 @@ Reducer::~Reducer() {
   }
 }
 
+namespace {
+
+// Whether `grad` is exactly the bucket slot `slot` (same memory, same number of elements): a
+// gradient that is a view of its bucket needs no copy in or out.
+bool is_slot(const Tensor& grad, const Tensor& slot) {
+  return grad.defined() && grad.is_contiguous() && grad.numel() == slot.numel() &&
+         grad.device() == slot.device() && grad.data_ptr() == slot.data_ptr();
+}
+
+}  // namespace
+
 void Reducer::build_buckets(const std::vector<size_t>& order) {
   buckets_.clear();
   bucket_indices_.clear();
@@ -130,9 +141,12 @@ void Reducer::gradient_ready(size_t index) {
   Bucket& bucket = buckets_[bucket_of_[index]];
   const Tensor& parameter = parameters_[index];
   Tensor slot = bucket.buffer.narrow(0, bucket.offsets[position_of_[index]], parameter.numel());
+  const bool in_place = options_.gradient_as_bucket_view && is_slot(parameter.grad(), slot);
+  if (!in_place) slot.copy_(parameter.grad().reshape({-1}));
   // Pre-divided by the world size, so the bucket is reduced with a plain sum.
-  slot.copy_(parameter.grad().reshape({-1}));
   slot.mul_(Scalar(1.0 / group_->size()));
+  if (options_.gradient_as_bucket_view && !in_place)
+    parameter.set_grad(slot.view(parameter.sizes()));
   if (--bucket.pending == 0) launch_ready_buckets();
 }
 
@@ -192,6 +206,8 @@ void Reducer::finalize() {
                "part in the loss");
   }
 
+  // Every bucket first, then the copies: the timeline's bucket_done is the collective's own
+  // completion (the overlap benchmark reads it), not delayed by the earlier buckets' copies.
   for (size_t k = 0; k < buckets_.size(); ++k) {
     Bucket& bucket = buckets_[k];
     bucket.work->wait();
@@ -201,6 +217,8 @@ void Reducer::finalize() {
     }
     timeline_.push_back(
         {ReducerEvent::Kind::bucket_done, static_cast<int>(k), std::chrono::steady_clock::now()});
+  }
+  for (Bucket& bucket : buckets_) {
     if (!bucket.wire.is_same(bucket.buffer)) bucket.buffer.copy_(bucket.wire);
     for (size_t position = 0; position < bucket.parameters.size(); ++position) {
       const size_t index = bucket.parameters[position];
@@ -210,14 +228,16 @@ void Reducer::finalize() {
                            .view(parameter.sizes());
       Tensor grad = parameter.grad();
       if (grad.defined()) {
-        grad.copy_(average);
+        if (!is_slot(grad, average)) grad.copy_(average);
       } else {
-        parameter.set_grad(average.clone());
+        parameter.set_grad(options_.gradient_as_bucket_view ? average : average.clone());
       }
     }
     bucket.work.reset();
     bucket.wire = Tensor();
   }
+  timeline_.push_back(
+      {ReducerEvent::Kind::gradients_written, -1, std::chrono::steady_clock::now()});
   ++iterations_;
   if (!rebuilt_) rebuild_from_arrival_order();
 }

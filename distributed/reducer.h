@@ -8,7 +8,8 @@
 //     allreduced (sum) asynchronously, buckets launched strictly in order (MPI and NCCL need
 //     the same order on every rank)
 //   end of backward (an autograd final callback): wait for every bucket, copy the averages back
-//     into the gradients
+//     into the gradients (nothing to copy with gradient_as_bucket_view: the gradients are views
+//     of the buckets)
 //
 // After the first iteration the buckets are rebuilt once, in the order the gradients actually
 // arrived (rank 0's order, broadcast, so every rank agrees): the first bucket fills and leaves
@@ -34,6 +35,10 @@ struct ReducerOptions {
   bool find_unused_parameters = false;
   // f16 or bf16: buckets travel in that dtype (PyTorch's fp16/bf16 compression hooks).
   std::optional<DType> compression;
+  // Each gradient becomes a view of its slot in the bucket (PyTorch's gradient_as_bucket_view):
+  // the hook's copy into the bucket happens only when autograd made a new gradient tensor
+  // (after zero_grad(set_to_none)), and the averages need no copy back at the end.
+  bool gradient_as_bucket_view = false;
   // Delays each bucket as if it crossed this link (EMBER_SIMULATE_GLOBAL_LINK, when the world
   // spans several nodes): for the DASO-versus-DDP benchmark.
   std::optional<SimulatedLink> simulated_link;
@@ -41,7 +46,9 @@ struct ReducerOptions {
 
 // What happened when, for tests and the overlap benchmark (steady clock, one backward pass).
 struct ReducerEvent {
-  enum class Kind { bucket_launched, backward_finished, bucket_done } kind;
+  // bucket_done: its collective has completed (and, before it, the earlier buckets' averages
+  // were written); gradients_written: the last average is in the gradients.
+  enum class Kind { bucket_launched, backward_finished, bucket_done, gradients_written } kind;
   int bucket = -1;
   std::chrono::steady_clock::time_point time;
 };

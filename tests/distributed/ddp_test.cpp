@@ -160,6 +160,52 @@ TEST(Ddp, NoSyncAccumulatesLocallyThenAveragesTheSum) {
   }
 }
 
+// gradient_as_bucket_view changes where the gradients live, not what they hold: the same steps
+// as the copying reducer, bit for bit, through both ways of zeroing (a fresh gradient that the
+// hook copies into the bucket; a zeroed view that autograd accumulates into) and no_sync.
+TEST(Ddp, GradientAsBucketViewTrainsAsTheCopyingReducerDoes) {
+  auto group = world();
+  auto copying = make_mlp();
+  auto viewing = make_mlp();
+  viewing->load_state_dict(copying->state_dict());
+  DdpOptions view_options = small_buckets();
+  view_options.gradient_as_bucket_view = true;
+  auto ddp_copying = nn::make<DistributedDataParallel>(copying, group, small_buckets());
+  auto ddp_viewing = nn::make<DistributedDataParallel>(viewing, group, view_options);
+  optim::SGD copying_optimizer(copying->parameters(), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD viewing_optimizer(viewing->parameters(), {.lr = 0.1, .momentum = 0.9});
+  for (int step = 0; step < 5; ++step) {
+    const bool set_to_none = step % 2 == 0;
+    copying_optimizer.zero_grad(set_to_none);
+    viewing_optimizer.zero_grad(set_to_none);
+    for (auto* ddp : {ddp_copying.get(), ddp_viewing.get()}) {
+      auto pass = [&](int micro) {
+        auto [x, y] = global_batch(group->size(), 10 * step + micro);
+        mse_loss((*ddp)(rows_of_rank(x, group->rank())), rows_of_rank(y, group->rank())).backward();
+      };
+      if (step == 3) {  // gradient accumulation: one local pass, then the synced one
+        auto guard = ddp->no_sync();
+        pass(1);
+      }
+      pass(0);
+    }
+    const auto copied = copying->named_parameters();
+    const auto viewed = viewing->named_parameters();
+    for (size_t i = 0; i < copied.size(); ++i) {
+      const Tensor grad = viewed[i].second.grad();
+      EXPECT_TRUE(grad.is_view()) << viewed[i].first << " at step " << step;
+      EXPECT_FALSE(copied[i].second.grad().is_view()) << copied[i].first;
+      EXPECT_TRUE(same(grad, copied[i].second.grad())) << viewed[i].first << " at step " << step;
+    }
+    copying_optimizer.step();
+    viewing_optimizer.step();
+  }
+  const auto copied = copying->named_parameters();
+  const auto viewed = viewing->named_parameters();
+  for (size_t i = 0; i < copied.size(); ++i)
+    EXPECT_TRUE(same(viewed[i].second, copied[i].second)) << viewed[i].first;
+}
+
 // Uses `head_b` only when told to: an unused parameter for DDP to find.
 class TwoHeads : public nn::Module {
  public:
