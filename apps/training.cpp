@@ -108,6 +108,9 @@ engines::EnginePtr make_train_engine(const TrainConfig& config) {
   }
   engines::EngineOptions options;
   options.total_epochs = config.epochs;  // daso plans its schedule over the whole run
+  // ddp engines: gradients are views of the buckets, so no copy back after each allreduce
+  // (PyTorch's gradient_as_bucket_view; the library default stays off, as there).
+  options.ddp.gradient_as_bucket_view = true;
   if (config.amp == "none") return engines::make_engine(name, options);
   EMBER_CHECK(engines::resolve_engine_name(name) != "daso", "train: --amp ", config.amp,
               " does not go with --engine daso, which trains in f32; drop --amp");
