@@ -37,7 +37,10 @@ struct ReducerOptions {
   std::optional<DType> compression;
   // Each gradient becomes a view of its slot in the bucket (PyTorch's gradient_as_bucket_view):
   // the hook's copy into the bucket happens only when autograd made a new gradient tensor
-  // (after zero_grad(set_to_none)), and the averages need no copy back at the end.
+  // (after zero_grad(set_to_none)), and the averages need no copy back at the end. One
+  // difference from copying: with find_unused_parameters, a parameter that no rank used has its
+  // slot zeroed, so a gradient that is already a view of it reads zero rather than keeping its
+  // old value.
   bool gradient_as_bucket_view = false;
   // Delays each bucket as if it crossed this link (EMBER_SIMULATE_GLOBAL_LINK, when the world
   // spans several nodes): for the DASO-versus-DDP benchmark.
