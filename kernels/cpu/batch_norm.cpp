@@ -44,15 +44,13 @@ template <typename Acc>
 }
 
 // sum(g) and sum(g (x - mean)), added to the running sums.
+template <typename Acc>
 struct GradSums {
-  float g = 0, g_centered = 0;
+  Acc g = 0, g_centered = 0;
 };
-struct GradSums64 {
-  double g = 0, g_centered = 0;
-};
-template <typename Acc, typename Sums>
+template <typename Acc>
 [[gnu::always_inline]] inline void grad_sums_loop(const Acc* g, const Acc* x, int64_t n, Acc mean,
-                                                  Sums& sums) {
+                                                  GradSums<Acc>& sums) {
   Acc sum_g = 0, sum_g_centered = 0;
 #pragma omp simd reduction(+ : sum_g, sum_g_centered)
   for (int64_t i = 0; i < n; ++i) {
@@ -78,7 +76,7 @@ EMBER_CLONE_FOR_SIMD void affine_run(const float* x, float a, float b, float* y,
   affine_loop(x, a, b, y, n);
 }
 EMBER_CLONE_FOR_SIMD void grad_sums_run(const float* g, const float* x, int64_t n, float mean,
-                                        GradSums& sums) {
+                                        GradSums<float>& sums) {
   grad_sums_loop(g, x, n, mean, sums);
 }
 EMBER_CLONE_FOR_SIMD void grad_input_run(const float* g, const float* x, int64_t n, float mean,
@@ -92,7 +90,8 @@ double squared_deviations_run(const double* x, int64_t n, double mean) {
 void affine_run(const double* x, double a, double b, double* y, int64_t n) {
   affine_loop(x, a, b, y, n);
 }
-void grad_sums_run(const double* g, const double* x, int64_t n, double mean, GradSums64& sums) {
+void grad_sums_run(const double* g, const double* x, int64_t n, double mean,
+                   GradSums<double>& sums) {
   grad_sums_loop(g, x, n, mean, sums);
 }
 void grad_input_run(const double* g, const double* x, int64_t n, double mean, double scale,
@@ -160,7 +159,6 @@ void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
                          const T* weight, T* grad_x, T* grad_weight, T* grad_bias, int64_t batch,
                          int64_t channels, int64_t spatial, bool training) {
   using Acc = acc_t<T>;
-  using Sums = std::conditional_t<std::is_same_v<Acc, float>, GradSums, GradSums64>;
   const Acc count = static_cast<Acc>(batch * spatial);
   const int threads = threads_for(batch * channels * spatial * 4);
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
@@ -168,7 +166,7 @@ void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
     Acc g_buffer[kChunk], x_buffer[kChunk], out_buffer[kChunk];
     const Acc m = mean[c], s = rstd[c];
     const Acc w = weight ? convert<Acc>(weight[c]) : Acc(1);
-    Sums sums;
+    GradSums<Acc> sums;
     for_each_chunk_of_channel(c, batch, channels, spatial, [&](int64_t offset, int64_t length) {
       grad_sums_run(accumulate_run(grad_out + offset, g_buffer, length),
                     accumulate_run(x + offset, x_buffer, length), length, m, sums);

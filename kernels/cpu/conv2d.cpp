@@ -340,17 +340,8 @@ void forward_image_groups(const Conv2dParams& p, const Geometry& g, int64_t per_
       T* dst = output + (first + b) * g.image_out;
       for (int64_t k = 0; k < g.K; ++k) {
         const Acc add = bias != nullptr ? static_cast<Acc>(bias[k]) : Acc(0);
-        Acc* from = space.out.data() + k * width + b * g.plane;
-        T* to = dst + k * g.plane;
-        if constexpr (is_reduced_float_v<T>) {  // the bias added in place, then one narrowing
-          if (bias != nullptr)
-            for (int64_t i = 0; i < g.plane; ++i)
-              from[i] += add;
-          narrow_from_f32(from, to, g.plane);
-        } else {
-          for (int64_t i = 0; i < g.plane; ++i)
-            to[i] = from[i] + add;
-        }
+        store_plus_bias(space.out.data() + k * width + b * g.plane,
+                        bias != nullptr ? &add : nullptr, dst + k * g.plane, g.plane);
       }
     }
   });

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <memory>
 #include <new>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/common/convert.h"
@@ -322,24 +321,15 @@ void run_plan(const Plan& plan, int64_t batch, const T* input, const float* pack
       item += tile_end - tile;
     }
   };
-  // The valid positions q < Q of each row, plus the bias, converted to T. (The workspace is
-  // rewritten for each image, so the 16-bit path adds the bias in place before narrowing.)
+  // The valid positions q < Q of each row, plus the bias, converted to T (the workspace is
+  // rewritten for each image: store_plus_bias may add the bias in place).
   auto store_image = [&](const Workspace& space, int64_t n, int64_t k_begin, int64_t k_end) {
     T* dst = output + n * out_image;
     for (int64_t k = k_begin; k < k_end; ++k) {
-      const float b = bias != nullptr ? bias[k] : 0.0f;
+      const float* b = bias != nullptr ? bias + k : nullptr;
       for (int64_t p = 0; p < plan.P; ++p) {
         float* from = space.out.get() + k * plan.positions + p * plan.Wp;
-        T* to = dst + (k * plan.P + p) * plan.Q;
-        if constexpr (std::is_same_v<T, float>) {
-          for (int64_t q = 0; q < plan.Q; ++q)
-            to[q] = from[q] + b;
-        } else {
-          if (bias != nullptr)
-            for (int64_t q = 0; q < plan.Q; ++q)
-              from[q] += b;
-          narrow_from_f32(from, to, plan.Q);
-        }
+        store_plus_bias(from, b, dst + (k * plan.P + p) * plan.Q, plan.Q);
       }
     }
   };

@@ -55,4 +55,20 @@ void store_accumulated(const Acc* result, T* dst, int64_t n) {
   if constexpr (!std::is_same_v<T, Acc>) narrow_from_f32(result, dst, n);
 }
 
+// dst (n) = scratch (n) + *bias (bias null: none), in T. For 16-bit T the bias is added into
+// `scratch` (a workspace the caller rewrites anyway) and the run narrowed in one pass.
+template <typename T, typename Acc = acc_t<T>>
+void store_plus_bias(Acc* scratch, const Acc* bias, T* dst, int64_t n) {
+  const Acc add = bias != nullptr ? *bias : Acc(0);
+  if constexpr (std::is_same_v<T, Acc>) {
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = scratch[i] + add;
+  } else {
+    if (bias != nullptr)
+      for (int64_t i = 0; i < n; ++i)
+        scratch[i] += add;
+    narrow_from_f32(scratch, dst, n);
+  }
+}
+
 }  // namespace ember::kernels::cpu
