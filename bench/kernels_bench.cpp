@@ -9,7 +9,10 @@
 // Bytes count what the kernel must move (each input read once, the output written once).
 #include <benchmark/benchmark.h>
 
+#include <string>
+
 #include "kernels/common/scalar_types.h"
+#include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/reduce.h"
 #include "runtime/ops.h"
@@ -95,6 +98,52 @@ void BM_convert_f32_to_bf16(benchmark::State& state) {
   set_bytes(state, static_cast<double>(n * 6));
 }
 BENCHMARK(BM_convert_f32_to_bf16)->Arg(1 << 24)->UseRealTime();
+
+// Casts between f32 and f16 as the tensor op runs them (the loop the CPU picked), then each
+// binary16 loop this CPU has on its own: "scalar" is the element-wise conversion of
+// scalar_types.h, which every dense f16 run took before the F16C loops.
+template <typename Dst, typename Src>
+void BM_convert(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor x = randn({n}).to(dtype_of<Src>), out = empty({n}, dtype_of<Dst>);
+  const kernels::StridedLayout layout = make_layout(out, {&x}, "copy_");
+  for (auto _ : state) {
+    kernels::cpu::copy<Dst, Src>(layout, out.data<Dst>(), x.data<Src>());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, static_cast<double>(n * 6));
+}
+BENCHMARK(BM_convert<Half, float>)->Arg(1 << 24)->UseRealTime();
+BENCHMARK(BM_convert<float, Half>)->Arg(1 << 24)->UseRealTime();
+
+void BM_half_loops(benchmark::State& state, const kernels::cpu::HalfConversionLoops& loops,
+                   bool narrow) {
+  const int64_t n = state.range(0);
+  Tensor wide = randn({n}), half = wide.to(DType::f16);
+  auto* bits = reinterpret_cast<uint16_t*>(half.data<Half>());
+  for (auto _ : state) {
+    if (narrow) {
+      loops.narrow(wide.data<float>(), bits, n);
+    } else {
+      loops.widen(bits, wide.data<float>(), n);
+    }
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, static_cast<double>(n * 6));
+}
+
+const bool half_loops_registered = [] {
+  for (const kernels::cpu::HalfConversionLoops& loops : kernels::cpu::half_conversion_loops()) {
+    for (bool narrow : {true, false}) {
+      const std::string name =
+          std::string("BM_half_loop/") + loops.name + (narrow ? "/f32_to_f16" : "/f16_to_f32");
+      benchmark::RegisterBenchmark(name.c_str(), BM_half_loops, loops, narrow)
+          ->Arg(1 << 24)
+          ->UseRealTime();
+    }
+  }
+  return true;
+}();
 
 // Sum over the middle dim of (outer, reduce, inner): rows (inner 1) and columns (outer 1).
 void BM_sum_kernel(benchmark::State& state) {

@@ -2,8 +2,9 @@
 //
 // Both are 2-byte structs holding raw bits; arithmetic happens in float. Conversions from float
 // round to nearest even, keep ±Inf, keep NaN (and its payload where it fits), and produce
-// subnormals exactly, so every one of the 65,536 bit patterns survives a round trip through float.
-// The same code runs on the host and in CUDA kernels.
+// subnormals exactly, so every one of the 65,536 bit patterns survives a round trip through float
+// (binary16's signalling NaNs come back quiet: see below). The same code runs on the host and in
+// CUDA kernels.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,11 @@ EMBER_HOST_DEVICE float bits_float(uint32_t bits) {
 #endif
 }
 
+// binary16 conversions quiet a NaN as IEEE 754 asks of a format conversion, and as x86's F16C
+// instructions (vcvtph2ps, vcvtps2ph) do: the quiet bit is set, the rest of the payload kept
+// (truncated to 9 bits going to binary16). The CPU's vectorised runs use those instructions and
+// must give these bits (tests/runtime/convert_runs_test.cpp).
+
 // float -> binary16, round to nearest even.
 EMBER_HOST_DEVICE uint16_t float_to_half_bits(float value) {
   uint32_t bits = float_bits(value);
@@ -46,9 +52,7 @@ EMBER_HOST_DEVICE uint16_t float_to_half_bits(float value) {
   bits &= 0x7fffffffu;
   if (bits >= 0x7f800000u) {  // Inf or NaN
     if (bits == 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u);
-    uint32_t payload = (bits >> 13) & 0x3ffu;
-    if (payload == 0) payload = 0x200u;  // the payload lived in the low bits only: stay a NaN
-    return static_cast<uint16_t>(sign | 0x7c00u | payload);
+    return static_cast<uint16_t>(sign | 0x7e00u | ((bits >> 13) & 0x1ffu));  // quiet NaN
   }
   if (bits >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to Inf
   if (bits < 0x38800000u) {
@@ -68,7 +72,10 @@ EMBER_HOST_DEVICE float half_bits_to_float(uint16_t half) {
   const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
   const uint32_t exponent = (half >> 10) & 0x1fu;
   const uint32_t mantissa = half & 0x3ffu;
-  if (exponent == 0x1f) return bits_float(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0x1f) {  // Inf (mantissa 0), or a NaN made quiet
+    const uint32_t quiet = mantissa != 0 ? 0x00400000u : 0u;
+    return bits_float(sign | 0x7f800000u | quiet | (mantissa << 13));
+  }
   if (exponent == 0) {
     // Zero or subnormal: mantissa * 2^-24 is exact in float.
     const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;

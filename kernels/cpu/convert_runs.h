@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/common/scalar_types.h"
 
@@ -19,6 +20,15 @@ void widen_to_f32(const Half* src, float* dst, int64_t n);
 // src (n) f32 -> dst (n), rounded to nearest even (NaN stays NaN), bit for bit as convert<T>.
 void narrow_from_f32(const float* src, BFloat16* dst, int64_t n);
 void narrow_from_f32(const float* src, Half* dst, int64_t n);
+
+// The binary16 loops this CPU can run, best first (the one widen_to_f32 and narrow_from_f32 use):
+// "avx512f", "f16c" (x86's conversion instructions), "scalar". Tests check each of them.
+struct HalfConversionLoops {
+  const char* name;
+  void (*widen)(const uint16_t* src, float* dst, int64_t n);
+  void (*narrow)(const float* src, uint16_t* dst, int64_t n);
+};
+const std::vector<HalfConversionLoops>& half_conversion_loops();
 
 inline void widen_to_f32(const float* src, float* dst, int64_t n) {
   if (src != dst) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));

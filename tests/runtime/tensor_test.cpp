@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "runtime/ops.h"
+#include "runtime/random.h"
 
 namespace ember {
 namespace {
@@ -131,6 +133,42 @@ TEST(Tensor, ToDtypeRoundsToNearestEvenAndKeepsSpecials) {
   EXPECT_TRUE(std::isnan(nan.item<float>()));
   EXPECT_EQ(to_vector<int64_t>(from_vector({2.7f, -2.7f}, {2}).to(DType::i64)),
             (std::vector<int64_t>{2, -2}));  // truncation, as a C cast and PyTorch
+}
+
+// Dense runs go through the vectorised conversions (kernels/cpu/convert_runs.h), strided ones
+// element by element: both give the scalar conversion's bits, values at rounding ties included.
+template <typename Half16>
+void expect_casts_match_the_scalar_conversion() {
+  // (37, 29): a dense run of 1073 (vector tails) and, transposed, runs of one element.
+  Tensor wide = randn({37, 29});
+  wide.mul_(1000.0);
+  float* values = wide.data<float>();
+  values[0] = 1.0f + 1.0f / 2048;  // ties for binary16 and bfloat16
+  values[1] = 1.0f + 1.0f / 256;
+  values[2] = 70000.0f;  // Inf in binary16
+  values[3] = std::nanf("");
+  for (const Tensor& input : {wide, wide.t()}) {
+    const Tensor narrow = input.to(dtype_of<Half16>);
+    const Tensor strided_input = input.contiguous();
+    const Half16* bits = narrow.data<Half16>();
+    const float* expected = strided_input.data<float>();
+    for (int64_t i = 0; i < narrow.numel(); ++i)
+      ASSERT_EQ(bits[i].bits, Half16(expected[i]).bits) << "element " << i;
+    const Tensor back = narrow.t().to(DType::f32);  // a transposed 16-bit input
+    const Tensor back_expected = narrow.t().contiguous();
+    for (int64_t i = 0; i < back.numel(); ++i) {
+      const float want = back_expected.data<Half16>()[i];
+      ASSERT_EQ(std::memcmp(back.data<float>() + i, &want, sizeof(float)), 0) << "element " << i;
+    }
+  }
+}
+
+TEST(Tensor, CastsToAndFromHalfMatchTheScalarConversionOnEveryLayout) {
+  expect_casts_match_the_scalar_conversion<Half>();
+}
+
+TEST(Tensor, CastsToAndFromBFloat16MatchTheScalarConversionOnEveryLayout) {
+  expect_casts_match_the_scalar_conversion<BFloat16>();
 }
 
 TEST(Tensor, CopyBroadcastsAndConverts) {
