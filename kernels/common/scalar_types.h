@@ -45,26 +45,31 @@ EMBER_HOST_DEVICE float bits_float(uint32_t bits) {
 // (truncated to 9 bits going to binary16). The CPU's vectorised runs use those instructions and
 // must give these bits (tests/runtime/convert_runs_test.cpp).
 
+// cond ? a : b as bit masks. The two conversions below compute every candidate and keep one, so
+// that loops converting element by element vectorise: with `?:` GCC moves each candidate's float
+// arithmetic into a branch of its own, which (floating point possibly trapping) it then cannot
+// turn back into a vector select.
+EMBER_HOST_DEVICE uint32_t select_bits(bool cond, uint32_t a, uint32_t b) {
+  const uint32_t mask = 0u - static_cast<uint32_t>(cond);
+  return (a & mask) | (b & ~mask);
+}
+
 // float -> binary16, round to nearest even.
 EMBER_HOST_DEVICE uint16_t float_to_half_bits(float value) {
-  uint32_t bits = float_bits(value);
-  const uint32_t sign = (bits >> 16) & 0x8000u;
-  bits &= 0x7fffffffu;
-  if (bits >= 0x7f800000u) {  // Inf or NaN
-    if (bits == 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u);
-    return static_cast<uint16_t>(sign | 0x7e00u | ((bits >> 13) & 0x1ffu));  // quiet NaN
-  }
-  if (bits >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to Inf
-  if (bits < 0x38800000u) {
-    // Below the smallest normal half (2^-14): adding 0.5 puts the float's last mantissa bit at
-    // 2^-24, the half subnormal step, so the FPU's own round-to-nearest-even does the rounding.
-    const float shifted = bits_float(bits) + 0.5f;
-    return static_cast<uint16_t>(sign | (float_bits(shifted) - 0x3f000000u));
-  }
+  const uint32_t all_bits = float_bits(value);
+  const uint32_t sign = (all_bits >> 16) & 0x8000u;
+  const uint32_t bits = all_bits & 0x7fffffffu;
+  const uint32_t nan = sign | 0x7e00u | ((bits >> 13) & 0x1ffu);  // quiet, payload kept
+  const uint32_t inf = sign | 0x7c00u;
+  // Below the smallest normal half (2^-14): adding 0.5 puts the float's last mantissa bit at
+  // 2^-24, the half subnormal step, so the FPU's own round-to-nearest-even does the rounding.
+  const uint32_t subnormal = sign | (float_bits(bits_float(bits) + 0.5f) - 0x3f000000u);
   // Normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits to even.
-  const uint32_t odd = (bits >> 13) & 1u;
-  bits += 0xc8000fffu + odd;
-  return static_cast<uint16_t>(sign | (bits >> 13));
+  const uint32_t normal = sign | ((bits + 0xc8000fffu + ((bits >> 13) & 1u)) >> 13);
+  // >= 65520 (Inf included) rounds to Inf.
+  const uint32_t finite = select_bits(bits < 0x38800000u, subnormal, normal);
+  return static_cast<uint16_t>(
+      select_bits(bits > 0x7f800000u, nan, select_bits(bits >= 0x477ff000u, inf, finite)));
 }
 
 // binary16 -> float, exact.
@@ -72,16 +77,15 @@ EMBER_HOST_DEVICE float half_bits_to_float(uint16_t half) {
   const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
   const uint32_t exponent = (half >> 10) & 0x1fu;
   const uint32_t mantissa = half & 0x3ffu;
-  if (exponent == 0x1f) {  // Inf (mantissa 0), or a NaN made quiet
-    const uint32_t quiet = mantissa != 0 ? 0x00400000u : 0u;
-    return bits_float(sign | 0x7f800000u | quiet | (mantissa << 13));
-  }
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa * 2^-24 is exact in float.
-    const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
-    return bits_float(sign | float_bits(magnitude));
-  }
-  return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  const uint32_t quiet = select_bits(mantissa != 0, 0x00400000u, 0u);  // Inf keeps mantissa 0
+  const uint32_t inf_or_nan = sign | 0x7f800000u | quiet | (mantissa << 13);
+  // Zero or subnormal: mantissa * 2^-24 is exact in float (converted as signed: SSE2 has that).
+  const float magnitude =
+      static_cast<float>(static_cast<int32_t>(mantissa)) * 5.9604644775390625e-8f;
+  const uint32_t subnormal = sign | float_bits(magnitude);
+  const uint32_t normal = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  return bits_float(
+      select_bits(exponent == 0x1fu, inf_or_nan, select_bits(exponent == 0, subnormal, normal)));
 }
 
 // float -> bfloat16, round to nearest even. Written with selects rather than an early return,

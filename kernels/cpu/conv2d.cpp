@@ -275,20 +275,22 @@ std::vector<int32_t> tap_sources(const Conv2dParams& p, const Geometry& g) {
   return sources;
 }
 
-// The images [first, first + count) unfolded side by side: cols (C R S, count P Q).
+// The images [first, first + count) unfolded side by side: cols (C R S, count P Q). A 16-bit
+// plane is widened once (into a buffer of H W) rather than at each of its R S taps.
 template <typename T, typename Acc>
 void im2col_images(const Geometry& g, const int32_t* sources, const T* input, int64_t first,
                    int64_t count, Acc* cols) {
   const int64_t ld = count * g.plane, rows = g.R * g.S, channel = g.H * g.W;
+  std::vector<Acc> widened(std::is_same_v<T, Acc> ? 0 : static_cast<size_t>(channel));
   for (int64_t b = 0; b < count; ++b) {
     const T* image = input + (first + b) * g.image;
     for (int64_t c = 0; c < g.C; ++c) {
-      const T* plane = image + c * channel;
+      const Acc* plane = accumulate_run(image + c * channel, widened.data(), channel);
       for (int64_t t = 0; t < rows; ++t) {
         const int32_t* from = sources + t * g.plane;
         Acc* to = cols + (c * rows + t) * ld + b * g.plane;
         for (int64_t i = 0; i < g.plane; ++i)
-          to[i] = from[i] >= 0 ? static_cast<Acc>(plane[from[i]]) : Acc(0);
+          to[i] = from[i] >= 0 ? plane[from[i]] : Acc(0);
       }
     }
   }

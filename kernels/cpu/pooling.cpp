@@ -170,9 +170,21 @@ void max_pool2d_backward(const Pool2dGeometry& g, const T* grad_y, const int64_t
     T* dx = grad_x + plane * in_plane;
     const T* dy = grad_y + plane * out_plane;
     const int64_t* index = indices + plane * out_plane;
-    std::fill(dx, dx + in_plane, T(0));
-    for (int64_t i = 0; i < out_plane; ++i)
-      dx[index[i]] = convert<T>(static_cast<Acc>(dx[index[i]]) + static_cast<Acc>(dy[i]));
+    if constexpr (std::is_same_v<T, Acc>) {
+      std::fill(dx, dx + in_plane, T(0));
+      for (int64_t i = 0; i < out_plane; ++i)
+        dx[index[i]] += dy[i];
+    } else {
+      // 16-bit: dy widened and the plane summed in f32, narrowed once (an element that several
+      // overlapping windows picked is rounded once, not after each addition).
+      thread_local std::vector<Acc> sums, dy_wide;
+      sums.assign(static_cast<size_t>(in_plane), Acc(0));
+      dy_wide.resize(static_cast<size_t>(out_plane));
+      widen_to_f32(dy, dy_wide.data(), out_plane);
+      for (int64_t i = 0; i < out_plane; ++i)
+        sums[index[i]] += dy_wide[i];
+      narrow_from_f32(sums.data(), dx, in_plane);
+    }
   });
 }
 

@@ -522,6 +522,24 @@ TEST(Pooling, HalfAndBFloat16MatchFloat) {
   }
 }
 
+// Overlapping windows (3x3, stride 1) send one input element the gradients of several outputs.
+// A 16-bit gradient is summed in f32 and rounded once: exactly the f32 gradient, rounded.
+TEST(Pooling, HalfAndBFloat16MaxPoolGradientsAreTheFloatSumsRounded) {
+  Generator g(34);
+  const Tensor x = uniform({2, 3, 7, 9}, -1.0, 1.0, DType::f32, &g);
+  const Pool2dOptions options{.kernel_size = 3, .stride = 1, .padding = 1};
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    Tensor narrow = x.to(dtype).requires_grad_();
+    Tensor wide = narrow.detach().to(DType::f32).requires_grad_();
+    const Tensor y = max_pool2d(narrow, options);
+    const Tensor dy = uniform(y.sizes(), -1.0, 1.0, DType::f32, &g).to(dtype);
+    y.backward(dy);
+    max_pool2d(wide, options).backward(dy.to(DType::f32));
+    const Tensor expected = wide.grad().to(dtype);
+    EXPECT_EQ(values_of(narrow.grad()), values_of(expected)) << dtype;
+  }
+}
+
 TEST(Pooling, ErrorsSayWhatIsWrong) {
   expect_error(
       [] {
