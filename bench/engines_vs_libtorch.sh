@@ -43,13 +43,15 @@ launch() {
   fi
 }
 
-# ember_images_per_second NP ENGINE [ENV...]: the train loader's throughput of one epoch.
+# ember_images_per_second NP ENGINE[:AMP] [ENV...]: the train loader's throughput of one epoch
+# (amp:fp16 runs `--engine amp --amp fp16`; without :AMP the engine's default precision).
 ember_images_per_second() {
-  local np=$1 engine=$2
+  local np=$1 engine=${2%%:*} precision=()
+  [[ $2 == *:* ]] && precision=(--amp "${2#*:}")
   shift 2
   rm -rf "$logdir/run"
-  launch "$np" "$@" -- "$ember" train --engine "$engine" "${common[@]}" --limit-valid 256 --quiet \
-    --logdir "$logdir/run" >/dev/null
+  launch "$np" "$@" -- "$ember" train --engine "$engine" "${precision[@]}" "${common[@]}" \
+    --limit-valid 256 --quiet --logdir "$logdir/run" >/dev/null
   python3 -c "import csv,sys; r=list(csv.DictReader(open(sys.argv[1]))); print(r[-1]['train_throughput'])" \
     "$logdir/run/metrics.csv"
 }
@@ -66,9 +68,11 @@ median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1
 cases=(
   "1 cpu"
   "1 amp"
+  "1 amp:fp16"
   "1 dp"
   "2 ddp"
   "2 ddp-amp"
+  "2 ddp-amp:fp16"
   "4 ddp"
   "4 daso EMBER_LOCAL_SIZE=2"
 )
