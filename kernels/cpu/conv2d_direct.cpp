@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/common/convert.h"
@@ -456,13 +457,16 @@ void conv2d_direct_grad_weight(const Conv2dParams& p, const T* input, const T* g
   const bool image_per_thread = threads > 1 && p.batch >= threads;
   const int workspaces = image_per_thread ? threads : 1;
   struct Workspace {
-    AlignedFloats x, dy;  // zero borders and padding stay zero: only interiors are rewritten
+    AlignedFloats x, dy;    // zero borders and padding stay zero: only interiors are rewritten
+    AlignedFloats widened;  // 16-bit T: the image (C, H, W) in f32, before it is transposed
   };
+  constexpr bool kWiden = !std::is_same_v<T, float>;
   std::vector<Workspace> spaces;
   spaces.reserve(static_cast<size_t>(workspaces));
   for (int i = 0; i < workspaces; ++i)  // the last tap reads up to Hp Wp + S - 2 positions
     spaces.push_back({AlignedFloats((Hp * Wp + S + 1) * Cp, true),
-                      AlignedFloats(blocks * kWeightChannels * count, true)});
+                      AlignedFloats(blocks * kWeightChannels * count, true),
+                      AlignedFloats(kWiden ? C * H * W : 1, false)});
   // The images are summed in fixed chunks, each into its own partial sum, and the chunks are
   // handed out as threads free up: the balance follows the cores' load while the result does
   // not depend on which thread summed which chunk.
@@ -472,23 +476,20 @@ void conv2d_direct_grad_weight(const Conv2dParams& p, const T* input, const T* g
   for (int64_t i = 0; i < chunks; ++i)
     sums.emplace_back(acc_size, true);
 
+  // A 16-bit image is widened in one run first (convert_runs.h), then transposed as f32.
   auto load_image = [&](const Workspace& space, int64_t n) {
-    const T* x = input + n * C * H * W;
+    const float* x = accumulate_run(input + n * C * H * W, space.widened.get(), C * H * W);
     for (int64_t h = 0; h < H; ++h)
       for (int64_t c = 0; c < C; ++c) {
-        const T* row = x + (c * H + h) * W;
+        const float* row = x + (c * H + h) * W;
         float* to = space.x.get() + ((h + p.pad_h) * Wp + p.pad_w) * Cp + c;
         for (int64_t w = 0; w < W; ++w)
-          to[w * Cp] = static_cast<float>(row[w]);
+          to[w * Cp] = row[w];
       }
     const T* dy = grad_output + n * K * P * Q;
     for (int64_t k = 0; k < K; ++k)
-      for (int64_t row = 0; row < P; ++row) {
-        const T* from = dy + (k * P + row) * Q;
-        float* to = space.dy.get() + k * count + row * Wp;
-        for (int64_t q = 0; q < Q; ++q)
-          to[q] = static_cast<float>(from[q]);
-      }
+      for (int64_t row = 0; row < P; ++row)
+        widen_to_f32(dy + (k * P + row) * Q, space.dy.get() + k * count + row * Wp, Q);
   };
   auto compute = [&](const Workspace& space, float* sum, int64_t item_begin, int64_t item_end) {
     const WeightArgs args{space.dy.get(), space.x.get(), sum,     count, count, Cp, Wp, R,

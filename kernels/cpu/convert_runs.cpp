@@ -33,27 +33,49 @@ EMBER_CLONE_FOR_SIMD void narrow_bfloat16_cloned(const float* src, uint16_t* bit
 }
 
 #if EMBER_HAVE_F16C_LOOPS
+// The AVX-512 loops below need BW and VL besides F for their tails: the last 1 to 15 elements
+// are loaded and stored with masks (16-bit lanes), not left to a scalar loop. Feature maps of
+// 7, 14 or 28 columns are mostly tail.
+#define EMBER_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+bool cpu_has_avx512_for_loops() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+}
+
+// The lanes [0, n) of 16, for n < 16.
+EMBER_AVX512_TARGET __mmask16 first_lanes(int64_t n) {
+  return static_cast<__mmask16>((1u << n) - 1u);
+}
+
 // float_to_bfloat16_bits on 16 lanes. GCC's own vectorisation of the loop above, in 256-bit
 // halves with packs and byte blends, runs about 40 instructions per 16 elements; this is 11.
-__attribute__((target("avx512f"))) void narrow_bfloat16_avx512(const float* src, uint16_t* bits,
-                                                               int64_t n) {
+EMBER_AVX512_TARGET __m256i bfloat16_bits_of(__m512 values) {
   const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
   const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
   const __m512i low_mantissa = _mm512_set1_epi32(0x7f), quiet = _mm512_set1_epi32(0x40);
+  const __m512i x = _mm512_castps_si512(values);
+  const __m512i upper = _mm512_srli_epi32(x, 16);
+  const __m512i odd = _mm512_and_si512(upper, one);
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(bias, odd)), 16);
+  // NaN: truncated, and kept a NaN when the truncated mantissa would be zero.
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, magnitude), inf);
+  const __mmask16 emptied = _mm512_testn_epi32_mask(upper, low_mantissa);
+  const __m512i nan_bits = _mm512_mask_or_epi32(upper, emptied, upper, quiet);
+  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, nan_bits));
+}
+
+EMBER_AVX512_TARGET void narrow_bfloat16_avx512(const float* src, uint16_t* bits, int64_t n) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(src + i));
-    const __m512i upper = _mm512_srli_epi32(x, 16);
-    const __m512i odd = _mm512_and_si512(upper, one);
-    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(bias, odd)), 16);
-    // NaN: truncated, and kept a NaN when the truncated mantissa would be zero.
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, magnitude), inf);
-    const __mmask16 emptied = _mm512_testn_epi32_mask(upper, low_mantissa);
-    const __m512i nan_bits = _mm512_mask_or_epi32(upper, emptied, upper, quiet);
-    const __m512i result = _mm512_mask_mov_epi32(rounded, nan, nan_bits);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + i), _mm512_cvtepi32_epi16(result));
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + i),
+                        bfloat16_bits_of(_mm512_loadu_ps(src + i)));
+  if (i < n) {
+    const __mmask16 lanes = first_lanes(n - i);
+    _mm256_mask_storeu_epi16(bits + i, lanes,
+                             bfloat16_bits_of(_mm512_maskz_loadu_ps(lanes, src + i)));
   }
-  narrow_bfloat16_cloned(src + i, bits + i, n - i);
 }
 #endif
 
@@ -61,8 +83,7 @@ using NarrowBFloat16 = void (*)(const float*, uint16_t*, int64_t);
 
 NarrowBFloat16 pick_narrow_bfloat16() {
 #if EMBER_HAVE_F16C_LOOPS
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return narrow_bfloat16_avx512;
+  if (cpu_has_avx512_for_loops()) return narrow_bfloat16_avx512;
 #endif
   return narrow_bfloat16_cloned;
 }
@@ -95,24 +116,30 @@ void narrow_half_scalar(const float* src, uint16_t* bits, int64_t n) {
 #if EMBER_HAVE_F16C_LOOPS
 constexpr int kRoundToNearestEven = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
-__attribute__((target("avx512f"))) void widen_half_avx512(const uint16_t* bits, float* dst,
-                                                          int64_t n) {
+EMBER_AVX512_TARGET void widen_half_avx512(const uint16_t* bits, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + i));
     _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(half));
   }
-  widen_half_scalar(bits + i, dst + i, n - i);
+  if (i < n) {
+    const __mmask16 lanes = first_lanes(n - i);
+    _mm512_mask_storeu_ps(dst + i, lanes,
+                          _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes, bits + i)));
+  }
 }
 
-__attribute__((target("avx512f"))) void narrow_half_avx512(const float* src, uint16_t* bits,
-                                                           int64_t n) {
+EMBER_AVX512_TARGET void narrow_half_avx512(const float* src, uint16_t* bits, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256i half = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), kRoundToNearestEven);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + i), half);
   }
-  narrow_half_scalar(src + i, bits + i, n - i);
+  if (i < n) {
+    const __mmask16 lanes = first_lanes(n - i);
+    const __m512 values = _mm512_maskz_loadu_ps(lanes, src + i);
+    _mm256_mask_storeu_epi16(bits + i, lanes, _mm512_cvtps_ph(values, kRoundToNearestEven));
+  }
 }
 
 __attribute__((target("avx,f16c"))) void widen_half_f16c(const uint16_t* bits, float* dst,
@@ -140,9 +167,9 @@ __attribute__((target("avx,f16c"))) void narrow_half_f16c(const float* src, uint
 std::vector<HalfConversionLoops> available_half_loops() {
   std::vector<HalfConversionLoops> loops;
 #if EMBER_HAVE_F16C_LOOPS
+  if (cpu_has_avx512_for_loops())
+    loops.push_back({"avx512", widen_half_avx512, narrow_half_avx512});
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f"))
-    loops.push_back({"avx512f", widen_half_avx512, narrow_half_avx512});
   if (__builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c"))
     loops.push_back({"f16c", widen_half_f16c, narrow_half_f16c});
 #endif

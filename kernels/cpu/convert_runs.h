@@ -22,7 +22,7 @@ void narrow_from_f32(const float* src, BFloat16* dst, int64_t n);
 void narrow_from_f32(const float* src, Half* dst, int64_t n);
 
 // The binary16 loops this CPU can run, best first (the one widen_to_f32 and narrow_from_f32 use):
-// "avx512f", "f16c" (x86's conversion instructions), "scalar". Tests check each of them.
+// "avx512" (F, BW and VL), "f16c" (x86's conversion instructions), "scalar". Tests check each.
 struct HalfConversionLoops {
   const char* name;
   void (*widen)(const uint16_t* src, float* dst, int64_t n);
