@@ -9,6 +9,7 @@
 // Bytes count what the kernel must move (each input read once, the output written once).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/common/scalar_types.h"
@@ -116,16 +117,22 @@ void BM_convert(benchmark::State& state) {
 BENCHMARK(BM_convert<Half, float>)->Arg(1 << 24)->UseRealTime();
 BENCHMARK(BM_convert<float, Half>)->Arg(1 << 24)->UseRealTime();
 
+// Args (n, row): n elements converted in runs of `row`. Runs of 7 and 28 are the rows of the
+// ResNet9 feature maps, which the convolutions widen one at a time (n small: in L2).
 void BM_half_loops(benchmark::State& state, const kernels::cpu::HalfConversionLoops& loops,
                    bool narrow) {
-  const int64_t n = state.range(0);
+  const int64_t n = state.range(0), row = state.range(1);
   Tensor wide = randn({n}), half = wide.to(DType::f16);
   auto* bits = reinterpret_cast<uint16_t*>(half.data<Half>());
+  float* values = wide.data<float>();
   for (auto _ : state) {
-    if (narrow) {
-      loops.narrow(wide.data<float>(), bits, n);
-    } else {
-      loops.widen(bits, wide.data<float>(), n);
+    for (int64_t begin = 0; begin < n; begin += row) {
+      const int64_t m = std::min(row, n - begin);
+      if (narrow) {
+        loops.narrow(values + begin, bits + begin, m);
+      } else {
+        loops.widen(bits + begin, values + begin, m);
+      }
     }
     benchmark::ClobberMemory();
   }
@@ -138,7 +145,9 @@ const bool half_loops_registered = [] {
       const std::string name =
           std::string("BM_half_loop/") + loops.name + (narrow ? "/f32_to_f16" : "/f16_to_f32");
       benchmark::RegisterBenchmark(name.c_str(), BM_half_loops, loops, narrow)
-          ->Arg(1 << 24)
+          ->Args({1 << 24, 1 << 24})
+          ->Args({1 << 16, 28})
+          ->Args({1 << 16, 7})
           ->UseRealTime();
     }
   }
