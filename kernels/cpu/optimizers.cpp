@@ -1,8 +1,11 @@
 #include "kernels/cpu/optimizers.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/common/convert.h"
+#include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/loops.h"
 
 namespace ember::kernels::cpu {
@@ -46,6 +49,24 @@ void parallel_slices(int64_t n, Body body) {
   }
 }
 
+// Runs `step(begin, count, g)` over [0, n) in chunks of count <= kOptimizerChunk elements, the
+// slices split across threads; g is the chunk's gradient in f32 (a 16-bit gradient widened in one
+// run by convert_runs.h, so that the step itself is an f32 loop). After each chunk, its master
+// weights are rounded into the model's 16-bit copy, when there is one.
+constexpr int64_t kOptimizerChunk = 512;
+
+template <typename Grad, typename Model, typename Step>
+void over_f32_chunks(int64_t n, const Grad* grad, const float* master, Model* model, Step step) {
+  parallel_slices(n, [&](int64_t begin, int64_t end) {
+    float widened[kOptimizerChunk];
+    for (int64_t chunk = begin; chunk < end; chunk += kOptimizerChunk) {
+      const int64_t m = std::min(kOptimizerChunk, end - chunk);
+      step(chunk, m, accumulate_run(grad + chunk, widened, m));
+      if (model) narrow_from_f32(master + chunk, model + chunk, m);
+    }
+  });
+}
+
 }  // namespace
 
 template <typename Grad, typename Model>
@@ -54,10 +75,10 @@ void sgd_step(float* master, const Grad* grad, float* momentum_buffer, Model* mo
   const SgdScalars s = sgd_scalars(hyper);
   const bool use_momentum = hyper.momentum != 0.0;
   const bool use_decay = hyper.weight_decay != 0.0;
-  parallel_slices(n, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
+  over_f32_chunks(n, grad, master, model, [&](int64_t begin, int64_t count, const float* grads) {
+    for (int64_t i = begin, j = 0; j < count; ++i, ++j) {
       float p = master[i];
-      float d = convert<float>(grad[i]);
+      float d = grads[j];
       if (hyper.maximize) d = -d;
       if (use_decay) d = d + s.weight_decay * p;
       if (use_momentum) {
@@ -66,9 +87,7 @@ void sgd_step(float* master, const Grad* grad, float* momentum_buffer, Model* mo
         momentum_buffer[i] = buf;
         d = hyper.nesterov ? d + s.momentum * buf : buf;
       }
-      p = p + s.neg_lr * d;
-      master[i] = p;
-      if (model) model[i] = convert<Model>(p);
+      master[i] = p + s.neg_lr * d;
     }
   });
 }
@@ -79,10 +98,10 @@ void adam_step(float* master, const Grad* grad, float* exp_avg, float* exp_avg_s
   const AdamScalars s = adam_scalars(hyper);
   const bool l2 = !hyper.decoupled && hyper.weight_decay != 0.0;
   const bool decoupled = hyper.decoupled && hyper.weight_decay != 0.0;
-  parallel_slices(n, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
+  over_f32_chunks(n, grad, master, model, [&](int64_t begin, int64_t count, const float* grads) {
+    for (int64_t i = begin, j = 0; j < count; ++i, ++j) {
       float p = master[i];
-      float g = convert<float>(grad[i]);
+      float g = grads[j];
       if (hyper.maximize) g = -g;
       if (decoupled) p = p * s.decay;
       if (l2) g = g + s.weight_decay * p;
@@ -100,9 +119,7 @@ void adam_step(float* master, const Grad* grad, float* exp_avg, float* exp_avg_s
         max_exp_avg_sq[i] = v_used;
       }
       const float denom = std::sqrt(v_used) / s.bias_correction2_sqrt + s.eps;
-      p = p + s.neg_step_size * m / denom;
-      master[i] = p;
-      if (model) model[i] = convert<Model>(p);
+      master[i] = p + s.neg_step_size * m / denom;
     }
   });
 }
