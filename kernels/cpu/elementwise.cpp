@@ -62,6 +62,70 @@ void map2(const StridedLayout& layout, Out* out, const A* a, const B* b, Fn fn) 
                   });
 }
 
+// The 16-bit floats compute in f32: the map1 and map2 below widen dense runs into f32 chunks and
+// narrow the results with convert_runs.h's vector loops, instead of converting element by element
+// with the scalar conversions.
+constexpr int64_t kChunk16 = 512;
+
+// map1 for the 16-bit floats: dense runs through f32 chunks; f takes and returns float.
+template <typename T, typename Fn>
+void map1_via_f32(const StridedLayout& layout, T* out, const T* in, Fn f) {
+  for_each_run<2>(layout,
+                  {reinterpret_cast<char*>(out), reinterpret_cast<char*>(const_cast<T*>(in))},
+                  {sizeof(T), sizeof(T)}, [&](int64_t n, char* const* p, const int64_t* s) {
+                    T* o = reinterpret_cast<T*>(p[0]);
+                    const T* x = reinterpret_cast<const T*>(p[1]);
+                    if (s[0] != 1 || s[1] != 1) {
+                      for (int64_t i = 0; i < n; ++i)
+                        o[i * s[0]] = convert<T>(f(convert<float>(x[i * s[1]])));
+                      return;
+                    }
+                    float chunk[kChunk16];
+                    for (int64_t begin = 0; begin < n; begin += kChunk16) {
+                      const int64_t m = std::min(kChunk16, n - begin);
+                      widen_to_f32(x + begin, chunk, m);
+                      for (int64_t i = 0; i < m; ++i)
+                        chunk[i] = f(chunk[i]);
+                      narrow_from_f32(chunk, o + begin, m);
+                    }
+                  });
+}
+
+// map2 for the 16-bit floats: a dense run, alone or against a broadcast scalar, goes through f32
+// chunks widened and narrowed by convert_runs.h, so that f runs as an f32 loop; anything else
+// converts element by element. f takes and returns float.
+
+template <typename T, typename Fn>
+void map2_via_f32(const StridedLayout& layout, T* out, const T* a, const T* b, Fn f) {
+  for_each_run<3>(
+      layout,
+      {reinterpret_cast<char*>(out), reinterpret_cast<char*>(const_cast<T*>(a)),
+       reinterpret_cast<char*>(const_cast<T*>(b))},
+      {sizeof(T), sizeof(T), sizeof(T)}, [&](int64_t n, char* const* p, const int64_t* s) {
+        T* o = reinterpret_cast<T*>(p[0]);
+        const T* x = reinterpret_cast<const T*>(p[1]);
+        const T* y = reinterpret_cast<const T*>(p[2]);
+        const bool x_run = s[1] == 1, y_run = s[2] == 1;
+        if (s[0] != 1 || !(x_run || s[1] == 0) || !(y_run || s[2] == 0)) {
+          for (int64_t i = 0; i < n; ++i)
+            o[i * s[0]] = convert<T>(f(convert<float>(x[i * s[1]]), convert<float>(y[i * s[2]])));
+          return;
+        }
+        float xs[kChunk16], ys[kChunk16];
+        if (!x_run) std::fill_n(xs, kChunk16, convert<float>(x[0]));
+        if (!y_run) std::fill_n(ys, kChunk16, convert<float>(y[0]));
+        for (int64_t begin = 0; begin < n; begin += kChunk16) {
+          const int64_t m = std::min(kChunk16, n - begin);
+          if (x_run) widen_to_f32(x + begin, xs, m);
+          if (y_run) widen_to_f32(y + begin, ys, m);
+          for (int64_t i = 0; i < m; ++i)
+            xs[i] = f(xs[i], ys[i]);
+          narrow_from_f32(xs, o + begin, m);
+          if (!x_run) std::fill_n(xs, m, convert<float>(x[0]));
+        }
+      });
+}
+
 template <typename Acc>
 Acc sigmoid_of(Acc x) {
   return Acc(1) / (Acc(1) + std::exp(-x));
@@ -148,7 +212,11 @@ void activation_via_f32(UnaryOp op, const StridedLayout& layout, T* out, const T
 template <typename T, typename Acc>
 void unary_typed(UnaryOp op, const StridedLayout& layout, T* out, const T* in, Acc p) {
   auto run = [&](auto f) {
-    map1(layout, out, in, [f](T x) { return convert<T>(f(convert<Acc>(x))); });
+    if constexpr (std::is_same_v<Acc, float> && !std::is_same_v<T, float>) {
+      map1_via_f32(layout, out, in, f);
+    } else {
+      map1(layout, out, in, [f](T x) { return convert<T>(f(convert<Acc>(x))); });
+    }
   };
   if constexpr (std::is_same_v<Acc, float>) {
     if (has_f32_activation(op)) return activation_via_f32(op, layout, out, in);
@@ -201,42 +269,6 @@ void unary_typed(UnaryOp op, const StridedLayout& layout, T* out, const T* in, A
     case UnaryOp::erf:
       return run([](Acc x) { return static_cast<Acc>(std::erf(x)); });
   }
-}
-
-// map2 for the 16-bit floats: a dense run, alone or against a broadcast scalar, goes through f32
-// chunks widened and narrowed by convert_runs.h, so that f runs as an f32 loop; anything else
-// converts element by element. f takes and returns float.
-constexpr int64_t kBinaryChunk = 512;
-
-template <typename T, typename Fn>
-void map2_via_f32(const StridedLayout& layout, T* out, const T* a, const T* b, Fn f) {
-  for_each_run<3>(
-      layout,
-      {reinterpret_cast<char*>(out), reinterpret_cast<char*>(const_cast<T*>(a)),
-       reinterpret_cast<char*>(const_cast<T*>(b))},
-      {sizeof(T), sizeof(T), sizeof(T)}, [&](int64_t n, char* const* p, const int64_t* s) {
-        T* o = reinterpret_cast<T*>(p[0]);
-        const T* x = reinterpret_cast<const T*>(p[1]);
-        const T* y = reinterpret_cast<const T*>(p[2]);
-        const bool x_run = s[1] == 1, y_run = s[2] == 1;
-        if (s[0] != 1 || !(x_run || s[1] == 0) || !(y_run || s[2] == 0)) {
-          for (int64_t i = 0; i < n; ++i)
-            o[i * s[0]] = convert<T>(f(convert<float>(x[i * s[1]]), convert<float>(y[i * s[2]])));
-          return;
-        }
-        float xs[kBinaryChunk], ys[kBinaryChunk];
-        if (!x_run) std::fill_n(xs, kBinaryChunk, convert<float>(x[0]));
-        if (!y_run) std::fill_n(ys, kBinaryChunk, convert<float>(y[0]));
-        for (int64_t begin = 0; begin < n; begin += kBinaryChunk) {
-          const int64_t m = std::min(kBinaryChunk, n - begin);
-          if (x_run) widen_to_f32(x + begin, xs, m);
-          if (y_run) widen_to_f32(y + begin, ys, m);
-          for (int64_t i = 0; i < m; ++i)
-            xs[i] = f(xs[i], ys[i]);
-          narrow_from_f32(xs, o + begin, m);
-          if (!x_run) std::fill_n(xs, m, convert<float>(x[0]));
-        }
-      });
 }
 
 template <typename T, typename Acc>
