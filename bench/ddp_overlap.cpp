@@ -16,10 +16,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
+#include "bench/number_flags.h"
 #include "distributed/ddp.h"
 #include "distributed/world.h"
 #include "nn/models.h"
@@ -43,17 +42,28 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t batch = 32, size = 16, steps = 12;
-  double bucket_cap_mb = 25;
-  bool as_view = false;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--batch") == 0) batch = std::atoll(argv[i + 1]);
-    if (std::strcmp(argv[i], "--size") == 0) size = std::atoll(argv[i + 1]);
-    if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoll(argv[i + 1]);
-    if (std::strcmp(argv[i], "--bucket-cap-mb") == 0) bucket_cap_mb = std::atof(argv[i + 1]);
-    if (std::strcmp(argv[i], "--gradient-as-bucket-view") == 0) as_view = std::atoi(argv[i + 1]);
-  }
+  double batch_flag = 32, size_flag = 16, steps_flag = 12, bucket_cap_mb = 25, as_view_flag = 0;
+  const bench::FlagParse parse =
+      bench::parse_number_flags(argc, argv,
+                                {{"--batch", &batch_flag, 1},
+                                 {"--size", &size_flag, 1},
+                                 {"--steps", &steps_flag, 3},
+                                 {"--bucket-cap-mb", &bucket_cap_mb, 0},
+                                 {"--gradient-as-bucket-view", &as_view_flag, 0}});
   auto world = dist::init();
+  if (!parse.ok) {
+    if (world->rank() == 0)
+      std::fprintf(stderr,
+                   "%s%susage: mpirun -np N %s [--batch B] [--size WIDTH] [--steps S >= 3] "
+                   "[--bucket-cap-mb MB] [--gradient-as-bucket-view 0|1]\n",
+                   parse.message.c_str(), parse.message.empty() ? "" : "\n", argv[0]);
+    world.reset();
+    dist::finalize();
+    return parse.help ? 0 : 2;
+  }
+  const auto batch = static_cast<int64_t>(batch_flag), size = static_cast<int64_t>(size_flag);
+  const auto steps = static_cast<int64_t>(steps_flag);
+  const bool as_view = as_view_flag != 0;
   auto model = nn::resnet9(1, 10, size);
   dist::DdpOptions options;
   options.bucket_cap_mb = bucket_cap_mb;
