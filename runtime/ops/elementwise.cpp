@@ -836,7 +836,12 @@ void binary_inplace(BinaryOp op, Tensor& self, const Tensor& other_in, const Sca
                 "_: in-place ops on views of tensors that take part in autograd are not supported "
                 "by ember; use the out-of-place op");
   }
-  const Tensor cother = other.to(self.dtype());
+  // An operand that shares memory with self, other than self itself (a[1:] += a[:-1], or a row
+  // of self broadcast over it), is read as it was before the write, as copy_ and NumPy do: the
+  // kernels write in chunks and threads, so reading while writing would depend on their order.
+  // (PyTorch refuses such a partial overlap instead.)
+  Tensor cother = other.to(self.dtype());
+  if (cother.storage() == self.storage() && !cother.is_same(self)) cother = cother.clone();
   // Backward needs self's value from before the write when the op multiplies by it.
   Tensor old_self;
   if (track && (op == BinaryOp::mul || op == BinaryOp::div || op == BinaryOp::pow ||

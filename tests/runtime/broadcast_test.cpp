@@ -1,6 +1,8 @@
 // Broadcasting and type promotion edge cases: size-0 and size-1 dims, 0-d tensors, bare numbers.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "runtime/ops.h"
 #include "runtime/ops/layout.h"
 
@@ -96,6 +98,29 @@ TEST(InPlace, ResultMustFitTheTarget) {
   EXPECT_THROW(i.mul_(1.5), Error);  // a float result cannot go into i64
   a.add_(ones({1}));
   EXPECT_EQ(to_vector<float>(a), (std::vector<float>{1, 1, 1}));
+}
+
+// An operand that shares memory with the in-place target is read as it was before the write
+// (copy_ and NumPy do the same; PyTorch refuses), in every dtype: the 16-bit kernels go through f32
+// chunks, the others run element by element, and neither order may show through.
+TEST(InPlace, AnOverlappingOperandIsReadAsItWasBeforeTheWrite) {
+  constexpr int64_t n = 1100;
+  std::vector<float> values(n);
+  for (int64_t i = 0; i < n; ++i)
+    values[i] = static_cast<float>(i % 7);
+  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor a = from_vector(values, {n}).to(dtype);
+    a.slice(0, 1, n).add_(a.slice(0, 0, n - 1));  // a[1:] += a[:-1]
+    const std::vector<float> got = to_vector<float>(a.to(DType::f32));
+    EXPECT_EQ(got[0], values[0]);
+    for (int64_t i = 1; i < n; ++i)
+      ASSERT_EQ(got[i], values[i] + values[i - 1]) << "element " << i;
+
+    Tensor m = from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {3, 2}).to(dtype);
+    m.mul_(m.slice(0, 0, 1));  // every row times the first row, the first row included
+    EXPECT_EQ(to_vector<float>(m.to(DType::f32)), (std::vector<float>{1, 4, 3, 8, 5, 12}));
+  }
 }
 
 }  // namespace
