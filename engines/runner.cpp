@@ -27,8 +27,9 @@ Callbacks sorted_callbacks(const Callbacks& given) {
   Callbacks unique;
   for (const auto& [name, callback] : given) {
     EMBER_CHECK(callback != nullptr, "runner: callback '", name, "' is empty");
+    const std::string& key = name;  // (clang before 16 cannot capture a structured binding)
     auto same = std::find_if(unique.begin(), unique.end(),
-                             [&](const auto& entry) { return entry.first == name; });
+                             [&](const auto& entry) { return entry.first == key; });
     if (same != unique.end())
       same->second = callback;
     else

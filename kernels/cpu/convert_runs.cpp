@@ -3,6 +3,7 @@
 #include "kernels/cpu/vector_math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define EMBER_HAVE_F16C_LOOPS 1
 // GCC 12's AVX-512 intrinsics start from an undefined register that it then reports as
@@ -161,6 +162,13 @@ __attribute__((target("avx,f16c"))) void narrow_half_f16c(const float* src, uint
   }
   narrow_half_scalar(src + i, bits + i, n - i);
 }
+
+// CPUID leaf 1, ECX bit 29: not every compiler's __builtin_cpu_supports knows "f16c" (clang 14
+// does not).
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
 #endif
 
 // Best first.
@@ -170,7 +178,7 @@ std::vector<HalfConversionLoops> available_half_loops() {
   if (cpu_has_avx512_for_loops())
     loops.push_back({"avx512", widen_half_avx512, narrow_half_avx512});
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c"))
+  if (__builtin_cpu_supports("avx") && cpu_has_f16c())
     loops.push_back({"f16c", widen_half_f16c, narrow_half_f16c});
 #endif
   loops.push_back({"scalar", widen_half_scalar, narrow_half_scalar});

@@ -36,6 +36,13 @@ Tensor dense_or_undefined(const Tensor& t) {
   return t.defined() ? t.contiguous() : Tensor();
 }
 
+#if EMBER_WITH_CUDA
+// The stream the CUDA kernels run on.
+auto stream_of(const Tensor& t) {
+  return t.is_cuda() ? cuda::current_stream(t.device().index) : nullptr;
+}
+#endif
+
 }  // namespace
 
 // ---- layer norm -----------------------------------------------------------------------------
@@ -155,15 +162,6 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                 describe(x), " and the ", what, " is ", describe(*t), "; move it with .to(",
                 x.device(), ")");
   }
-  // The stream the CUDA kernels run on (unused on the CPU).
-  const auto stream_of = [](const Tensor& t) {
-#if EMBER_WITH_CUDA
-    return t.is_cuda() ? cuda::current_stream(t.device().index) : nullptr;
-#else
-    static_cast<void>(t);
-    return nullptr;
-#endif
-  };
   EMBER_CHECK(is_floating(x.dtype()), "batch_norm: expected a floating-point input, got ",
               describe(x), " (convert it with to(DType::f32) first)");
   EMBER_CHECK(x.dim() >= 2,
@@ -259,7 +257,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   if (any_requires_grad({&x, &weight, &bias})) {
     const bool has_weight = weight.defined(), has_bias = bias.defined();
     record(OpId::batch_norm, {x, weight, bias}, out, {input, weight_dense, mean, rstd},
-           [batch, channels, spatial, training, has_weight, has_bias, stream_of](
+           [batch, channels, spatial, training, has_weight, has_bias](
                const Tensor& g_in, const std::vector<Tensor>& s) -> std::vector<Tensor> {
              const Tensor& in = s[0];
              const Tensor g = g_in.to(in.dtype()).contiguous();

@@ -212,7 +212,10 @@ TEST(CudaModels, SameSeedGivesBitIdenticalInitialWeights) {
 // statistics) and every updated weight compared as the file comment explains.
 void expect_one_step_matches(const ModelCase& c, std::optional<DType> autocast, double loss_tol,
                              double grad_tol, bool& skipped, std::string& skip_reason) {
-  const auto [cpu, cuda] = twin_models(c);
+  // Not a structured binding: a lambda below uses cuda (clang before 16 cannot capture one).
+  const auto twins = twin_models(c);
+  const auto& cpu = twins.first;
+  const auto& cuda = twins.second;
   const nn::ModulePtr replay = cpu->clone();  // the CPU optimizer on the CUDA gradients
   Generator generator(99);
   const std::pair<Tensor, Tensor> batch = c.batch(generator);

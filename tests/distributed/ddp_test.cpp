@@ -141,7 +141,10 @@ TEST(Ddp, NoSyncAccumulatesLocallyThenAveragesTheSum) {
   auto reference = make_mlp();
   reference->load_state_dict(model->state_dict());
   for (int micro = 0; micro < 3; ++micro) {
-    auto [x, y] = global_batch(group->size(), micro);
+    // Not a structured binding: the lambda below uses x and y (clang before 16 cannot capture one).
+    const auto batch = global_batch(group->size(), micro);
+    const Tensor& x = batch.first;
+    const Tensor& y = batch.second;
     auto local = [&] {
       return mse_loss((*ddp)(rows_of_rank(x, group->rank())), rows_of_rank(y, group->rank()));
     };

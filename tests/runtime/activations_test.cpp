@@ -14,8 +14,6 @@
 namespace ember::testing {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 struct ForwardCase {
   std::string name;
   std::function<Tensor(const Tensor&)> op;
