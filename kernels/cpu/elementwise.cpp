@@ -62,31 +62,41 @@ void map2(const StridedLayout& layout, Out* out, const A* a, const B* b, Fn fn) 
                   });
 }
 
-// The 16-bit floats compute in f32: the map1 and map2 below widen dense runs into f32 chunks and
-// narrow the results with convert_runs.h's vector loops, instead of converting element by element
-// with the scalar conversions.
+// The 16-bit floats compute in f32: map1_in_f32 and map2_via_f32 below widen dense runs into f32
+// chunks and narrow the results with convert_runs.h's vector loops, instead of converting element
+// by element with the scalar conversions.
 constexpr int64_t kChunk16 = 512;
 
-// map1 for the 16-bit floats: dense runs through f32 chunks; f takes and returns float.
-template <typename T, typename Fn>
-void map1_via_f32(const StridedLayout& layout, T* out, const T* in, Fn f) {
+// apply(out, in, m) on f32 (out may alias in) over every run of `in`, written to `out`: dense f32
+// runs directly, anything else in f32 chunks (dense 16-bit runs widened and narrowed by
+// convert_runs.h, strided runs gathered and scattered element by element).
+template <typename T, typename Apply>
+void map1_in_f32(const StridedLayout& layout, T* out, const T* in, Apply apply) {
   for_each_run<2>(layout,
                   {reinterpret_cast<char*>(out), reinterpret_cast<char*>(const_cast<T*>(in))},
                   {sizeof(T), sizeof(T)}, [&](int64_t n, char* const* p, const int64_t* s) {
                     T* o = reinterpret_cast<T*>(p[0]);
                     const T* x = reinterpret_cast<const T*>(p[1]);
-                    if (s[0] != 1 || s[1] != 1) {
-                      for (int64_t i = 0; i < n; ++i)
-                        o[i * s[0]] = convert<T>(f(convert<float>(x[i * s[1]])));
-                      return;
+                    const bool dense = s[0] == 1 && s[1] == 1;
+                    if constexpr (std::is_same_v<T, float>) {
+                      if (dense) return apply(o, x, n);
                     }
                     float chunk[kChunk16];
                     for (int64_t begin = 0; begin < n; begin += kChunk16) {
                       const int64_t m = std::min(kChunk16, n - begin);
-                      widen_to_f32(x + begin, chunk, m);
-                      for (int64_t i = 0; i < m; ++i)
-                        chunk[i] = f(chunk[i]);
-                      narrow_from_f32(chunk, o + begin, m);
+                      if (dense) {
+                        widen_to_f32(x + begin, chunk, m);
+                      } else {
+                        for (int64_t i = 0; i < m; ++i)
+                          chunk[i] = convert<float>(x[(begin + i) * s[1]]);
+                      }
+                      apply(chunk, chunk, m);
+                      if (dense) {
+                        narrow_from_f32(chunk, o + begin, m);
+                      } else {
+                        for (int64_t i = 0; i < m; ++i)
+                          o[(begin + i) * s[0]] = convert<T>(chunk[i]);
+                      }
                     }
                   });
 }
@@ -94,7 +104,6 @@ void map1_via_f32(const StridedLayout& layout, T* out, const T* in, Fn f) {
 // map2 for the 16-bit floats: a dense run, alone or against a broadcast scalar, goes through f32
 // chunks widened and narrowed by convert_runs.h, so that f runs as an f32 loop; anything else
 // converts element by element. f takes and returns float.
-
 template <typename T, typename Fn>
 void map2_via_f32(const StridedLayout& layout, T* out, const T* a, const T* b, Fn f) {
   for_each_run<3>(
@@ -174,46 +183,21 @@ EMBER_CLONE_FOR_SIMD void activation_f32(UnaryOp op, float* out, const float* in
 #pragma GCC pop_options
 #endif
 
-// f32, f16 and bf16 activations: dense f32 runs directly, anything else through f32 chunks
-// (dense 16-bit runs converted by convert_runs.h).
-constexpr int64_t kActivationChunk = 512;
-
+// f32, f16 and bf16 activations, on their vectorised f32 form.
 template <typename T>
 void activation_via_f32(UnaryOp op, const StridedLayout& layout, T* out, const T* in) {
-  for_each_run<2>(layout,
-                  {reinterpret_cast<char*>(out), reinterpret_cast<char*>(const_cast<T*>(in))},
-                  {sizeof(T), sizeof(T)}, [op](int64_t n, char* const* p, const int64_t* s) {
-                    T* o = reinterpret_cast<T*>(p[0]);
-                    const T* x = reinterpret_cast<const T*>(p[1]);
-                    if constexpr (std::is_same_v<T, float>) {
-                      if (s[0] == 1 && s[1] == 1) return activation_f32(op, o, x, n);
-                    }
-                    const bool dense = s[0] == 1 && s[1] == 1;
-                    float chunk[kActivationChunk];
-                    for (int64_t begin = 0; begin < n; begin += kActivationChunk) {
-                      const int64_t m = std::min(kActivationChunk, n - begin);
-                      if (dense) {
-                        widen_to_f32(x + begin, chunk, m);
-                      } else {
-                        for (int64_t i = 0; i < m; ++i)
-                          chunk[i] = convert<float>(x[(begin + i) * s[1]]);
-                      }
-                      activation_f32(op, chunk, chunk, m);
-                      if (dense) {
-                        narrow_from_f32(chunk, o + begin, m);
-                      } else {
-                        for (int64_t i = 0; i < m; ++i)
-                          o[(begin + i) * s[0]] = convert<T>(chunk[i]);
-                      }
-                    }
-                  });
+  map1_in_f32(layout, out, in,
+              [op](float* o, const float* x, int64_t n) { activation_f32(op, o, x, n); });
 }
 
 template <typename T, typename Acc>
 void unary_typed(UnaryOp op, const StridedLayout& layout, T* out, const T* in, Acc p) {
   auto run = [&](auto f) {
     if constexpr (std::is_same_v<Acc, float> && !std::is_same_v<T, float>) {
-      map1_via_f32(layout, out, in, f);
+      map1_in_f32(layout, out, in, [f](float* o, const float* x, int64_t n) {
+        for (int64_t i = 0; i < n; ++i)
+          o[i] = f(x[i]);
+      });
     } else {
       map1(layout, out, in, [f](T x) { return convert<T>(f(convert<Acc>(x))); });
     }
