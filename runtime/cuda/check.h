@@ -14,7 +14,10 @@
 #define EMBER_CUDA_CHECK(call)                                                                   \
   do {                                                                                           \
     const cudaError_t ember_cuda_status_ = (call);                                               \
-    if (ember_cuda_status_ != cudaSuccess)                                                       \
+    if (ember_cuda_status_ != cudaSuccess) {                                                     \
+      /* Clear CUDA's last-error slot, or the next launch check would report this failure. */    \
+      static_cast<void>(cudaGetLastError());                                                     \
       ::ember::throw_error(::ember::kernels::cuda::cuda_error_message(ember_cuda_status_, #call, \
                                                                       __FILE__, __LINE__));      \
+    }                                                                                            \
   } while (false)

@@ -348,6 +348,9 @@ TEST(CudaDevice, GuardRestoresTheDeviceWhenAnErrorUnwinds) {
   EXPECT_FALSE(error_of([&] { const cuda::DeviceGuard guard(last + 1); }).empty());
   EMBER_CUDA_CHECK(cudaGetDevice(&after));
   EXPECT_EQ(after, before);
+  // ... and leaves no error behind for the next kernel launch's check to report as its own.
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+  EXPECT_EQ(sum(ones({4}, TensorOptions(DType::f32, Device::cuda(before)))).item<double>(), 4.0);
 }
 
 #endif  // EMBER_WITH_CUDA
