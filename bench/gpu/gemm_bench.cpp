@@ -12,10 +12,13 @@
 // flushed before each (a 2 x L2-sized memset), and the reported time is the median launch.
 // Counters: TFLOP/s (2 n^3 per product) and pct_of_cublas, the same shape's cuBLAS median as
 // the ceiling (measured first; measured on demand when a filter left cuBLAS out).
+// Each ember kernel's product is first compared with cuBLAS's: a wrong one is reported as an
+// error, without a time.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -72,6 +75,10 @@ struct Buffers {
       check(cudaMalloc(reinterpret_cast<void**>(buffer), count * sizeof(T)), "cudaMalloc");
     }
     check(cudaMemcpy(s.a, host.data(), count * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+    // b differs from a: with b = a, c = a a^T would be symmetric, and a kernel that wrote c
+    // transposed would still match cuBLAS in matches_cublas().
+    for (T& value : host)
+      value = T(normal(rng));
     check(cudaMemcpy(s.b, host.data(), count * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
     int device = 0, l2_bytes = 0;
     check(cudaGetDevice(&device), "cudaGetDevice");
@@ -155,10 +162,40 @@ double cublas_ceiling(int64_t n) {
   return cublas_tflops()[key] = tflops(n, median(times));
 }
 
+// c of `algo` against cuBLAS's at the same shape, element by element within 2e-2 (|cublas| + 1):
+// both accumulate in f32 and round once, so they differ by a 16-bit ulp; a wrong layout, a lost
+// k-slice or an unwritten tile differs by O(1). An empty string when they agree.
+template <typename T>
+std::string mismatch_with_cublas(GemmAlgo algo, int64_t n) {
+  Buffers<T>& s = Buffers<T>::get();
+  const size_t count = static_cast<size_t>(n * n);
+  std::vector<T> mine(count), reference(count);
+  timed_product<T>(algo, n);
+  check(cudaMemcpy(mine.data(), s.c, count * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  timed_product<T>(GemmAlgo::cublas, n);
+  check(cudaMemcpy(reference.data(), s.c, count * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  for (size_t i = 0; i < count; ++i) {
+    const float got = static_cast<float>(mine[i]), want = static_cast<float>(reference[i]);
+    if (!(std::abs(got - want) <= 2e-2f * (std::abs(want) + 1.0f))) {
+      return "c[" + std::to_string(i / n) + ", " + std::to_string(i % n) +
+             "] = " + std::to_string(got) + ", cuBLAS gives " + std::to_string(want);
+    }
+  }
+  return "";
+}
+
 template <typename T>
 void BM_gemm(benchmark::State& state, GemmAlgo algo) {
   const int64_t n = state.range(0);
   timed_product<T>(algo, n);  // warm-up (cuBLAS's heuristic, v3's shared-memory attribute)
+  // A kernel's time counts only if its product is right.
+  if (algo != GemmAlgo::cublas) {
+    const std::string wrong = mismatch_with_cublas<T>(algo, n);
+    if (!wrong.empty()) {
+      state.SkipWithError(("result differs from cuBLAS: " + wrong).c_str());
+      return;
+    }
+  }
   std::vector<float> times;
   for (auto _ : state) {
     const float ms = timed_product<T>(algo, n);

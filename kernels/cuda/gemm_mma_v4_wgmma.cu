@@ -102,17 +102,26 @@ __device__ __forceinline__ void mbarrier_expect_bytes(uint64_t* barrier, unsigne
 #endif
 }
 
-// Spins until the barrier's phase with this parity has completed.
+// Spins until the barrier's phase with this parity has completed. A phase that never completes
+// (a transaction count or parity that is wrong, a TMA that never lands) traps after about
+// 2^33 clocks (seconds), so that a broken kernel fails its launch instead of hanging the process.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* barrier, unsigned parity) {
 #if EMBER_V4_DEVICE
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait_loop:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_loop;\n"
-      "}\n" ::"r"(shared_address(barrier)),
-      "r"(parity));
+  const long long start = clock64();
+  for (;;) {
+    unsigned done = 0;
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(shared_address(barrier)), "r"(parity)
+        : "memory");
+    if (done) return;
+    if (clock64() - start > (1LL << 33)) __trap();
+  }
 #endif
 }
 
@@ -334,7 +343,10 @@ bool gemm_mma_v4_handles(const GemmShape& s, const void* a, const void* b) {
                        (s.batch <= 1 || (s.stride_a > 0 && s.stride_b > 0));
   const bool small = s.m < (int64_t{1} << 31) && s.n < (int64_t{1} << 31) &&
                      s.k < (int64_t{1} << 31) && s.batch <= 65535;
-  return !s.trans_a && s.trans_b && s.k > 0 && aligned && small;
+  // A TMA map's batch stride spans a whole matrix: overlapping batches (a stride below rows x ld,
+  // from an expanded view) go to v3.
+  const bool separate = s.batch <= 1 || (s.stride_a >= s.m * s.lda && s.stride_b >= s.n * s.ldb);
+  return !s.trans_a && s.trans_b && s.k > 0 && aligned && separate && small;
 }
 
 template <typename T>

@@ -195,6 +195,44 @@ TEST_P(CudaGemm, MatmulMatchesTheCpuAtOddSizesAndEveryTransposition) {
   }
 }
 
+// Operands laid out for v4 (wgmma + TMA: a (m, k) dense, b (n, k) dense and read transposed,
+// k a multiple of 8) and for v2/v3's 16-byte cp.async path (leading dims multiples of 8), which
+// the odd sizes above seldom reach: k over many 64-wide slices (v4's 4-stage ring wraps, with
+// both mbarrier parities; v3's refills), m and n off the 128 tile, more than one wave of blocks,
+// batches, beta = 1, and cp.async chunks cut short by an edge. The other backends run the same.
+TEST_P(CudaGemm, AlignedOperandsOverManyStagesMatchTheCpu) {
+  Generator generator(7);
+  struct Size {
+    int64_t m, n, k;
+  };
+  for (const Size& s :
+       std::vector<Size>{{8, 8, 8}, {200, 136, 520}, {129, 255, 1032}, {2048, 512, 264}}) {
+    for (int transposes = 0; transposes < 4; ++transposes) {
+      const Both a = operand(s.m, s.k, transposes & 1, dtype(), generator);
+      const Both b = operand(s.k, s.n, transposes & 2, dtype(), generator);
+      EXPECT_EQ(gpu_mismatch(matmul(a.gpu, b.gpu), matmul(a.cpu, b.cpu), tol()), "")
+          << "m " << s.m << " n " << s.n << " k " << s.k << " transposes " << transposes;
+    }
+  }
+  // A batch (the TMA map's third coordinate) and beta = 1 (linear's bias), in v4's layout.
+  const Tensor p = random_cpu({3, 130, 264}, dtype(), generator);
+  const Tensor q = random_cpu({3, 200, 264}, dtype(), generator);
+  EXPECT_EQ(
+      gpu_mismatch(bmm(on_gpu(p), on_gpu(q).transpose(1, 2)), bmm(p, q.transpose(1, 2)), tol()),
+      "");
+  const Tensor weight = random_cpu({72, 264}, dtype(), generator);
+  const Tensor bias = random_cpu({72}, dtype(), generator);
+  EXPECT_EQ(
+      gpu_mismatch(linear(on_gpu(p), on_gpu(weight), on_gpu(bias)), linear(p, weight, bias), tol()),
+      "");
+  // Leading dims multiples of 8, but k = 99 and n = 45: the last 16-byte chunk of a row is partial.
+  const Both a = on_both(random_cpu({67, 104}, dtype(), generator),
+                         [](const Tensor& t) { return t.narrow(1, 0, 99); });
+  const Both b = on_both(random_cpu({99, 48}, dtype(), generator),
+                         [](const Tensor& t) { return t.narrow(1, 0, 45); });
+  EXPECT_EQ(gpu_mismatch(matmul(a.gpu, b.gpu), matmul(a.cpu, b.cpu), tol()), "");
+}
+
 TEST_P(CudaGemm, MisalignedViewsMatchTheCpu) {
   // Views that start one element in, with odd leading dims: no 16-byte vector loads (ember), and
   // a minimum alignment of 2 bytes (cuBLASLt).
