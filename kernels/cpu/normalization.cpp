@@ -127,7 +127,7 @@ void layer_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
       const T* g = grad_out + r * cols;
       const T* in = x + r * cols;
       const Acc m = mean[r], s = rstd[r];
-      Acc sum_gw = 0, sum_gw_xhat = 0;
+      double sum_gw = 0, sum_gw_xhat = 0;  // f64: a sequential f32 sum drifts at 32K values
       for (int64_t k = 0; k < cols; ++k) {
         const Acc gk = convert<Acc>(g[k]);
         const Acc xhat = (convert<Acc>(in[k]) - m) * s;
@@ -139,8 +139,8 @@ void layer_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
           db[k] += gk;
         }
       }
-      const Acc mean_gw = sum_gw / static_cast<Acc>(cols);
-      const Acc mean_gw_xhat = sum_gw_xhat / static_cast<Acc>(cols);
+      const Acc mean_gw = static_cast<Acc>(sum_gw / static_cast<double>(cols));
+      const Acc mean_gw_xhat = static_cast<Acc>(sum_gw_xhat / static_cast<double>(cols));
       if (grad_x) {
         T* out = grad_x + r * cols;
         for (int64_t k = 0; k < cols; ++k) {
