@@ -319,36 +319,28 @@ Tensor compare_op(CompareOp op, const Tensor& a_in, const Tensor& b_in, const ch
   const Tensor a = on_device_of(a_in, b_in);
   const Tensor b = on_device_of(b_in, a_in);
   check_same_device(a, b, name);
-  const DType dtype = result_type(a, b);
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   NoGradGuard no_grad;
+  // bool compares as u8 (false < true), on every device: the kernels have no bool instances.
+  const DType promoted = result_type(a, b);
+  const DType dtype = promoted == DType::boolean ? DType::u8 : promoted;
   const Tensor ca = a.to(dtype), cb = b.to(dtype);
   Tensor out = empty(shape, TensorOptions(DType::boolean, a.device()));
   const kernels::StridedLayout layout = make_layout(out, {&ca, &cb}, name);
-  if (out.is_cuda()) {
-#if EMBER_WITH_CUDA
-    dispatch_all(dtype, name, [&]<typename T>() {
-      if constexpr (!std::is_same_v<T, bool>) {
-        kernels::cuda::compare<T>(
-            op, layout, out.data<bool>(), static_cast<const T*>(ca.data_ptr()),
-            static_cast<const T*>(cb.data_ptr()), cuda::current_stream(out.device().index));
-      } else {
-        EMBER_FAIL(name, ": comparisons of bool tensors are not supported");
-      }
-    });
-    return out;
-#endif
-  }
   dispatch_all(dtype, name, [&]<typename T>() {
-    if constexpr (!std::is_same_v<T, bool>) {
+    if constexpr (std::is_same_v<T, bool>) {
+      EMBER_FAIL(name, ": internal error: bool operands reached the kernels");  // mapped to u8
+    } else if (out.is_cuda()) {
+#if EMBER_WITH_CUDA
+      kernels::cuda::compare<T>(op, layout, out.data<bool>(), static_cast<const T*>(ca.data_ptr()),
+                                static_cast<const T*>(cb.data_ptr()),
+                                cuda::current_stream(out.device().index));
+#else
+      EMBER_FAIL(name, ": this build of ember has no CUDA support, but got ", describe(out));
+#endif
+    } else {
       kernels::cpu::compare<T>(op, layout, out.data<bool>(), static_cast<const T*>(ca.data_ptr()),
                                static_cast<const T*>(cb.data_ptr()));
-    } else {
-      // bool compares as u8.
-      const Tensor ua = ca.to(DType::u8), ub = cb.to(DType::u8);
-      const kernels::StridedLayout byte_layout = make_layout(out, {&ua, &ub}, name);
-      kernels::cpu::compare<uint8_t>(op, byte_layout, out.data<bool>(), ua.data<uint8_t>(),
-                                     ub.data<uint8_t>());
     }
   });
   return out;

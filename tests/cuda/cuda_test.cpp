@@ -6,6 +6,7 @@
 // and error-message tests run everywhere.
 #include <gtest/gtest.h>
 
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -324,6 +325,8 @@ TEST_P(CudaOpCaseTest, MatchesTheCpu) {
       if (message.find("not implemented for CUDA") != std::string::npos)
         GTEST_SKIP() << c.name << ": " << message;
       FAIL() << c.name << " in " << dtype << " threw on CUDA: " << message;
+    } catch (const std::exception& e) {  // a kernel launch's CudaError, say
+      FAIL() << c.name << " in " << dtype << " threw on CUDA: " << e.what();
     }
     ASSERT_TRUE(actual.is_cuda()) << c.name << ": result on " << actual.device();
     const std::string error =

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/device.h"
@@ -152,6 +153,33 @@ TEST(CudaElementwiseVector, FillAndWhereMatchTheCpu) {
       }
     }
   }
+}
+
+// Bool operands compare as u8 (false < true) on both devices, at every size and alignment; the
+// masks are broadcast against a row too.
+TEST(CudaElementwiseVector, ComparisonsOfBoolTensorsMatchTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  Generator generator(11);
+  using Compare = Tensor (*)(const Tensor&, const Tensor&);
+  const std::vector<std::pair<const char*, Compare>> compares = {
+      {"eq", eq}, {"ne", ne}, {"lt", lt}, {"le", le}, {"gt", gt}, {"ge", ge}};
+  for (int64_t n : kSizes) {
+    const Pair a = random_pair(n, DType::f64, generator), b = random_pair(n, DType::f64, generator);
+    for (bool misaligned : {false, true}) {
+      const Tensor mask_a_cpu = gt(view_of(a.cpu, n, misaligned), 0.0);
+      const Tensor mask_b_cpu = gt(view_of(b.cpu, n, false), 0.0);
+      const Tensor mask_a_cuda = gt(view_of(a.cuda, n, misaligned), 0.0);
+      const Tensor mask_b_cuda = gt(view_of(b.cuda, n, false), 0.0);
+      for (const auto& [name, compare] : compares) {
+        EXPECT_EQ(mismatch(compare(mask_a_cuda, mask_b_cuda), compare(mask_a_cpu, mask_b_cpu), 0.0),
+                  "")
+            << name << " n " << n << (misaligned ? " misaligned" : "");
+      }
+    }
+  }
+  const Tensor rows = gt(randn({5, 7}, DType::f32, &generator), 0.0);
+  const Tensor row = gt(randn({7}, DType::f32, &generator), 0.0);
+  EXPECT_EQ(mismatch(lt(rows.to(kCuda), row.to(kCuda)), lt(rows, row), 0.0), "");
 }
 
 }  // namespace
