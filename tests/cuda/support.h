@@ -75,13 +75,25 @@ inline double cuda_tolerance(DType dtype) {
 
 // Empty when `actual` (any device; moved to the CPU) matches `expected` within
 // |a - e| <= tol * (|e| + 1) (exactly for integral dtypes; NaN matches NaN, infinities must be
-// equal), else a description of the first mismatch. Shapes and dtypes must be the same.
+// equal), else a description of the first mismatch. Shapes and dtypes must be the same. A bool
+// byte other than 0 or 1 (an element left as the allocator's poison) is a mismatch too. A float
+// element left as poison is NaN: caught wherever the CPU's value is not NaN, so tests place their
+// NaN inputs away from the ends of the vector paths.
 inline std::string mismatch(const Tensor& actual_any_device, const Tensor& expected, double tol) {
   const Tensor actual = actual_any_device.to(Device::cpu());
   if (actual.sizes() != expected.sizes())
     return "shapes differ: " + describe(actual) + " vs " + describe(expected);
   if (actual.dtype() != expected.dtype())
     return "dtypes differ: " + describe(actual) + " vs " + describe(expected);
+  if (actual.dtype() == DType::boolean) {  // a byte other than 0 and 1 is no bool: the 0xFF poison
+    const std::vector<unsigned char> bytes = bytes_of(actual);
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      if (bytes[i] > 1) {
+        return "element " + std::to_string(i) + " holds the byte " + std::to_string(bytes[i]) +
+               ", not a bool: never written?";
+      }
+    }
+  }
   const bool exact = !is_floating(expected.dtype());
   const std::vector<double> a = to_vector<double>(actual), e = to_vector<double>(expected);
   for (size_t i = 0; i < a.size(); ++i) {
