@@ -171,7 +171,8 @@ const char* direction_name(ConvDirection direction) {
 }
 
 // The first (best-ranked) algorithm the heuristics say is supported, and its workspace with the
-// math type it needs. The descriptors' math type is set to it as a side effect.
+// math type it needs (workspace_query(algo, &bytes) returns cuDNN's status). The descriptors' math
+// type is set to it as a side effect.
 constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;
 
 template <typename Perf, typename Query, typename WorkspaceQuery>
@@ -191,9 +192,9 @@ Algorithm pick(const Descriptors& d, ConvDataType dtype, ConvDirection direction
     chosen.algorithm = static_cast<int>(results[i].algo);
     chosen.math = dtype == ConvDataType::f32 ? CUDNN_FMA_MATH : math;
     EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, chosen.math));
-    chosen.workspace_bytes = workspace_query(results[i].algo);
-    // A workspace of gigabytes (some FFT algorithms) would crowd out the activations: take the
-    // next candidate.
+    // A candidate whose workspace cannot be sized under this math type is skipped, and so is a
+    // workspace of gigabytes (some FFT algorithms), which would crowd out the activations.
+    if (workspace_query(results[i].algo, &chosen.workspace_bytes) != CUDNN_STATUS_SUCCESS) continue;
     if (chosen.workspace_bytes > kMaxWorkspaceBytes) continue;
     return chosen;
   }
@@ -262,11 +263,9 @@ void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, const 
           EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
               handle, d.input, d.filter, d.conv, d.output, requested, returned, results));
         },
-        [&](cudnnConvolutionFwdAlgo_t algorithm) {
-          size_t bytes = 0;
-          EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
-              handle, d.input, d.filter, d.conv, d.output, algorithm, &bytes));
-          return bytes;
+        [&](cudnnConvolutionFwdAlgo_t algorithm, size_t* bytes) {
+          return cudnnGetConvolutionForwardWorkspaceSize(handle, d.input, d.filter, d.conv,
+                                                         d.output, algorithm, bytes);
         });
   });
   void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;
@@ -290,11 +289,9 @@ void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype, 
           EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
               handle, d.filter, d.output, d.conv, d.input, requested, returned, results));
         },
-        [&](cudnnConvolutionBwdDataAlgo_t algorithm) {
-          size_t bytes = 0;
-          EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
-              handle, d.filter, d.output, d.conv, d.input, algorithm, &bytes));
-          return bytes;
+        [&](cudnnConvolutionBwdDataAlgo_t algorithm, size_t* bytes) {
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.filter, d.output, d.conv,
+                                                              d.input, algorithm, bytes);
         });
   });
   void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;
@@ -318,11 +315,9 @@ void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype
           EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
               handle, d.input, d.output, d.conv, d.filter, requested, returned, results));
         },
-        [&](cudnnConvolutionBwdFilterAlgo_t algorithm) {
-          size_t bytes = 0;
-          EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-              handle, d.input, d.output, d.conv, d.filter, algorithm, &bytes));
-          return bytes;
+        [&](cudnnConvolutionBwdFilterAlgo_t algorithm, size_t* bytes) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.input, d.output, d.conv,
+                                                                d.filter, algorithm, bytes);
         });
   });
   void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;

@@ -6,6 +6,7 @@
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/layer_norm.h"
 #include "kernels/cuda/row_reduce.cuh"
+#include "kernels/cuda/scratch.h"
 
 namespace ember::kernels::cuda {
 namespace {
@@ -190,10 +191,10 @@ void layer_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
   if ((rows + rows_per_chunk - 1) / rows_per_chunk > kMaxGridY)
     rows_per_chunk = (rows + kMaxGridY - 1) / kMaxGridY;
   const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  Acc* partial = nullptr;  // weight partials (chunks, cols), then bias partials (chunks, cols)
+  // Weight partials (chunks, cols), then bias partials (chunks, cols).
+  const Scratch<Acc> scratch(2 * chunks * cols, stream);
+  Acc* partial = chunks > 0 ? scratch.data : nullptr;
   if (chunks > 0) {
-    EMBER_CUDA_KERNEL_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial),
-                                            2 * chunks * cols * sizeof(Acc), stream));
     const dim3 grid(static_cast<unsigned>((cols + kTileWidth - 1) / kTileWidth),
                     static_cast<unsigned>(chunks));
     layer_norm_param_partials_kernel<T><<<grid, dim3(kTileWidth, kTileRows), 0, stream>>>(
@@ -206,7 +207,6 @@ void layer_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
       partial, partial != nullptr ? partial + chunks * cols : nullptr, grad_weight, grad_bias,
       chunks, cols);
   EMBER_CUDA_CHECK_LAUNCH("layer_norm_backward: layer_norm_param_finish_kernel<<<>>>");
-  if (partial != nullptr) EMBER_CUDA_KERNEL_CHECK(cudaFreeAsync(partial, stream));
 }
 
 #define EMBER_INSTANTIATE_LAYER_NORM(T)                                                        \

@@ -4,6 +4,7 @@
 #include "kernels/common/convert.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/reduce.h"
+#include "kernels/cuda/scratch.h"
 
 namespace ember::kernels::cuda {
 namespace {
@@ -129,15 +130,13 @@ void sum(const T* in, sum_output_t<T>* out, int64_t outer, int64_t reduce, int64
   if (chunks > kMaxChunksPerRow) chunks = kMaxChunksPerRow;
   const int64_t chunk_length = (reduce + chunks - 1) / chunks;
   chunks = (reduce + chunk_length - 1) / chunk_length;
-  Acc* partial = nullptr;
-  EMBER_CUDA_KERNEL_CHECK(
-      cudaMallocAsync(reinterpret_cast<void**>(&partial), outer * chunks * sizeof(Acc), stream));
+  const Scratch<Acc> partial(outer * chunks, stream);
   chunk_sum_kernel<Acc><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(outer)),
-                          kRowThreads, 0, stream>>>(in, partial, reduce, chunks, chunk_length);
+                          kRowThreads, 0, stream>>>(in, partial.data, reduce, chunks, chunk_length);
   EMBER_CUDA_CHECK_LAUNCH("sum: chunk_sum_kernel<<<>>>");
-  row_sum_kernel<Acc><<<grid_for(outer), kRowThreads, 0, stream>>>(partial, out, outer, chunks);
+  row_sum_kernel<Acc>
+      <<<grid_for(outer), kRowThreads, 0, stream>>>(partial.data, out, outer, chunks);
   EMBER_CUDA_CHECK_LAUNCH("sum: row_sum_kernel<<<>>> over partial sums");
-  EMBER_CUDA_KERNEL_CHECK(cudaFreeAsync(partial, stream));
 }
 
 template void sum<float>(const float*, float*, int64_t, int64_t, int64_t, cudaStream_t);

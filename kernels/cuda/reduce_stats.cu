@@ -15,6 +15,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/reduce.h"
+#include "kernels/cuda/scratch.h"
 
 namespace ember::kernels::cuda {
 namespace {
@@ -234,20 +235,6 @@ unsigned grid_for(int64_t work_items) {
   return static_cast<unsigned>(work_items < kMaxBlocks ? (work_items < 1 ? 1 : work_items)
                                                        : kMaxBlocks);
 }
-
-// A stream-ordered scratch buffer of n Acc values, freed (stream-ordered) with the object.
-template <typename Acc>
-struct Scratch {
-  Acc* data = nullptr;
-  cudaStream_t stream;
-  Scratch(int64_t n, cudaStream_t s) : stream(s) {
-    EMBER_CUDA_KERNEL_CHECK(cudaMallocAsync(
-        reinterpret_cast<void**>(&data), static_cast<size_t>(n > 0 ? n : 1) * sizeof(Acc), stream));
-  }
-  ~Scratch() { static_cast<void>(cudaFreeAsync(data, stream)); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-};
 
 // folded (outer, inner) = the fold of every line of in (outer, reduce, inner), reduce >= 1.
 template <typename T, typename Acc = acc_t<T>>

@@ -133,8 +133,9 @@ struct CudaWorkspace {
 };
 
 // t's data, 16-byte aligned as cuDNN's vectorised kernels want: a dense view that starts inside
-// its storage (x.narrow(0, 1, n) in f16, say) is copied into a fresh block first. Every block of
-// the caching allocator is a cudaMalloc of its own, so fresh tensors are aligned.
+// its storage (x.narrow(0, 1, n) in f16, say) is copied into a fresh block first. The caching
+// allocator's blocks start at multiples of 512 bytes into their segments, so fresh tensors are
+// aligned.
 Tensor aligned_for_cudnn(const Tensor& t) {
   if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0) return t;
   NoGradGuard no_grad;

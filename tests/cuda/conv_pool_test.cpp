@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/models.h"
@@ -196,8 +197,10 @@ TEST(CudaConvPool, Conv2dSaysWhichTensorIsOnAnotherDevice) {
 TEST(CudaConvPool, BatchNormGradientsAndRunningStatisticsMatchTheCpu) {
   EMBER_SKIP_WITHOUT_GPU();
   // (N, C) as batch_norm1d, a count below one block, resnet9's (N, C, 32, 32) at batch 8 (8192
-  // values per channel), and batch 1.
-  const std::vector<Shape> shapes = {{33, 5}, {8, 16, 9, 7}, {8, 4, 32, 32}, {1, 3, 5, 7}};
+  // values per channel), and batch 1; and counts over one block of 512 threads with planes
+  // under it ({600, 4}, {16, 4, 7, 7}: the flat path loops).
+  const std::vector<Shape> shapes = {{33, 5},      {8, 16, 9, 7}, {8, 4, 32, 32},
+                                     {1, 3, 5, 7}, {600, 4},      {16, 4, 7, 7}};
   Generator generator(8);
   for (const Shape& shape : shapes) {
     const int64_t channels = shape[1];
@@ -306,13 +309,22 @@ TEST(CudaConvPool, PoolingGradientsMatchTheCpu) {
 TEST(CudaConvPool, MaxPoolPropagatesNaNLikeTheCpu) {
   EMBER_SKIP_WITHOUT_GPU();
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  Tensor x =
+  const Tensor values =
       from_vector(std::vector<double>{1, nan, 3, 4, 5, 6, 7, 8, 9, -1, -2, -3, -4, -5, -6, -7},
-                  {1, 1, 4, 4}, DType::f32);
-  const Tensor cpu = max_pool2d(x, {.kernel_size = 2});
-  const Tensor cuda = max_pool2d(x.to(Device::cuda(0)), {.kernel_size = 2});
-  EXPECT_EQ(mismatch(cuda, cpu, 0.0), "");
-  EXPECT_TRUE(std::isnan(to_vector<double>(cuda.to(Device::cpu()))[0]));
+                  {1, 1, 4, 4}, DType::f64);
+  // 2x2 windows (the CPU's vector path), and 3x3 at stride 2 with padding (its generic loop).
+  const std::vector<std::pair<std::string, Pool2dOptions>> windows = {
+      {"2x2", {.kernel_size = 2}},
+      {"3x3 stride 2 padding 1", {.kernel_size = 3, .stride = 2, .padding = 1}}};
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    const Tensor x = values.to(dtype);
+    for (const auto& [name, options] : windows) {
+      const Tensor cpu = max_pool2d(x, options);
+      const Tensor cuda = max_pool2d(x.to(Device::cuda(0)), options);
+      EXPECT_EQ(mismatch(cuda, cpu, 0.0), "") << name << " in " << dtype_name(dtype);
+      EXPECT_TRUE(std::isnan(to_vector<double>(cuda.to(Device::cpu()))[0])) << name;
+    }
+  }
 }
 
 // ---- reductions --------------------------------------------------------------------------------

@@ -182,5 +182,30 @@ TEST(CudaElementwiseVector, ComparisonsOfBoolTensorsMatchTheCpu) {
   EXPECT_EQ(mismatch(lt(rows.to(kCuda), row.to(kCuda)), lt(rows, row), 0.0), "");
 }
 
+// More than 2^31 elements: every index in the flat (vector) and strided paths is 64-bit. u8, so
+// that each tensor is 2 GiB; skipped where the GPU has less than 10 GiB free.
+TEST(CudaElementwiseVector, MoreThan2To31ElementsReachTheLastOne) {
+  EMBER_SKIP_WITHOUT_GPU();
+  if (cuda::memory_info(0).first < (size_t{10} << 30)) GTEST_SKIP() << "needs 10 GiB free";
+  const int64_t n = (int64_t{1} << 31) + 5;
+  const auto element = [](const Tensor& t, int64_t i) {
+    return t.reshape({-1}).narrow(0, i, 1).item<double>();
+  };
+  {
+    const Tensor x = full({n}, 3, TensorOptions(DType::u8, kCuda));
+    const Tensor y = add(x, x);  // dense and aligned: the vector path
+    for (int64_t i : {int64_t{0}, (int64_t{1} << 31) - 1, int64_t{1} << 31, n - 1})
+      EXPECT_EQ(element(y, i), 6.0) << "element " << i;
+  }
+  {
+    const int64_t half = n / 2 + 1;  // (2, half) seen as (half, 2): the strided path
+    const Tensor x = full({2, half}, 3, TensorOptions(DType::u8, kCuda)).t();
+    const Tensor y = mul(x, 2);
+    ASSERT_EQ(y.numel(), 2 * half);
+    for (int64_t i : {int64_t{0}, int64_t{1} << 31, 2 * half - 1})
+      EXPECT_EQ(element(y, i), 6.0) << "element " << i;
+  }
+}
+
 }  // namespace
 }  // namespace ember::testing
