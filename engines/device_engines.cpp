@@ -1,12 +1,17 @@
 #include "engines/device_engines.h"
 
 #include "runtime/autocast.h"
+#include "runtime/device.h"
 #include "runtime/error.h"
 
 namespace ember::engines {
 
 DeviceEngine::DeviceEngine(Device device) : device_(device) {
   check_device_available(device);
+  // The engine's GPU becomes the current one, as torch.cuda.set_device(local_rank) in Catalyst's
+  // and Accelerate's engines: under mpirun, rank k of a node works on cuda:k, and the kernels of
+  // its ops must launch there rather than on cuda:0.
+  if (device.is_cuda()) cuda::set_device(device.index);
 }
 
 namespace {

@@ -49,6 +49,11 @@ struct DeviceProperties {
 DeviceProperties device_properties(int device_index);
 // Free and total bytes of the GPU now (cudaMemGetInfo): other processes' memory included.
 std::pair<size_t, size_t> memory_info(int device_index);
+// Makes `device_index` the calling thread's current GPU (cudaSetDevice), as torch.cuda.set_device
+// does: what it launches without naming a device (the kernels of ops, which run on the current
+// device's streams) goes there. The engines call it for their GPU, so that rank k of a node
+// works on cuda:k. Throws the error of check_device_available when there is no such GPU.
+void set_device(int device_index);
 
 }  // namespace cuda
 

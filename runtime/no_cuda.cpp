@@ -24,6 +24,11 @@ std::pair<size_t, size_t> memory_info(int device_index) {
   EMBER_FAIL("unreachable: CUDA memory information without CUDA");
 }
 
+void set_device(int device_index) {
+  check_device_available(Device::cuda(device_index));
+  EMBER_FAIL("unreachable: a current GPU without CUDA");
+}
+
 }  // namespace cuda
 
 namespace cuda_hooks {

@@ -52,6 +52,11 @@ std::pair<size_t, size_t> memory_info(int device_index) {
   return {free, total};
 }
 
+void set_device(int device_index) {
+  check_device_available(Device::cuda(device_index));
+  EMBER_CUDA_CHECK(cudaSetDevice(device_index));
+}
+
 }  // namespace cuda
 
 namespace cuda_hooks {

@@ -46,6 +46,7 @@ TEST(CudaDevice, WithoutAGpuEveryEntryPointSaysWhy) {
   std::vector<std::string> messages = {
       error_of([] { cuda::device_properties(0); }),
       error_of([] { cuda::memory_info(0); }),
+      error_of([] { cuda::set_device(0); }),
       error_of([] { allocator_for(Device::cuda(0)); }),
   };
 #if EMBER_WITH_CUDA
@@ -348,6 +349,13 @@ TEST(CudaDevice, GuardRestoresTheDeviceWhenAnErrorUnwinds) {
   EXPECT_FALSE(error_of([&] { const cuda::DeviceGuard guard(last + 1); }).empty());
   EMBER_CUDA_CHECK(cudaGetDevice(&after));
   EXPECT_EQ(after, before);
+  // set_device makes a GPU current and refuses one that is not there, naming it.
+  cuda::set_device(last);
+  EMBER_CUDA_CHECK(cudaGetDevice(&after));
+  EXPECT_EQ(after, last);
+  EXPECT_NE(error_of([&] { cuda::set_device(last + 1); }).find("cuda:" + std::to_string(last + 1)),
+            std::string::npos);
+  cuda::set_device(before);
   // ... and leaves no error behind for the next kernel launch's check to report as its own.
   EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
   EXPECT_EQ(sum(ones({4}, TensorOptions(DType::f32, Device::cuda(before)))).item<double>(), 4.0);
