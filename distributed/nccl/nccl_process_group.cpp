@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "runtime/cuda/allocator.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/device_guard.h"
 #include "runtime/cuda/stream.h"
@@ -70,14 +71,18 @@ struct Communicator {
   bool aborted = false;
 
   ~Communicator() {
-    if (comm != nullptr) {
-      if (aborted) {
-        ncclCommAbort(comm);
-      } else {
-        ncclCommDestroy(comm);
-      }
-    }
+    if (comm != nullptr) ncclCommDestroy(comm);  // an aborted one is gone already (abort())
     if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+
+  // After a timeout or an asynchronous error: ncclCommAbort ends the kernels that wait for a peer
+  // that will never come, so that later waits fail at once instead of each running into the
+  // timeout; every later collective on the communicator is refused. Caller holds `mutex`.
+  void abort() {
+    if (aborted) return;
+    aborted = true;
+    static_cast<void>(ncclCommAbort(comm));
+    comm = nullptr;
   }
 };
 
@@ -97,11 +102,14 @@ class NcclWork final : public Work {
         Clock::now() + std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double>(collective_timeout_seconds()));
     while (true) {
-      const cudaError_t status = cudaEventQuery(done_);
-      if (status == cudaSuccess) break;
-      if (status != cudaErrorNotReady) EMBER_CUDA_CHECK(status);
+      if (completed()) break;
       ncclResult_t async_error = ncclSuccess;
-      EMBER_NCCL_CHECK(ncclCommGetAsyncError(communicator_->comm, &async_error));
+      {
+        std::lock_guard lock(communicator_->mutex);
+        EMBER_CHECK(!communicator_->aborted, "ember: ", description_,
+                    " failed: the communicator was aborted after an earlier failure");
+        EMBER_NCCL_CHECK(ncclCommGetAsyncError(communicator_->comm, &async_error));
+      }
       if (async_error != ncclSuccess) {
         abort_communicator();
         EMBER_FAIL("ember: ", description_, " failed: ", ncclGetErrorString(async_error));
@@ -124,12 +132,24 @@ class NcclWork final : public Work {
     keep_alive_.clear();
   }
 
-  bool is_completed() override { return cudaEventQuery(done_) == cudaSuccess; }
+  bool is_completed() override { return completed(); }
 
  private:
+  // Whether the collective has run. A query of an event not yet reached also lands in CUDA's
+  // last-error slot: cleared, or the next kernel launch's check would report "device not ready".
+  bool completed() const {
+    const cudaError_t status = cudaEventQuery(done_);
+    if (status == cudaErrorNotReady) {
+      static_cast<void>(cudaGetLastError());
+      return false;
+    }
+    EMBER_CUDA_CHECK(status);
+    return true;
+  }
+
   void abort_communicator() {
     std::lock_guard lock(communicator_->mutex);
-    communicator_->aborted = true;
+    communicator_->abort();
   }
 
   std::shared_ptr<Communicator> communicator_;
@@ -220,8 +240,12 @@ class NcclProcessGroup final : public ProcessGroup {
     return work;
   }
 
-  WorkPtr send(const Tensor& tensor, int destination, int) override {
+  // NCCL's point-to-point calls have no tags (messages between two ranks match in order), and
+  // they run in order on the group's one stream: a recv queued before the send its peer waits
+  // for blocks both (a ring of recv-then-send deadlocks, where MPI's would not).
+  WorkPtr send(const Tensor& tensor, int destination, int tag) override {
     check(tensor, "send");
+    check_no_tag(tag, "send");
     EMBER_CHECK(destination >= 0 && destination < size(), "send: destination ", destination,
                 " is not a rank of group '", name(), "' (size ", size(), ")");
     return launch(detail::concat("send(to ", destination, ")"), tensor, {tensor},
@@ -231,8 +255,9 @@ class NcclProcessGroup final : public ProcessGroup {
                   });
   }
 
-  WorkPtr recv(const Tensor& tensor, int source, int) override {
+  WorkPtr recv(const Tensor& tensor, int source, int tag) override {
     check(tensor, "recv");
+    check_no_tag(tag, "recv");
     EMBER_CHECK(source >= 0 && source < size(), "recv: source ", source,
                 " is not a rank of group '", name(), "' (size ", size(), ")");
     return launch(detail::concat("recv(from ", source, ")"), tensor, {tensor},
@@ -256,6 +281,12 @@ class NcclProcessGroup final : public ProcessGroup {
                 " tensors, got ", describe(tensor), "; use the MPI group for CPU tensors");
     EMBER_CHECK(tensor.is_contiguous(), call, ": the tensor must be contiguous, got ",
                 describe(tensor));
+  }
+
+  void check_no_tag(int tag, const char* call) const {
+    EMBER_CHECK(tag == 0, call, ": the NCCL group of '", name(),
+                "' has no message tags (its sends and receives match in order), got tag ", tag,
+                "; use tag 0, or the MPI group");
   }
 
   // As the MPI group: an average of integers would truncate. (Booleans: sum and max are or,
@@ -285,6 +316,10 @@ class NcclProcessGroup final : public ProcessGroup {
     cudaEvent_t done = nullptr;
     EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     EMBER_CUDA_CHECK(cudaEventRecord(done, communicator_->stream));
+    // The tensors are used on the group's stream: freed before the collective ends (a Work
+    // dropped without wait()), their memory waits for it before the allocator hands it out again.
+    for (const Tensor& tensor : tensors)
+      cuda::record_stream(tensor, communicator_->stream, device);
     return std::make_shared<NcclWork>(communicator_, done,
                                       detail::concat(call, " of ", describe(shown), " on group '",
                                                      name(), "' at rank ", rank(), " of ", size()),

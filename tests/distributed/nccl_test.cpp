@@ -195,6 +195,17 @@ TEST_F(Nccl, WorkCompletesAsynchronouslyAndWaitIsRepeatable) {
   EXPECT_TRUE(work->is_completed());
   work->wait();  // again: returns at once
   expect_values(tensor, values, "allreduce after is_completed");
+#if EMBER_WITH_NCCL
+  // Polling an event not yet reached must leave nothing in CUDA's last-error slot, where the
+  // next kernel launch's check would find it ("device not ready").
+  Tensor gathered = empty({1 << 22}, TensorOptions(DType::f32, kGpu));
+  WorkPtr gather = group->allgather(gathered, tensor);
+  while (!gather->is_completed()) {
+  }
+  gather->wait();
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+  expect_values(add(gathered, 0.0), values, "allgather, then a kernel");
+#endif
 
   // Several in flight at once, waited in reverse order; the last tensor is a temporary the
   // Work keeps alive.
@@ -256,6 +267,8 @@ TEST_F(Nccl, TensorsNotOnItsGpuAreErrorsThatSaySo) {
                     "destination 1");
   EXPECT_ERROR_WITH(group->recv(zeros({4}, TensorOptions(DType::f32, kGpu)), 2), "recv",
                     "source 2");
+  EXPECT_ERROR_WITH(group->send(zeros({4}, TensorOptions(DType::f32, kGpu)), 0, 7), "send",
+                    "has no message tags", "got tag 7");
 }
 
 TEST_F(Nccl, MakeNcclGroupRefusesANullBootstrap) {
@@ -267,10 +280,13 @@ TEST_F(Nccl, MakeNcclGroupRefusesANullBootstrap) {
 }
 
 #if EMBER_WITH_NCCL
-// Holds the caller's stream until released: a collective queued behind it cannot complete.
+// Holds the caller's stream until released, or for 10 s at most: a collective queued behind it
+// cannot complete. (The bound: should anything in between wait for the whole device, say the
+// communicator's abort, the test is 10 s slower instead of hanging the session.)
 void CUDART_CB block_until_released(void* flag) {
   auto* released = static_cast<std::atomic<bool>*>(flag);
-  while (!released->load()) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!released->load() && std::chrono::steady_clock::now() < give_up) {
   }
 }
 
@@ -293,6 +309,9 @@ TEST_F(Nccl, ACollectiveThatCannotCompleteTimesOutAndAbortsTheCommunicator) {
   EXPECT_FALSE(work->is_completed());
   EXPECT_ERROR_WITH(work->wait(), "allreduce(sum) of f32", "did not complete within 0.5 s",
                     "EMBER_COLLECTIVE_TIMEOUT", "at rank 0 of 1");
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+  // Aborted at the timeout: waiting again fails at once, without another timeout.
+  EXPECT_ERROR_WITH(work->wait(), "the communicator was aborted");
   released = true;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_ERROR_WITH(group->allreduce(tensor, ReduceOp::sum), "the communicator was aborted");
