@@ -26,6 +26,11 @@ struct Topology {
   int local_size = 1;  // ranks per node
   int node = 0;        // which node
   int num_nodes = 1;
+  // This rank's place among the ranks of its machine (MPI_COMM_TYPE_SHARED), and their number,
+  // whatever EMBER_LOCAL_SIZE makes a node: which of the machine's GPUs it takes, and how many
+  // processes share them.
+  int rank_on_machine = 0;
+  int ranks_on_machine = 1;
 };
 Topology topology();
 // The ranks of this node, and the ranks sharing this rank's local rank across nodes (DASO's

@@ -41,13 +41,14 @@ bool world_of_one_allowed() {
          dist::nccl_available();
 }
 
-// A data-parallel engine's group and device: under a launcher only (or a world of one, above);
-// NCCL on this rank's GPU when there are GPUs (and NCCL), else MPI on the CPU.
+// A data-parallel engine's group and device: under a launcher only (or a world of one, above).
+// With GPUs, rank k of a machine works on GPU k mod #GPUs, over NCCL when every rank of the
+// machine has a GPU of its own, else over MPI; without GPUs, over MPI on the CPU.
 struct Ranks {
   dist::ProcessGroupPtr group;
   Device device = Device::cpu();
 };
-Ranks ranks_for(const std::string& engine) {
+Ranks ranks_for(const std::string& engine, bool with_nccl = true) {
   EMBER_CHECK(dist::launched_with_several_processes() || world_of_one_allowed(),
               "it trains with several processes: start it under a launcher, e.g. mpirun -np 2 "
               "build/bin/ember train --engine ",
@@ -57,11 +58,15 @@ Ranks ranks_for(const std::string& engine) {
   Ranks ranks;
   ranks.group = dist::init();
   const int gpus = cuda_device_count();
-  if (gpus > 0 && dist::nccl_available()) {
-    const int device = dist::topology().local_rank % gpus;
-    ranks.device = Device::cuda(device);
+  if (gpus == 0) return ranks;
+  const dist::Topology where = dist::topology();
+  const int device = where.rank_on_machine % gpus;
+  ranks.device = Device::cuda(device);
+  // NCCL refuses two ranks of one communicator on one GPU: with more ranks on the machine than
+  // GPUs they stay on the MPI group, which stages CUDA tensors through pinned host memory.
+  // (DASO builds its own node and global groups over MPI and needs no NCCL group.)
+  if (with_nccl && dist::nccl_available() && where.ranks_on_machine <= gpus)
     ranks.group = dist::make_nccl_group(ranks.group, device);
-  }
   return ranks;
 }
 
@@ -137,7 +142,7 @@ const std::vector<EngineEntry>& engine_table() {
        "Heat's DASO under mpirun: node-local gradient averaging, global parameter averaging "
        "(DasoEngine)",
        [](const EngineOptions& options) -> EnginePtr {
-         const Ranks ranks = ranks_for("daso");
+         const Ranks ranks = ranks_for("daso", /*with_nccl=*/false);
          return std::make_shared<DasoEngine>(ranks.device, static_cast<int>(options.total_epochs));
        }},
   };

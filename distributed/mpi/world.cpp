@@ -35,8 +35,13 @@ int env_int(const char* name, int fallback) {
 // Ranks on one machine share a node unless EMBER_LOCAL_SIZE says how many ranks a node holds.
 Topology find_topology(MPI_Comm world, int rank, int size) {
   Topology topology;
+  MPI_Comm shared = MPI_COMM_NULL;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared);
+  MPI_Comm_rank(shared, &topology.rank_on_machine);
+  MPI_Comm_size(shared, &topology.ranks_on_machine);
   const int forced = env_int("EMBER_LOCAL_SIZE", 0);
   if (forced != 0) {
+    MPI_Comm_free(&shared);
     EMBER_CHECK(forced > 0 && size % forced == 0, "EMBER_LOCAL_SIZE=", forced,
                 ": must be a positive divisor of the number of processes (", size,
                 "), so that every node holds the same number of ranks");
@@ -46,8 +51,6 @@ Topology find_topology(MPI_Comm world, int rank, int size) {
     topology.num_nodes = size / forced;
     return topology;
   }
-  MPI_Comm shared = MPI_COMM_NULL;
-  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared);
   MPI_Comm_rank(shared, &topology.local_rank);
   MPI_Comm_size(shared, &topology.local_size);
   // The node's index: its lowest world rank, ranked among all nodes' lowest ranks.

@@ -161,6 +161,7 @@ TEST(Daso, LossDecreasesOnTwoNodesOfTwoRanks) {
   if (world()->size() != 4) GTEST_SKIP() << "needs 4 ranks (mpirun -np 4)";
   // The default groups when the launch already poses as 2 nodes (EMBER_LOCAL_SIZE=2), else a split.
   const Topology topology = dist::topology();
+  EXPECT_EQ(topology.ranks_on_machine, 4) << "nodes posed by EMBER_LOCAL_SIZE share one machine";
   DasoGroups groups = topology.local_size == 2 ? DasoGroups::default_groups() : split_world(2);
   ToyProblem toy;
   optim::SGD sgd(std::vector<Tensor>{toy.weight, toy.bias}, {.lr = 0.05});

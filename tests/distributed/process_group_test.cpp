@@ -200,6 +200,10 @@ TEST(ProcessGroup, WorldKnowsItsRankAndSize) {
   EXPECT_EQ(where.local_size * where.num_nodes, group->size());
   EXPECT_EQ(where.node * where.local_size + where.local_rank, group->rank())
       << "one machine: ranks fill the nodes in order";
+  // The machine's ranks (whatever nodes EMBER_LOCAL_SIZE makes: Daso.LossDecreasesOnTwoNodes...
+  // checks it there): on one machine, all of them.
+  EXPECT_EQ(where.ranks_on_machine, group->size());
+  EXPECT_EQ(where.rank_on_machine, group->rank());
 }
 
 TEST(ProcessGroup, SeveralCollectivesInFlightCompleteInAnyWaitOrder) {
