@@ -14,6 +14,7 @@
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
+#include <vector>
 #endif
 
 namespace ember::kernels::cuda {
@@ -40,14 +41,52 @@ namespace {
   } while (false)
 
 // One handle per (thread, device): a cuDNN handle must not be used by two threads at once, and it
-// belongs to the device that was current when it was made. Handles live as long as the program
-// (destroying them at thread exit can run after the CUDA context is gone).
+// belongs to the device that was current when it was made. A thread borrows its handles from a
+// per-device pool and gives them back when it ends, so that threads that come and go
+// (DataParallel starts one per replica for every forward and backward) reuse a few handles
+// instead of each creating its own (cudnnCreate is slow and holds device memory). Pooled
+// handles live as long as the program: destroying them at exit can run after the CUDA context
+// is gone.
+struct HandlePool {
+  std::mutex mutex;
+  std::unordered_map<int, std::vector<cudnnHandle_t>> free_by_device;
+};
+HandlePool& handle_pool() {
+  static auto* pool =
+      new HandlePool();  // never destroyed: threads may end after static destructors
+  return *pool;
+}
+
+std::atomic<int64_t> handles_created{0};
+
+struct BorrowedHandles {
+  std::unordered_map<int, cudnnHandle_t> by_device;
+  ~BorrowedHandles() {
+    HandlePool& pool = handle_pool();
+    std::lock_guard lock(pool.mutex);
+    for (const auto& [device, handle] : by_device)
+      pool.free_by_device[device].push_back(handle);
+  }
+};
+
 cudnnHandle_t handle_for(cudaStream_t stream) {
-  thread_local std::unordered_map<int, cudnnHandle_t> handles;
+  thread_local BorrowedHandles borrowed;
   int device = 0;
   EMBER_CUDA_KERNEL_CHECK(cudaGetDevice(&device));
-  cudnnHandle_t& handle = handles[device];
-  if (handle == nullptr) EMBER_CUDNN_CHECK(cudnnCreate(&handle));
+  cudnnHandle_t& handle = borrowed.by_device[device];
+  if (handle == nullptr) {
+    HandlePool& pool = handle_pool();
+    std::lock_guard lock(pool.mutex);
+    std::vector<cudnnHandle_t>& free = pool.free_by_device[device];
+    if (!free.empty()) {
+      handle = free.back();
+      free.pop_back();
+    }
+  }
+  if (handle == nullptr) {
+    EMBER_CUDNN_CHECK(cudnnCreate(&handle));
+    handles_created.fetch_add(1, std::memory_order_relaxed);
+  }
   EMBER_CUDNN_CHECK(cudnnSetStream(handle, stream));
   return handle;
 }
@@ -250,6 +289,10 @@ int64_t cudnn_conv_algorithm_searches() {
   return searches.load(std::memory_order_relaxed);
 }
 
+int64_t cudnn_handles_created() {
+  return handles_created.load(std::memory_order_relaxed);
+}
+
 void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, const void* x,
                           const void* w, void* y, const WorkspaceAllocator& workspace,
                           cudaStream_t stream) {
@@ -344,6 +387,10 @@ bool cudnn_available() {
 }
 
 int64_t cudnn_conv_algorithm_searches() {
+  return 0;
+}
+
+int64_t cudnn_handles_created() {
   return 0;
 }
 

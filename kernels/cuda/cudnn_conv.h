@@ -51,5 +51,8 @@ void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype
 
 // How many algorithm choices have been made (cache misses) since the program started.
 int64_t cudnn_conv_algorithm_searches();
+// How many cuDNN handles have been created since the program started (threads that end give
+// theirs back to a pool for the next thread).
+int64_t cudnn_handles_created();
 
 }  // namespace ember::kernels::cuda

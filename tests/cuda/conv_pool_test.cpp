@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -151,6 +152,23 @@ TEST(CudaConvPool, Conv2dChoosesEachAlgorithmOnce) {
   // The values: every output is the count of in-bounds taps times 1.
   // y (1, 5, 13, 19): output (6, 8) of channel 0 sees all 27 taps inside the input.
   EXPECT_DOUBLE_EQ(to_vector<double>(y.to(Device::cpu()))[6 * 19 + 8], 27.0);
+}
+
+// Threads that come and go (DataParallel's replicas) reuse the cuDNN handles of ended threads.
+TEST(CudaConvPool, ThreadsThatEndGiveTheirCudnnHandleBack) {
+  EMBER_SKIP_WITHOUT_GPU();
+  if (!kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
+  const TensorOptions options(DType::f32, Device::cuda(0));
+  const Tensor x = ones({1, 3, 8, 8}, options), w = ones({4, 3, 3, 3}, options);
+  const auto convolve_on_a_new_thread = [&] {
+    std::thread thread([&] { conv2d(x, w, Tensor(), {.padding = 1}); });
+    thread.join();
+  };
+  convolve_on_a_new_thread();
+  const int64_t before = kernels::cuda::cudnn_handles_created();
+  for (int i = 0; i < 10; ++i)
+    convolve_on_a_new_thread();
+  EXPECT_EQ(kernels::cuda::cudnn_handles_created(), before) << "each thread made a handle";
 }
 
 TEST(CudaConvPool, Conv2dWithoutCudnnSaysThatTheBuildHasNone) {
