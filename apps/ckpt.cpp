@@ -3,14 +3,14 @@
 #include <iostream>
 
 #include "apps/commands.h"
+#include "apps/flags.h"
 #include "runtime/io/checkpoint.h"
 #include "runtime/ops.h"
 
 namespace ember::apps {
 
 int run_ckpt(int argc, char** argv) {
-  const bool help =
-      argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0);
+  const bool help = asks_for_help(argc, argv);
   if (help || argc != 3 || std::strcmp(argv[1], "inspect") != 0) {
     (help ? std::cout : std::cerr)
         << "usage: ember ckpt inspect FILE\n"

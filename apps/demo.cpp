@@ -1,15 +1,15 @@
 // `ember demo`: fits y = 3x - 2 + noise with a linear model, by hand-written gradient descent on
 // ember's autograd. A smoke test of the runtime that needs no dataset.
-#include <cstring>
 #include <iostream>
 
 #include "apps/commands.h"
+#include "apps/flags.h"
 #include "runtime/ops.h"
 
 namespace ember::apps {
 
 int run_demo(int argc, char** argv) {
-  if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+  if (asks_for_help(argc, argv)) {
     std::cout << "usage: ember demo\n  fits y = 3x - 2 with gradient descent and prints the fit\n";
     return 0;
   }

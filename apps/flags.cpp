@@ -7,6 +7,14 @@
 
 namespace ember::apps {
 
+bool asks_for_help(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string argument = argv[i];
+    if (argument == "--help" || argument == "-h") return true;
+  }
+  return false;
+}
+
 Flags::Flags(int argc, char** argv, const std::vector<std::string>& valued,
              const std::vector<std::string>& switches)
     : command_(argc > 0 ? argv[0] : "ember") {

@@ -10,6 +10,10 @@
 
 namespace ember::apps {
 
+// Whether any argument after the subcommand is --help or -h (anywhere, as argparse takes it:
+// `ember train --epochs 2 --help` prints the usage instead of training).
+bool asks_for_help(int argc, char** argv);
+
 class Flags {
  public:
   // `spec` names every accepted flag; booleans are listed in `switches`.

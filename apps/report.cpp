@@ -187,7 +187,7 @@ void draw_panel(std::ostringstream& svg, const Curves& curves, const std::string
 }  // namespace
 
 int run_report(int argc, char** argv) {
-  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+  if (asks_for_help(argc, argv)) {
     std::cout << kUsage;
     return 0;
   }

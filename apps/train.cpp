@@ -55,7 +55,7 @@ std::string format_duration(double seconds) {
 }  // namespace
 
 int run_train(int argc, char** argv) {
-  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+  if (asks_for_help(argc, argv)) {
     std::cout << kUsage;
     return 0;
   }

@@ -45,6 +45,7 @@ check "ddp engine without a launcher" fails_saying "start it under a launcher, e
   "$ember" train --engine ddp --data "$work/nowhere"
 check "device contradicts engine" fails_saying "contradicts --engine" \
   "$ember" train --engine cpu --device cuda --data "$work/nowhere"
+check "--help after other flags" bash -c "'$ember' train --epochs 2 --help | grep -q -- --resume"
 check "report --help" bash -c "'$ember' report --help | grep -q LOGDIR"
 check "report without logs" fails_saying "no metrics.csv or metrics.jsonl" "$ember" report "$work"
 check "resume without checkpoint" fails_saying "no checkpoint at" \
@@ -55,7 +56,8 @@ if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
   [ "$failed" -eq 0 ] && exit 77 || exit 1
 fi
 
-small=(--data "$data" --limit-train 192 --limit-valid 64 --batch-size 32 --model-size 4 --quiet)
+# On the CPU, GPU or not (byte-identical resumes; a GPU's engines are the section below).
+small=(--data "$data" --limit-train 192 --limit-valid 64 --batch-size 32 --model-size 4 --quiet --device cpu)
 check "train 2 epochs" "$ember" train "${small[@]}" --epochs 2 --logdir "$work/straight"
 check "train 1 of 2 epochs" "$ember" train "${small[@]}" --epochs 2 --stop-after 1 --logdir "$work/resumed"
 check "resume" "$ember" train "${small[@]}" --epochs 2 --resume --logdir "$work/resumed"
