@@ -283,12 +283,13 @@ Shape concat(Shape front, const Shape& back) {
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
-  // Autocast first: an f16 activation meets an f32 weight inside a region, as in PyTorch.
-  check_operands(autocast_lower(a_in), autocast_lower(b_in), "matmul");
+  // Autocast first: an f16 activation meets an f32 weight inside a region, as in PyTorch. (Each
+  // operand is cast once: a cast is a kernel, an allocation and an autograd node.)
+  const Tensor a = autocast_lower(a_in), b = autocast_lower(b_in);
+  check_operands(a, b, "matmul");
   EMBER_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1,
               "matmul: both operands need at least one dim, got shapes ", shape_str(a_in.sizes()),
               " and ", shape_str(b_in.sizes()));
-  const Tensor a = autocast_lower(a_in), b = autocast_lower(b_in);
   // A vector operand is a (1, k) row on the left or a (k, 1) column on the right.
   const Tensor a_mat = a.dim() == 1 ? a.unsqueeze(0) : a;
   const Tensor b_mat = b.dim() == 1 ? b.unsqueeze(1) : b;
@@ -348,10 +349,10 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
-  check_operands(autocast_lower(a_in), autocast_lower(b_in), "bmm");
+  const Tensor a = autocast_lower(a_in), b = autocast_lower(b_in);
+  check_operands(a, b, "bmm");
   EMBER_CHECK(a_in.dim() == 3 && b_in.dim() == 3, "bmm: expected two 3-D tensors, got shapes ",
               shape_str(a_in.sizes()), " and ", shape_str(b_in.sizes()));
-  const Tensor a = autocast_lower(a_in), b = autocast_lower(b_in);
   EMBER_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ: shapes ", shape_str(a.sizes()),
               " and ", shape_str(b.sizes()), " (", a.size(0), " != ", b.size(0), ")");
   EMBER_CHECK(a.size(2) == b.size(1), "bmm: shapes ", shape_str(a.sizes()), " and ",
@@ -375,7 +376,8 @@ Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
-  check_operands(autocast_lower(x_in), autocast_lower(weight_in), "linear");
+  const Tensor x = autocast_lower(x_in), weight = autocast_lower(weight_in);
+  check_operands(x, weight, "linear");
   EMBER_CHECK(weight_in.dim() == 2, "linear: expected a 2-D weight (out, in), got ",
               describe(weight_in));
   EMBER_CHECK(x_in.dim() >= 1, "linear: expected an input with at least one dim, got ",
@@ -383,14 +385,13 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   EMBER_CHECK(x_in.size(-1) == weight_in.size(1), "linear: input ", shape_str(x_in.sizes()),
               " and weight ", shape_str(weight_in.sizes()), " cannot be multiplied (",
               x_in.size(-1), " != ", weight_in.size(1), ")");
-  const Tensor x = autocast_lower(x_in), weight = autocast_lower(weight_in);
   Tensor bias;
   if (bias_in.defined()) {
-    check_operands(autocast_lower(x_in), autocast_lower(bias_in), "linear");
+    bias = autocast_lower(bias_in);
+    check_operands(x, bias, "linear");
     EMBER_CHECK(bias_in.dim() == 1 && bias_in.size(0) == weight_in.size(0),
                 "linear: expected a bias of shape (", weight_in.size(0), "), got ",
                 describe(bias_in));
-    bias = autocast_lower(bias_in);
   }
   const int64_t in_features = weight.size(1), out_features = weight.size(0);
   Shape out_shape = leading(x, 1);
