@@ -5,19 +5,49 @@
 
 One row per case: median ms, GB/s and % of the device-to-device copy bandwidth measured in the
 same run (memory-bound cases), TFLOP/s or images/s (the others), or the reason it was skipped.
+A JSON cut short (the program killed before Google Benchmark closed it) is read up to its last
+complete case. bench/gpu/torch_side_by_side.py reads ember's results through rows() too.
 """
 import json
 import sys
 
 
+def load_json(path):
+    """Google Benchmark's JSON; when it was cut short, everything up to its last complete case."""
+    with open(path) as f:
+        text = f.read()
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    # The benchmarks list holds objects indented by 4 spaces: close the list after the last one
+    # that parses.
+    end = text.rfind("\n    }")
+    while end > 0:
+        try:
+            data = json.loads(text[:end + 6] + "\n  ]\n}\n")
+            data.setdefault("context", {})["truncated"] = "yes"
+            return data
+        except ValueError:
+            end = text.rfind("\n    }", 0, end)
+    head = text.find('"benchmarks"')
+    try:  # not even one case: the context alone
+        data = json.loads(text[:head].rstrip().rstrip(",") + "\n}\n") if head > 0 else {}
+    except ValueError:
+        data = {}
+    data.setdefault("context", {})["truncated"] = "yes"
+    return data
+
+
 def rows(bench_path, skipped_path=None):
-    with open(bench_path) as f:
-        data = json.load(f)
+    """(context, {case: the median run's fields, or {"error": reason}}) in the JSON's order."""
+    data = load_json(bench_path) if bench_path else {}
     cases = {}
     for run in data.get("benchmarks", []):
         name = run.get("run_name", run["name"]).split("/")[0]
-        if run.get("error_occurred"):
-            cases.setdefault(name, {"error": run.get("error_message", "error")})
+        if run.get("error_occurred") or run.get("skipped"):
+            message = run.get("error_message") or run.get("skip_message") or "error"
+            cases.setdefault(name, {"error": message})
         elif run.get("run_type") != "aggregate" or run.get("aggregate_name") == "median":
             if cases.get(name, {}).get("median") and run.get("run_type") != "aggregate":
                 continue
@@ -36,9 +66,15 @@ def main():
     if len(sys.argv) < 2:
         print(__doc__)
         return 2
-    context, cases = rows(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
+    try:
+        context, cases = rows(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
+    except (OSError, ValueError) as error:
+        print(f"ember_gpu_bench: no results ({error})")
+        return 1
+    truncated = " (JSON cut short: the run was killed)" if context.get("truncated") else ""
     print(f"ember_gpu_bench on {context.get('gpu', '?')}: device-to-device copy "
-          f"{float(context.get('copy_GBps', 0) or 0):.0f} GB/s (256 MB, read + write); medians\n")
+          f"{float(context.get('copy_GBps', 0) or 0):.0f} GB/s (256 MB, read + write); "
+          f"medians{truncated}\n")
     print("| case | ms | GB/s | % of copy | floor ms | TFLOP/s or images/s |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, c in cases.items():

@@ -32,10 +32,16 @@
 // An op ember cannot run on CUDA yet (it throws "...: not implemented for CUDA tensors yet") is
 // reported as skipped with that message (state.SkipWithError), and the rest still run; the
 // reasons are printed at the end and written to --skipped_out=PATH (JSON) when given.
+//
+// SIGTERM or SIGINT (bench/gpu/run.sh's `timeout` at the end of the step's budget) stops the
+// case being timed after its current call and skips the rest ("stopped: ..."), so that Google
+// Benchmark still writes a complete --benchmark_out JSON with every case finished so far.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -55,6 +61,15 @@ namespace {
 
 constexpr int kDevice = 0;
 constexpr int kWarmupCalls = 3;
+constexpr const char* kStopped = "stopped: SIGTERM (the step's time budget ran out)";
+
+// Set by SIGTERM/SIGINT: finish the call in flight, skip the rest, write the JSON. A second
+// signal kills as usual (e.g. a second Ctrl-C when a call hangs).
+volatile std::sig_atomic_t stop_requested = 0;
+void request_stop(int signal_number) {
+  stop_requested = 1;
+  std::signal(signal_number, SIG_DFL);
+}
 constexpr int64_t kMB = 1 << 20;
 constexpr int64_t k256MBofF32 = 256 * kMB / 4;  // 64M elements
 
@@ -122,7 +137,9 @@ class EventPair {
 };
 
 // The D2D copy bandwidth in GB/s (bytes read + written), measured once: median of 21 copies of
-// 256 MB. Every memory-bound case is reported against it.
+// 256 MB, after at least 200 ms of copies (so that the GPU has left its idle clocks: a ceiling
+// measured too low would put every case's pct_of_copy above 100). Every memory-bound case is
+// reported against it.
 double copy_bandwidth_gbps() {
   static const double gbps = [] {
     const size_t bytes = 256 * kMB;
@@ -134,7 +151,8 @@ double copy_bandwidth_gbps() {
     auto copy = [&] {
       EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
     };
-    for (int i = 0; i < kWarmupCalls; ++i)
+    const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    for (int i = 0; i < kWarmupCalls || std::chrono::steady_clock::now() < warm_until; ++i)
       events.time(copy);
     std::vector<double> seconds;
     for (int i = 0; i < 21; ++i)
@@ -154,9 +172,10 @@ struct Work {
   double images = 0;  // for a training step
 };
 
-// Cases skipped and why, for --skipped_out: with --benchmark_report_aggregates_only Google
-// Benchmark leaves errored runs out of its JSON (they have no aggregates), so the side-by-side
-// script reads the reasons from here.
+// Cases skipped and why, for --skipped_out. Google Benchmark 1.7 writes a case that errored in
+// every repetition as its per-repetition runs ("error_occurred", "error_message") even with
+// --benchmark_report_aggregates_only, but other versions differ: the table scripts read the
+// reasons from here too (bench/gpu/ember_table.py).
 std::map<std::string, std::string>& skipped_cases() {
   static std::map<std::string, std::string> cases;
   return cases;
@@ -166,9 +185,25 @@ std::string& current_case() {
   return name;
 }
 
+// Whether this repetition of the current case has entered its `for (auto _ : state)` loop.
+bool& loop_started() {
+  static bool started = false;
+  return started;
+}
+
+// Skips this repetition of the case. Outside the timing loop, it then runs the loop (empty: a
+// skipped State runs no iteration) so that the run reports the case's full iteration count, as a
+// run skipped inside the loop or completed does: Google Benchmark 1.7's ComputeStats (Debian's
+// build keeps its checks) aborts the whole program when the repetitions of one case report
+// different counts, which a repetition skipped before its loop (0) against the others did.
 void skip(benchmark::State& state, const std::string& message) {
   state.SkipWithError(message.c_str());
   skipped_cases()[current_case()] = message;
+  if (!loop_started()) {
+    loop_started() = true;
+    for (auto _ : state) {
+    }
+  }
 }
 
 // Times `call` once per benchmark iteration (manual time, CUDA events, L2 flushed first) after a
@@ -180,6 +215,10 @@ void run_case(benchmark::State& state, const Work& work, const std::function<voi
   EventPair events;
   try {
     for (int i = 0; i < kWarmupCalls; ++i) {
+      if (stop_requested) {
+        skip(state, kStopped);
+        return;
+      }
       if (setup) setup();
       call();
     }
@@ -190,7 +229,12 @@ void run_case(benchmark::State& state, const Work& work, const std::function<voi
   }
   double total_seconds = 0;
   int64_t calls = 0;
+  loop_started() = true;
   for (auto _ : state) {
+    if (stop_requested) {
+      skip(state, kStopped);
+      break;
+    }
     try {
       if (setup) setup();
       const double seconds = events.time(call);
@@ -219,6 +263,10 @@ void run_case(benchmark::State& state, const Work& work, const std::function<voi
 // Runs `body(state)` and turns an exception during setup (allocating, filling the
 // inputs) into a skipped case too.
 void guarded(benchmark::State& state, const std::function<void(benchmark::State&)>& body) {
+  if (stop_requested) {
+    skip(state, kStopped);
+    return;
+  }
   try {
     body(state);
   } catch (const std::exception& e) {
@@ -364,6 +412,7 @@ void register_cases() {
     benchmark::RegisterBenchmark(name.c_str(),
                                  [name, fn](State& state) {
                                    current_case() = name;
+                                   loop_started() = false;
                                    guarded(state, fn);
                                  })
         ->UseManualTime()
@@ -455,6 +504,8 @@ void write_skipped(const std::string& path) {
 
 int main(int argc, char** argv) {
   const std::string skipped_out = take_skipped_out(argc, argv);
+  std::signal(SIGTERM, ember::request_stop);
+  std::signal(SIGINT, ember::request_stop);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   if (ember::cuda_device_count() == 0) {

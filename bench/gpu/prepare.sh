@@ -24,6 +24,9 @@ for arg in "$@"; do
 done
 git check-ignore -q .debs/x || echo /.debs/ >> "$(git rev-parse --git-path info/exclude)"
 mkdir -p .debs
+# A later run after a Debian point release would otherwise leave two versions of a package side by
+# side, both unpacked by run.sh into the same prefix (the last in glob order winning).
+rm -f .debs/*.deb
 (cd .debs && apt-get download libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev \
   libgtest-dev googletest libbenchmark-dev libbenchmark1debian zlib1g-dev libgfortran5 \
   libquadmath0)

@@ -3,7 +3,11 @@
 
 Timed as ember's bench times them: CUDA events around each call, a warm-up, the L2 cache flushed
 before every timed call (a write over 2x the L2 size), the median over the timed calls. Each case
-runs eagerly, and through torch.compile where that works (a failure is reported, not fatal).
+runs eagerly, and through torch.compile where that works (a failure is reported, not fatal): each
+compiled case starts from a reset Dynamo cache with static shapes (dynamic=False), so that no case
+runs a graph compiled for another case's shapes, or falls back to eager past the recompile limit.
+The table and torch_bench.json are rewritten after every case, and SIGTERM (run.sh's `timeout`)
+stops the run and writes them with what was measured so far.
 
 Reads ember's Google Benchmark JSON (ember_gpu_bench --benchmark_out=FILE
 --benchmark_out_format=json, with --benchmark_repetitions and aggregates) and prints a markdown
@@ -17,11 +21,15 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ember_table  # noqa: E402  (the same reading of ember's JSON as run.sh's summary)
 
 MB = 1 << 20
 N256 = 256 * MB // 4  # f32 elements in 256 MB
@@ -50,20 +58,27 @@ class Timer:
         self.stop.synchronize()
         return self.start.elapsed_time(self.stop) / 1e3
 
-    def median(self, fn, calls, setup=None, warmup=3):
-        for _ in range(warmup):
+    def median(self, fn, calls, setup=None, warmup=3, warmup_s=0.0):
+        """Median seconds of `calls` timed calls, after `warmup` calls and at least `warmup_s`."""
+        warm_until = time.perf_counter() + warmup_s
+        done = 0
+        while done < warmup or time.perf_counter() < warm_until:
             if setup:
                 setup()
             fn()
+            done += 1
+            if done >= warmup:
+                torch.cuda.synchronize()
         torch.cuda.synchronize()
         seconds = sorted(self.once(fn, setup) for _ in range(calls))
         return seconds[len(seconds) // 2]
 
 
 def copy_bandwidth(timer):
+    """As kernels_bench.cpp's: 200 ms of copies first (the GPU leaves its idle clocks)."""
     src = torch.randn(N256, device="cuda")
     dst = torch.empty_like(src)
-    seconds = timer.median(lambda: dst.copy_(src), 21)
+    seconds = timer.median(lambda: dst.copy_(src), 21, warmup_s=0.2)
     return 2 * 256 * MB / seconds / 1e9
 
 
@@ -74,7 +89,11 @@ def copy_bandwidth(timer):
 
 
 def maybe_compile(fn, compiled):
-    return torch.compile(fn) if compiled else fn
+    """fn itself, or torch.compile of it with static shapes. Always a Python function: some
+    versions let torch.compile(torch.add) bypass Dynamo (no Python frame) and run eagerly."""
+    if not compiled:
+        return fn
+    return torch.compile(lambda *args: fn(*args), dynamic=False)
 
 
 def case_binary(op, dtype, misaligned=False):
@@ -157,7 +176,9 @@ def case_adamw():
         params = [torch.randn(size, device="cuda", requires_grad=True) for _ in range(tensors)]
         for p in params:
             p.grad = torch.randn_like(p)
-        opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-2, fused=True)
+        # ember's optim::AdamWOptions: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 1e-2.
+        opt = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                                weight_decay=1e-2, fused=True)
         return opt.step, None
 
     return ("bytes", 28 * tensors * size, make)
@@ -177,7 +198,6 @@ def case_resnet9():
     def make(compiled):
         if compiled:  # a minute of compiling: torch_train_loop.py --compile measures it
             raise NotApplicable("see torch_train_loop.py --compile")
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import torch_train_loop
 
         step, _ = torch_train_loop.make_step(64, 512, "bf16", compile_model=compiled)
@@ -225,57 +245,73 @@ class NotApplicable(Exception):
     """A variant that does not apply to a case (shown as "–")."""
 
 
-def run_torch(cases, calls, use_compile, budget_s):
+class Stopped(BaseException):
+    """SIGTERM: a BaseException, so that no `except Exception` (ours or torch.compile's) eats it."""
+
+
+def on_sigterm(signum, frame):
+    raise Stopped()
+
+
+def run_torch(cases, calls, use_compile, budget_s, progress=None):
     """Every case eagerly first, then through torch.compile while within budget_s seconds of the
-    start (compiling takes seconds per case; a slow machine still gets the eager table)."""
+    start (compiling takes seconds per case; a slow machine still gets the eager table).
+    progress(results), if given, runs after each case (to write the table so far)."""
     timer = Timer()
     copy_gbps = copy_bandwidth(timer)
     results = {"copy_GBps": copy_gbps, "cases": {name: {} for name in cases}}
     started = time.perf_counter()
-    for variant in ["eager"] + (["compile"] if use_compile else []):
-        compiled = variant == "compile"
-        for name, (kind, amount, make) in cases.items():
-            entry = results["cases"][name]
-            if make is None:  # the copy: timed above, as the ceiling
-                entry[variant] = None if compiled else {"ms": 2 * 256 * MB / copy_gbps / 1e6,
-                                                        "rate": copy_gbps}
-                continue
-            if compiled and time.perf_counter() - started > budget_s:
-                entry[variant] = {"error": f"skipped: past the {budget_s:.0f} s budget"}
-                continue
-            try:
-                fn, setup = make(compiled)
-                seconds = timer.median(fn, calls, setup)
-                entry[variant] = {"ms": seconds * 1e3, "rate": rate(kind, amount, seconds)}
-            except NotApplicable:
-                entry[variant] = None
-            except Exception as error:  # an unsupported compile, out of memory: report, go on
-                entry[variant] = {"error": f"{type(error).__name__}: {str(error)[:200]}"}
-            fn = setup = None
-            torch.cuda.empty_cache()
-            print(f"torch {variant} {name}: {json.dumps(entry[variant])}", flush=True)
+    try:
+        for variant in ["eager"] + (["compile"] if use_compile else []):
+            compiled = variant == "compile"
+            for name, (kind, amount, make) in cases.items():
+                entry = results["cases"][name]
+                if make is None:  # the copy: timed above, as the ceiling
+                    entry[variant] = None if compiled else {"ms": 2 * 256 * MB / copy_gbps / 1e6,
+                                                            "rate": copy_gbps}
+                    continue
+                if compiled and time.perf_counter() - started > budget_s:
+                    entry[variant] = {"error": f"skipped: past the {budget_s:.0f} s budget"}
+                    continue
+                fn = setup = None
+                try:
+                    if compiled:
+                        torch._dynamo.reset()  # nothing compiled for another case is reused
+                    case_started = time.perf_counter()
+                    fn, setup = make(compiled)
+                    seconds = timer.median(fn, calls, setup)
+                    entry[variant] = {"ms": seconds * 1e3, "rate": rate(kind, amount, seconds)}
+                    if compiled:  # the compile happened in the warm-up calls
+                        entry[variant]["wall_s"] = round(time.perf_counter() - case_started, 1)
+                except NotApplicable:
+                    entry[variant] = None
+                except Exception as error:  # an unsupported compile, out of memory: report, go on
+                    entry[variant] = {"error": f"{type(error).__name__}: {str(error)[:200]}"}
+                fn = setup = None
+                torch.cuda.empty_cache()
+                print(f"torch {variant} {name}: {json.dumps(entry[variant])}", flush=True)
+                if progress:
+                    progress(results)
+    except Stopped:
+        results["stopped"] = f"SIGTERM after {time.perf_counter() - started:.0f} s: cases left out"
+        print(f"torch_side_by_side.py: {results['stopped']}", flush=True)
     return results
 
 
-def read_ember(path):
-    """{case: {"ms", "GB/s", ..., or "error"}} from Google Benchmark JSON (medians preferred)."""
+def read_ember(path, skipped_path=None):
+    """({case: {"ms", "GB/s", ..., or "error"}}, context) from Google Benchmark's JSON (medians,
+    a cut-short file up to its last complete case) and the --skipped_out reasons."""
     if not path or not os.path.exists(path):
+        cases = {}
+        if skipped_path and os.path.exists(skipped_path):
+            cases = ember_table.rows(None, skipped_path)[1]
+        return cases, {}
+    try:
+        context, cases = ember_table.rows(path, skipped_path)
+    except (OSError, ValueError) as error:
+        print(f"torch_side_by_side.py: cannot read {path}: {error}", file=sys.stderr)
         return {}, {}
-    with open(path) as f:
-        data = json.load(f)
-    cases = {}
-    for run in data.get("benchmarks", []):
-        name = run.get("run_name", run["name"]).split("/")[0]
-        if run.get("error_occurred"):
-            cases.setdefault(name, {"error": run.get("error_message", "error")})
-            continue
-        if run.get("run_type") == "aggregate" and run.get("aggregate_name") != "median":
-            continue
-        is_median = run.get("aggregate_name") == "median"
-        if name in cases and not is_median and "error" not in cases[name]:
-            continue  # keep the median over a single repetition's numbers
-        cases[name] = {k: v for k, v in run.items() if isinstance(v, (int, float))}
-    return cases, data.get("context", {})
+    return cases, context
 
 
 def fmt(value, digits=0):
@@ -286,8 +322,9 @@ def fmt(value, digits=0):
 
 def table(cases, ember, torch_results, ember_copy_gbps):
     lines = [
-        "| case | ember | % of copy | PyTorch eager | PyTorch compile | ember / PyTorch eager |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| case | ember | % of copy | PyTorch eager | PyTorch compile | ember / PyTorch eager "
+        "| ember / best PyTorch |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, (kind, amount, _) in cases.items():
         unit = UNITS[kind]
@@ -311,9 +348,11 @@ def table(cases, ember, torch_results, ember_copy_gbps):
             return f"{fmt(v['rate'], 1 if kind != 'bytes' else 0)} {unit} ({fmt(v['ms'], 3)} ms)"
 
         eager_rate = (t.get("eager") or {}).get("rate")
+        best_rate = max([(t.get(v) or {}).get("rate") or 0 for v in ("eager", "compile")])
         ratio = ember_rate / eager_rate if ember_rate and eager_rate else None
+        best_ratio = ember_rate / best_rate if ember_rate and best_rate else None
         lines.append(f"| {name} | {ember_text} | {fmt(pct, 1)} | {torch_text('eager')} | "
-                     f"{torch_text('compile')} | {fmt(ratio, 2)} |")
+                     f"{torch_text('compile')} | {fmt(ratio, 2)} | {fmt(best_ratio, 2)} |")
     return "\n".join(lines)
 
 
@@ -336,34 +375,49 @@ def main():
     if args.only:
         keep = set(args.only.split(","))
         cases = {k: v for k, v in cases.items() if k in keep}
-    torch_results = run_torch(cases, args.calls, not args.no_compile, args.compile_budget)
-    ember, context = read_ember(args.ember_json)
-    if args.ember_skipped and os.path.exists(args.ember_skipped):
-        # Google Benchmark leaves skipped cases out of an aggregates-only JSON: their reasons.
-        with open(args.ember_skipped) as f:
-            for name, reason in json.load(f).items():
-                if "ms" not in ember.get(name, {}):
-                    ember[name] = {"error": reason}
-    ember_copy = float(context.get("copy_GBps", 0) or 0)
+    ember, context = read_ember(args.ember_json, args.ember_skipped)
+    ember_copy = float(context.get("copy_GBps", 0) or 0) or None
     gpu = torch.cuda.get_device_name(0)
+    get_precision = getattr(torch, "get_float32_matmul_precision", lambda: "?")
+    matmul_precision = get_precision()
     header = (f"GPU: {gpu}; torch {torch.__version__}; device-to-device copy (256 MB, read + write): "
-              f"ember's run {fmt(ember_copy)} GB/s, PyTorch's run {fmt(torch_results['copy_GBps'])} "
-              f"GB/s. Medians; L2 flushed before each call; ember/PyTorch > 1 means ember is faster "
-              f"(a ratio of throughputs). resnet9: random data, batch 512, width 64, bf16 autocast.")
+              f"ember's run {fmt(ember_copy)} GB/s, PyTorch's run {{torch_copy}} GB/s. Medians; L2 "
+              f"flushed before each call; ember/PyTorch > 1 means ember is faster (a ratio of "
+              f"throughputs); \"best PyTorch\": the faster of eager and compile. f32 matmul: "
+              f"float32_matmul_precision {matmul_precision!r} ('highest': no TF32, as ember's "
+              f"default). resnet9: random data, batch 512, width 64, bf16 autocast, Adam (fused in "
+              f"both), cuDNN's heuristic algorithm choice in both (cudnn.benchmark "
+              f"{torch.backends.cudnn.benchmark}).")
+    if context.get("truncated"):
+        header += " ember's JSON was cut short (ember_gpu_bench killed): its later cases are missing."
     footnote = ("Bytes counted (the fewest one call must move; 256 MB = 64M f32): add, mul 3 x 256 MB; "
                 "cast f32->bf16 256 MB read + 128 MB written; softmax, layer_norm forward 2 x 256 MB; "
                 "layer_norm forward+backward 5 x 256 MB; cross-entropy forward 256 MB, "
                 "forward+backward 3 x 256 MB; AdamW 28 B per f32 parameter (read p, g, m, v: 16 B; "
                 "write p, m, v: 12 B) x 100M = 2.8 GB.")
-    text = (header + "\n\n" + table(cases, ember, torch_results, ember_copy) + "\n\n" + footnote
-            + "\n")
-    print(text)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "side_by_side.md"), "w") as f:
-        f.write(text)
-    torch_results.update(gpu=gpu, torch=torch.__version__)
-    with open(os.path.join(args.out, "torch_bench.json"), "w") as f:
-        json.dump(torch_results, f, indent=1)
+
+    def write(results, final=False):
+        text = (header.replace("{torch_copy}", fmt(results["copy_GBps"])) + "\n\n"
+                + table(cases, ember, results, ember_copy) + "\n\n" + footnote + "\n")
+        if results.get("stopped"):
+            text += f"\nPyTorch's run was stopped ({results['stopped']}).\n"
+        elif not final:
+            text += "\n(partial: written while the PyTorch run went on)\n"
+        with open(os.path.join(args.out, "side_by_side.md"), "w") as f:
+            f.write(text)
+        with open(os.path.join(args.out, "torch_bench.json"), "w") as f:
+            json.dump(dict(results, gpu=gpu, torch=torch.__version__), f, indent=1)
+        return text
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        torch_results = run_torch(cases, args.calls, not args.no_compile, args.compile_budget,
+                                  write)
+    except Stopped:  # before the first case (the copy ceiling): nothing to write
+        print("torch_side_by_side.py: stopped by SIGTERM before any case ran", file=sys.stderr)
+        return 1
+    print(write(torch_results, final=True))
     return 0
 
 

@@ -8,7 +8,10 @@ Residual(conv_block(8s, 8s) x2), MaxPool2d(4), Flatten, Dropout(0.2), Linear(8s,
 
 Inputs are RANDOM images of Fashion-MNIST's padded shape (N, 1, 32, 32) and random labels: the GPU
 machine has no dataset unless one is carried, and throughput does not depend on the values. The
-step is `ember train`'s: zero_grad, forward and loss under autocast, backward, Adam step (lr 2e-3).
+step is `ember train`'s: zero_grad, forward and loss under autocast, backward, Adam step (lr 2e-3,
+fused, as ember's optim::Adam by default). cuDNN picks its algorithms by heuristics (cudnn.benchmark
+off, PyTorch's default), as ember does (cudnnGetConvolution*Algorithm_v7); --cudnn-benchmark times
+them instead.
 
     python3 bench/gpu/torch_train_loop.py --size 64 --batch 512 --amp bf16 --steps 50 \
         --json $OUT/torch_train_loop.json
@@ -69,7 +72,11 @@ def make_step(size=64, batch=512, amp="bf16", channels_last=False, compile_model
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     model.train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
+    # ember's optim::Adam is fused by default (one kernel over all parameters): so is this one.
+    try:
+        optimizer = torch.optim.Adam(model.parameters(), lr=2e-3, fused=True)
+    except (TypeError, RuntimeError):  # a PyTorch without fused Adam: its default (foreach)
+        optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
     images = torch.randn(batch, 1, 32, 32, device=device)
     if channels_last:
         images = images.to(memory_format=torch.channels_last)
@@ -117,12 +124,15 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--channels-last", action="store_true")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model too")
+    parser.add_argument("--cudnn-benchmark", action="store_true",
+                        help="torch.backends.cudnn.benchmark = True (ember has no equivalent)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("torch_train_loop.py: no CUDA device visible", file=sys.stderr)
         return 1
 
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     results = []
     variants = [("eager", False)] + ([("compile", True)] if args.compile else [])
     for name, compile_model in variants:
@@ -147,7 +157,8 @@ def main():
         with open(args.json, "w") as out:
             json.dump({"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                        "size": args.size, "batch": args.batch, "amp": args.amp,
-                       "data": "random", "results": results}, out, indent=1)
+                       "cudnn_benchmark": args.cudnn_benchmark, "data": "random",
+                       "results": results}, out, indent=1)
     return 0
 
 
