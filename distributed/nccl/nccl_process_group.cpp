@@ -135,17 +135,9 @@ class NcclWork final : public Work {
   bool is_completed() override { return completed(); }
 
  private:
-  // Whether the collective has run. A query of an event not yet reached also lands in CUDA's
-  // last-error slot: cleared, or the next kernel launch's check would report "device not ready".
-  bool completed() const {
-    const cudaError_t status = cudaEventQuery(done_);
-    if (status == cudaErrorNotReady) {
-      static_cast<void>(cudaGetLastError());
-      return false;
-    }
-    EMBER_CUDA_CHECK(status);
-    return true;
-  }
+  // Whether the collective has run (EMBER_CUDA_QUERY leaves no "not ready" in CUDA's last-error
+  // slot for the next kernel launch's check to find).
+  bool completed() const { return EMBER_CUDA_QUERY(cudaEventQuery(done_)); }
 
   void abort_communicator() {
     std::lock_guard lock(communicator_->mutex);

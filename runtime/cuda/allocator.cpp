@@ -36,13 +36,7 @@ class CudaEvents : public MemorySource {
     return event;
   }
   bool event_completed(void* event) override {
-    const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
-    if (status == cudaErrorNotReady) {
-      static_cast<void>(cudaGetLastError());  // not an error: the work is still running
-      return false;
-    }
-    EMBER_CUDA_CHECK(status);
-    return true;
+    return EMBER_CUDA_QUERY(cudaEventQuery(static_cast<cudaEvent_t>(event)));
   }
   void synchronize_event(void* event) override {
     EMBER_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));

@@ -21,3 +21,20 @@
                                                                       __FILE__, __LINE__));      \
     }                                                                                            \
   } while (false)
+
+// EMBER_CUDA_QUERY(cudaEventQuery(event)) (or cudaStreamQuery): true when the work has completed,
+// false while it runs. A cudaErrorNotReady also lands in CUDA's per-thread last-error slot, where
+// the next kernel launch's check would report it as its own failure: cleared here. Any other
+// status throws as EMBER_CUDA_CHECK does.
+#define EMBER_CUDA_QUERY(call) ::ember::cuda::query_result((call), #call, __FILE__, __LINE__)
+
+namespace ember::cuda {
+
+inline bool query_result(cudaError_t status, const char* call, const char* file, int line) {
+  if (status == cudaSuccess) return true;
+  static_cast<void>(cudaGetLastError());
+  if (status == cudaErrorNotReady) return false;
+  ::ember::throw_error(::ember::kernels::cuda::cuda_error_message(status, call, file, line));
+}
+
+}  // namespace ember::cuda

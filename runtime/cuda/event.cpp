@@ -60,13 +60,7 @@ void Event::synchronize() const {
 
 bool Event::query() const {
   if (event_ == nullptr) return true;
-  const cudaError_t status = cudaEventQuery(event_);
-  if (status == cudaErrorNotReady) {
-    static_cast<void>(cudaGetLastError());
-    return false;
-  }
-  EMBER_CUDA_CHECK(status);
-  return true;
+  return EMBER_CUDA_QUERY(cudaEventQuery(event_));
 }
 
 float Event::elapsed_ms(const Event& end) const {

@@ -81,13 +81,7 @@ void Stream::synchronize() const {
 }
 
 bool Stream::query() const {
-  const cudaError_t status = cudaStreamQuery(stream_);
-  if (status == cudaErrorNotReady) {
-    static_cast<void>(cudaGetLastError());
-    return false;
-  }
-  EMBER_CUDA_CHECK(status);
-  return true;
+  return EMBER_CUDA_QUERY(cudaStreamQuery(stream_));
 }
 
 cudaStream_t stream_from_pool(int device_index) {
