@@ -19,6 +19,7 @@ struct DataLoader::Epoch {
   std::vector<Transform> transforms;
   Generator generator;
   bool pin_memory = false;
+  int pin_device = -1;  // the GPU the worker makes current (pinned memory), -1: none
   size_t capacity = 0;  // 0: synchronous
 
   std::mutex mutex;
@@ -41,7 +42,21 @@ struct DataLoader::Epoch {
     return batch;
   }
 
+  void fail(std::exception_ptr failure) {
+    std::lock_guard<std::mutex> lock(mutex);
+    error = std::move(failure);
+    changed.notify_all();
+  }
+
   void run_worker() {
+    if (pin_device >= 0) {
+      try {
+        cuda::set_device(pin_device);
+      } catch (...) {
+        fail(std::current_exception());
+        return;
+      }
+    }
     for (size_t b = 0; b < batches.size(); ++b) {
       {
         std::unique_lock<std::mutex> lock(mutex);
@@ -52,9 +67,7 @@ struct DataLoader::Epoch {
       try {
         batch = build(b);
       } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        error = std::current_exception();
-        changed.notify_all();
+        fail(std::current_exception());
         return;
       }
       std::lock_guard<std::mutex> lock(mutex);
@@ -138,6 +151,9 @@ DataLoader::Iterator DataLoader::begin() {
   epoch->capacity = static_cast<size_t>(options_.prefetch_batches);
   if (epoch->capacity > 0 && !epoch->batches.empty()) {
     Epoch* raw = epoch.get();
+    // The worker pins on its creator's GPU: a thread that never set one works on cuda:0, and
+    // under mpirun every rank's worker would make a CUDA context there.
+    epoch->pin_device = epoch->pin_memory ? cuda::current_device() : -1;
     epoch->worker = std::thread([raw] { raw->run_worker(); });
   }
   return Iterator(std::move(epoch));

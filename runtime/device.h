@@ -54,6 +54,9 @@ std::pair<size_t, size_t> memory_info(int device_index);
 // device's streams) goes there. The engines call it for their GPU, so that rank k of a node
 // works on cuda:k. Throws the error of check_device_available when there is no such GPU.
 void set_device(int device_index);
+// The calling thread's current GPU (cudaGetDevice), or -1 in a build without CUDA or without a
+// GPU: what a helper thread sets (set_device) to work on its creator's GPU.
+int current_device();
 
 }  // namespace cuda
 

@@ -29,6 +29,10 @@ void set_device(int device_index) {
   EMBER_FAIL("unreachable: a current GPU without CUDA");
 }
 
+int current_device() {
+  return -1;
+}
+
 }  // namespace cuda
 
 namespace cuda_hooks {

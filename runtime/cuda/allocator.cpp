@@ -103,7 +103,8 @@ class PinnedHostMemory final : public CudaEvents {
   }
   void* allocate(size_t size) override {
     void* ptr = nullptr;
-    const cudaError_t status = cudaHostAlloc(&ptr, size, cudaHostAllocDefault);
+    // Portable: page-locked for every GPU's context, not only the current one's.
+    const cudaError_t status = cudaHostAlloc(&ptr, size, cudaHostAllocPortable);
     if (status == cudaErrorMemoryAllocation) {
       static_cast<void>(cudaGetLastError());
       return nullptr;

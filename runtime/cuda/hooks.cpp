@@ -57,6 +57,13 @@ void set_device(int device_index) {
   EMBER_CUDA_CHECK(cudaSetDevice(device_index));
 }
 
+int current_device() {
+  if (cuda_device_count() == 0) return -1;
+  int device = 0;
+  EMBER_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
 }  // namespace cuda
 
 namespace cuda_hooks {

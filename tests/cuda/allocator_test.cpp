@@ -58,6 +58,7 @@ TEST(CudaDevice, WithoutAGpuEveryEntryPointSaysWhy) {
 #endif
   for (const std::string& message : messages)
     EXPECT_NE(message.find(expected), std::string::npos) << message;
+  EXPECT_EQ(cuda::current_device(), -1);  // not an error: no GPU is current
 }
 
 #if EMBER_WITH_CUDA
@@ -353,6 +354,7 @@ TEST(CudaDevice, GuardRestoresTheDeviceWhenAnErrorUnwinds) {
   cuda::set_device(last);
   EMBER_CUDA_CHECK(cudaGetDevice(&after));
   EXPECT_EQ(after, last);
+  EXPECT_EQ(cuda::current_device(), last);
   EXPECT_NE(error_of([&] { cuda::set_device(last + 1); }).find("cuda:" + std::to_string(last + 1)),
             std::string::npos);
   cuda::set_device(before);
