@@ -17,6 +17,7 @@
 #include "runtime/random.h"
 #if EMBER_WITH_CUDA
 #include "runtime/cuda/device_guard.h"
+#include "runtime/cuda/stream.h"
 #endif
 
 namespace ember::dist {
@@ -60,6 +61,14 @@ uint64_t replica_seed(const GeneratorState& base, size_t replica) {
 void run_per_device(const std::vector<Device>& devices, size_t count,
                     const std::function<void(size_t)>& fn) {
   const CallerState caller;
+#if EMBER_WITH_CUDA
+  // Each replica queues its work on the caller's current stream of its device: ordered after
+  // what the caller queued there (the inputs it made), and the caller's later work after it.
+  std::vector<cudaStream_t> streams(count, nullptr);
+  for (size_t i = 0; i < count; ++i) {
+    if (devices[i].is_cuda()) streams[i] = cuda::current_stream(devices[i].index);
+  }
+#endif
   std::vector<std::exception_ptr> errors(count);
   std::vector<std::thread> threads;
   threads.reserve(count);
@@ -75,7 +84,11 @@ void run_per_device(const std::vector<Device>& devices, size_t count,
           AutocastGuard autocast(caller.autocast_dtype, caller.autocast_enabled);
 #if EMBER_WITH_CUDA
           std::optional<cuda::DeviceGuard> device_guard;
-          if (devices[i].is_cuda()) device_guard.emplace(devices[i].index);
+          std::optional<cuda::StreamGuard> stream_guard;
+          if (devices[i].is_cuda()) {
+            device_guard.emplace(devices[i].index);
+            stream_guard.emplace(devices[i].index, streams[i]);
+          }
 #else
           (void)devices;
 #endif

@@ -10,6 +10,10 @@
 #include "runtime/random.h"
 #include "tests/common/expect_error.h"
 
+#if EMBER_WITH_CUDA
+#include "runtime/cuda/stream.h"
+#endif
+
 namespace ember::dist {
 namespace {
 
@@ -321,6 +325,46 @@ TEST(DataParallel, BadDeviceListsAndInputsAreRefusedClearly) {
   DataParallel not_cloneable(nn::make<NotCloneable>(), cpus(2));
   EXPECT_ERROR_WITH(not_cloneable.forward(zeros({2, 6})), "NotCloneable",
                     "clone() is not supported");
+}
+
+// Two replicas on one GPU, {cuda:0, cuda:0}, as the dp engine runs on a one-GPU machine: the
+// module's outputs and gradients on the whole batch (cuDNN may pick other algorithms for the
+// halves: f32 rounding apart), with the caller on a non-blocking stream of its own, which the
+// replicas must follow (nothing orders it with the legacy default stream).
+TEST(DataParallel, TwoReplicasOnOneGpuMatchTheModuleOnAStreamOfTheCallers) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "needs a GPU";
+#if EMBER_WITH_CUDA
+  const Device gpu = Device::cuda(0);
+  auto conv_net = [] {
+    return nn::make<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+        nn::make<nn::Conv2d>(3, 8, Size2(3), Conv2dOptions{.padding = 1}), nn::make<nn::ReLU>(),
+        nn::make<nn::Flatten>(), nn::make<nn::Linear>(8 * 7 * 7, 5)});
+  };
+  nn::ModulePtr model = conv_net();
+  model->to(gpu);
+  nn::ModulePtr reference = model->clone();
+  auto parallel = nn::make<DataParallel>(model, std::vector<Device>{gpu, gpu});
+  const cuda::Stream side(0, cuda::Stream::Kind::non_blocking);
+  const cuda::StreamGuard on_side(0, side.get());
+  for (int step = 0; step < 3; ++step) {  // and no cuDNN handle per step (threads come and go)
+    const Tensor data = random_input({9, 3, 7, 7}, DType::f32, 30 + step).to(gpu);
+    Tensor x = data.clone().requires_grad_(), x_reference = data.clone().requires_grad_();
+    const Tensor y = (*parallel)(x), y_reference = (*reference)(x_reference);
+    expect_close(y.to(Device::cpu()), y_reference.to(Device::cpu()), 1e-5, "output");
+    sum(y * distinct(y.to(Device::cpu())).to(gpu)).backward();
+    sum(y_reference * distinct(y_reference.to(Device::cpu())).to(gpu)).backward();
+    expect_close(x.grad().to(Device::cpu()), x_reference.grad().to(Device::cpu()), 1e-5,
+                 "input gradient");
+    const NamedTensors got = model->named_parameters(), expected = reference->named_parameters();
+    for (size_t k = 0; k < got.size(); ++k) {
+      expect_close(got[k].second.grad().to(Device::cpu()),
+                   expected[k].second.grad().to(Device::cpu()), 1e-4, got[k].first);
+      got[k].second.set_grad(Tensor());
+      expected[k].second.set_grad(Tensor());
+    }
+  }
+  side.synchronize();
+#endif
 }
 
 }  // namespace
