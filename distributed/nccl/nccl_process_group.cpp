@@ -291,11 +291,12 @@ class NcclProcessGroup final : public ProcessGroup {
   template <typename Launch>
   WorkPtr launch(const std::string& call, const Tensor& shown, std::vector<Tensor> tensors,
                  Launch&& nccl_call) {
-    {
-      std::lock_guard lock(communicator_->mutex);
-      EMBER_CHECK(!communicator_->aborted, "ember: ", call, " on group '", name(),
-                  "': the communicator was aborted after an earlier failure");
-    }
+    // One enqueue at a time: NCCL forbids using a communicator from two threads at once, and an
+    // abort on another thread must not free it midway. (Collectives issued from several threads
+    // must still come in the same order on every rank: that is the caller's to ensure.)
+    std::unique_lock lock(communicator_->mutex);
+    EMBER_CHECK(!communicator_->aborted, "ember: ", call, " on group '", name(),
+                "': the communicator was aborted after an earlier failure");
     const int device = communicator_->device_index;
     cuda::DeviceGuard guard(device);
     // The collective waits for the work the caller queued before it (the values it reads).
@@ -308,6 +309,7 @@ class NcclProcessGroup final : public ProcessGroup {
     cudaEvent_t done = nullptr;
     EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     EMBER_CUDA_CHECK(cudaEventRecord(done, communicator_->stream));
+    lock.unlock();
     // The tensors are used on the group's stream: freed before the collective ends (a Work
     // dropped without wait()), their memory waits for it before the allocator hands it out again.
     for (const Tensor& tensor : tensors)
