@@ -156,8 +156,9 @@ void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, 
 
 template <typename T>
 void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
-                         const T* weight, T* grad_x, T* grad_weight, T* grad_bias, int64_t batch,
-                         int64_t channels, int64_t spatial, bool training) {
+                         const acc_t<T>* weight, T* grad_x, acc_t<T>* grad_weight,
+                         acc_t<T>* grad_bias, int64_t batch, int64_t channels, int64_t spatial,
+                         bool training) {
   using Acc = acc_t<T>;
   const Acc count = static_cast<Acc>(batch * spatial);
   const int threads = threads_for(batch * channels * spatial * 4);
@@ -165,15 +166,15 @@ void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
   for (int64_t c = 0; c < channels; ++c) {
     Acc g_buffer[kChunk], x_buffer[kChunk], out_buffer[kChunk];
     const Acc m = mean[c], s = rstd[c];
-    const Acc w = weight ? convert<Acc>(weight[c]) : Acc(1);
+    const Acc w = weight ? weight[c] : Acc(1);
     GradSums<Acc> sums;
     for_each_chunk_of_channel(c, batch, channels, spatial, [&](int64_t offset, int64_t length) {
       grad_sums_run(accumulate_run(grad_out + offset, g_buffer, length),
                     accumulate_run(x + offset, x_buffer, length), length, m, sums);
     });
     const Acc sum_g_xhat = sums.g_centered * s;  // xhat = (x - mean) rstd
-    if (grad_weight) grad_weight[c] = convert<T>(sum_g_xhat);
-    if (grad_bias) grad_bias[c] = convert<T>(sums.g);
+    if (grad_weight) grad_weight[c] = sum_g_xhat;
+    if (grad_bias) grad_bias[c] = sums.g;
     if (!grad_x) continue;
     const Acc mean_g = training && count > 0 ? sums.g / count : Acc(0);
     const Acc mean_g_xhat = training && count > 0 ? sum_g_xhat / count : Acc(0);
@@ -194,7 +195,8 @@ void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
   template void batch_norm_apply<T>(const T*, const acc_t<T>*, const acc_t<T>*, T*, int64_t, \
                                     int64_t, int64_t);                                       \
   template void batch_norm_backward<T>(const T*, const T*, const acc_t<T>*, const acc_t<T>*, \
-                                       const T*, T*, T*, T*, int64_t, int64_t, int64_t, bool);
+                                       const acc_t<T>*, T*, acc_t<T>*, acc_t<T>*, int64_t,   \
+                                       int64_t, int64_t, bool);
 EMBER_INSTANTIATE_BATCH_NORM(float)
 EMBER_INSTANTIATE_BATCH_NORM(double)
 EMBER_INSTANTIATE_BATCH_NORM(Half)

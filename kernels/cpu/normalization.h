@@ -37,9 +37,12 @@ void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, 
 // training: grad_x = w rstd (g - mean(g) - xhat mean(g xhat)), means over (batch, spatial);
 // eval (the statistics are constants): grad_x = g w rstd.
 // grad_weight = sum(g xhat), grad_bias = sum(g) per channel; either may be null; weight null = 1.
+// weight, grad_weight and grad_bias are in acc_t<T>, as mixed-precision batch norm keeps its
+// affine parameters in f32 under f16/bf16 activations (cuDNN's and PyTorch's convention).
 template <typename T>
 void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
-                         const T* weight, T* grad_x, T* grad_weight, T* grad_bias, int64_t batch,
-                         int64_t channels, int64_t spatial, bool training);
+                         const acc_t<T>* weight, T* grad_x, acc_t<T>* grad_weight,
+                         acc_t<T>* grad_bias, int64_t batch, int64_t channels, int64_t spatial,
+                         bool training);
 
 }  // namespace ember::kernels::cpu

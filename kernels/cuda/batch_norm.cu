@@ -1,180 +1,381 @@
+// CUDA batch norm. batch_norm_plan.h says how the work is shared out; this file holds the kernels.
+//
+//   statistics: statistics_partial_kernel   (channel_blocks, splits) blocks: Welford per thread,
+//                                            merged per block -> partial (channels, splits)
+//               statistics_finalize_kernel  a warp per channel merges its splits -> mean, variance
+//   apply:      apply_kernel                y = x scale[c] + shift[c]
+//   backward:   grad_sums_partial_kernel    sum(g), sum(g (x - mean)) per (channel, split)
+//               grad_finalize_kernel        per channel: grad_weight, grad_bias and the three
+//                                           coefficients of grad_x
+//               grad_input_kernel           grad_x = scale (g - mean_g - (x - mean) slope)
+//
+// Every partial lands in a fixed slot and is merged in a fixed order, so results are bitwise
+// repeatable (no atomics).
 #include <cstdint>
+#include <initializer_list>
 
 #include "kernels/common/convert.h"
+#include "kernels/common/welford.h"
 #include "kernels/cuda/batch_norm.h"
+#include "kernels/cuda/batch_norm_plan.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/row_reduce.cuh"
+#include "kernels/cuda/scratch.h"
 
 namespace ember::kernels::cuda {
 namespace {
 
-constexpr int kChannelThreads = 512;  // one block per channel
-constexpr int64_t kMaxBlocks = 65535;
+constexpr int kWarps = kBatchNormThreads / 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// ---- loads and stores of kVec values (one 16-byte vector, or one value) ----
+
+template <typename Acc, typename T, int kVec>
+__device__ __forceinline__ void load(const T* at, Acc (&values)[kVec]) {
+  if constexpr (kVec == 1) {
+    values[0] = convert<Acc>(*at);
+  } else {
+    static_assert(kVec == rows::kVectorWidth<T>);
+    const rows::Vector<T> vector = *reinterpret_cast<const rows::Vector<T>*>(at);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      values[i] = convert<Acc>(vector.v[i]);
+  }
+}
+
+template <typename T, typename Acc, int kVec>
+__device__ __forceinline__ void store(T* at, const Acc (&values)[kVec]) {
+  if constexpr (kVec == 1) {
+    *at = convert<T>(values[0]);
+  } else {
+    rows::Vector<T> vector;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      vector.v[i] = convert<T>(values[i]);
+    *reinterpret_cast<rows::Vector<T>*>(at) = vector;
+  }
+}
+
+// ---- block-wide merges; every thread of the block calls them, thread (0, 0) gets the result ----
+
+__device__ __forceinline__ int linear_thread() {
+  return static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
+}
+
+template <typename Acc>
+__device__ __forceinline__ WelfordStats<Acc> warp_merge(WelfordStats<Acc> s) {
+#pragma unroll
+  for (int width = 16; width > 0; width /= 2) {
+    WelfordStats<Acc> other;
+    other.count = __shfl_down_sync(kFullMask, s.count, width);
+    other.mean = __shfl_down_sync(kFullMask, s.mean, width);
+    other.m2 = __shfl_down_sync(kFullMask, s.m2, width);
+    s = merge(s, other);
+  }
+  return s;
+}
+
+template <typename Acc>
+__device__ WelfordStats<Acc> block_merge(WelfordStats<Acc> s) {
+  __shared__ Acc counts[kWarps], means[kWarps], m2s[kWarps];
+  const int lane = linear_thread() % 32, warp = linear_thread() / 32;
+  s = warp_merge(s);
+  if (lane == 0) {
+    counts[warp] = s.count;
+    means[warp] = s.mean;
+    m2s[warp] = s.m2;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    s = WelfordStats<Acc>{};
+    if (lane < kWarps) s = {counts[lane], means[lane], m2s[lane]};
+    s = warp_merge(s);
+  }
+  __syncthreads();  // the arrays are reused by the next channel
+  return s;
+}
 
 template <typename Acc>
 __device__ __forceinline__ Acc warp_sum(Acc value) {
 #pragma unroll
   for (int width = 16; width > 0; width /= 2)
-    value += __shfl_down_sync(0xffffffffu, value, width);
+    value += __shfl_down_sync(kFullMask, value, width);
   return value;
 }
 
-// The block's total of `value`, returned to every thread. Every thread must call it.
+// The block's totals of a and b.
 template <typename Acc>
-__device__ Acc block_sum(Acc value) {
-  __shared__ Acc warp_totals[kChannelThreads / 32];
-  __shared__ Acc total;
-  value = warp_sum(value);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warp_totals[warp] = value;
+__device__ void block_sum_pair(Acc& a, Acc& b) {
+  __shared__ Acc a_totals[kWarps], b_totals[kWarps];
+  const int lane = linear_thread() % 32, warp = linear_thread() / 32;
+  a = warp_sum(a);
+  b = warp_sum(b);
+  if (lane == 0) {
+    a_totals[warp] = a;
+    b_totals[warp] = b;
+  }
   __syncthreads();
   if (warp == 0) {
-    value = lane < kChannelThreads / 32 ? warp_totals[lane] : Acc(0);
-    value = warp_sum(value);
-    if (lane == 0) total = value;
+    a = warp_sum(lane < kWarps ? a_totals[lane] : Acc(0));
+    b = warp_sum(lane < kWarps ? b_totals[lane] : Acc(0));
   }
-  __syncthreads();
-  const Acc result = total;
-  __syncthreads();  // warp_totals and total are reused by the next call
-  return result;
+  __syncthreads();  // the arrays are reused by the next channel
 }
 
-// body(offset) for each of channel c's batch * spatial values in x (batch, channels, spatial),
-// shared among the block's threads. Planes at least a block wide are walked row by row (no
-// division per value); smaller ones (batch_norm1d: spatial = 1) as one flat range.
-template <typename Body>
-__device__ __forceinline__ void for_channel_values(int64_t c, int64_t batch, int64_t channels,
-                                                   int64_t spatial, Body body) {
-  if (spatial >= blockDim.x) {
-    for (int64_t n = 0; n < batch; ++n) {
-      const int64_t plane = (n * channels + c) * spatial;
-      for (int64_t k = threadIdx.x; k < spatial; k += blockDim.x)
-        body(plane + k);
-    }
-    return;
-  }
-  const int64_t count = batch * spatial;
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
-    const int64_t n = i / spatial, k = i - n * spatial;
-    body((n * channels + c) * spatial + k);
-  }
-}
+// ---- statistics ----
 
-// Block c: mean[c], variance[c] (two passes: the mean, then squared deviations from it).
-template <typename T>
-__global__ void statistics_kernel(const T* x, acc_t<T>* mean, acc_t<T>* variance, int64_t batch,
-                                  int64_t channels, int64_t spatial) {
+// partial (channels, splits, 3): count, mean, m2 of the values block (b, split) read.
+template <typename T, int kVec>
+__global__ __launch_bounds__(kBatchNormThreads) void statistics_partial_kernel(const T* x,
+                                                                               BatchNormPlan plan,
+                                                                               acc_t<T>* partial) {
   using Acc = acc_t<T>;
-  const int64_t count = batch * spatial;
-  for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {
-    Acc total = 0;
-    for_channel_values(c, batch, channels, spatial,
-                       [&](int64_t at) { total += convert<Acc>(x[at]); });
-    const Acc m = count > 0 ? block_sum(total) / static_cast<Acc>(count) : Acc(0);
-    Acc squares = 0;
-    for_channel_values(c, batch, channels, spatial, [&](int64_t at) {
-      const Acc d = convert<Acc>(x[at]) - m;
-      squares += d * d;
+  for (int64_t c = blockIdx.x; c < plan.channels; c += gridDim.x) {
+    WelfordStats<Acc> s;
+    for_each_channel_vector(plan, c, blockIdx.y, threadIdx.x, threadIdx.y, [&](int64_t at) {
+      Acc values[kVec];
+      load(x + at, values);
+      s = merge(s, of_values(values));
     });
-    squares = block_sum(squares);
-    if (threadIdx.x == 0) {
-      mean[c] = m;
-      variance[c] = count > 0 ? squares / static_cast<Acc>(count) : Acc(0);
+    s = block_merge(s);
+    if (linear_thread() == 0) {
+      Acc* out = partial + (c * plan.splits + blockIdx.y) * 3;
+      out[0] = s.count;
+      out[1] = s.mean;
+      out[2] = s.m2;
     }
   }
 }
 
-template <typename T>
-__global__ void apply_kernel(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, T* y,
-                             int64_t numel, int64_t channels, int64_t spatial) {
-  using Acc = acc_t<T>;
-  const int64_t step = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel;
-       i += step) {
-    const int64_t c = (i / spatial) % channels;
-    y[i] = convert<T>(convert<Acc>(x[i]) * scale[c] + shift[c]);
-  }
-}
-
-// Block c: the two sums of channel c, then (if wanted) its grad_x.
-template <typename T>
-__global__ void backward_kernel(const T* grad_out, const T* x, const acc_t<T>* mean,
-                                const acc_t<T>* rstd, const T* weight, T* grad_x, T* grad_weight,
-                                T* grad_bias, int64_t batch, int64_t channels, int64_t spatial,
-                                bool training) {
-  using Acc = acc_t<T>;
-  const int64_t count = batch * spatial;
-  for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {
-    const Acc m = mean[c], s = rstd[c];
-    const Acc w = weight ? convert<Acc>(weight[c]) : Acc(1);
-    Acc sum_g = 0, sum_g_xhat = 0;
-    for_channel_values(c, batch, channels, spatial, [&](int64_t at) {
-      const Acc g = convert<Acc>(grad_out[at]);
-      sum_g += g;
-      sum_g_xhat += g * (convert<Acc>(x[at]) - m) * s;
-    });
-    sum_g = block_sum(sum_g);
-    sum_g_xhat = block_sum(sum_g_xhat);
-    if (threadIdx.x == 0) {
-      if (grad_weight) grad_weight[c] = convert<T>(sum_g_xhat);
-      if (grad_bias) grad_bias[c] = convert<T>(sum_g);
+// A warp per channel: the channel's splits merged in order -> mean[c], variance[c] (biased).
+template <typename Acc>
+__global__ void statistics_finalize_kernel(const Acc* partial, BatchNormPlan plan, Acc* mean,
+                                           Acc* variance) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  const Acc count = static_cast<Acc>(plan.batch * plan.spatial);
+  for (int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+       c < plan.channels; c += warps) {
+    WelfordStats<Acc> s;
+    for (int64_t split = lane; split < plan.splits; split += 32) {
+      const Acc* in = partial + (c * plan.splits + split) * 3;
+      s = merge(s, WelfordStats<Acc>{in[0], in[1], in[2]});
     }
-    if (!grad_x) continue;
-    const Acc mean_g = training && count > 0 ? sum_g / static_cast<Acc>(count) : Acc(0);
-    const Acc mean_g_xhat = training && count > 0 ? sum_g_xhat / static_cast<Acc>(count) : Acc(0);
-    for_channel_values(c, batch, channels, spatial, [&](int64_t at) {
-      const Acc xhat = (convert<Acc>(x[at]) - m) * s;
-      grad_x[at] = convert<T>(w * s * (convert<Acc>(grad_out[at]) - mean_g - xhat * mean_g_xhat));
-    });
+    s = warp_merge(s);
+    if (lane == 0) {
+      mean[c] = count > Acc(0) ? s.mean : Acc(0);
+      variance[c] = count > Acc(0) ? s.m2 / count : Acc(0);
+    }
   }
 }
 
-unsigned channel_blocks(int64_t channels) {
-  return static_cast<unsigned>(channels < kMaxBlocks ? channels : kMaxBlocks);
+// ---- apply ----
+
+template <typename T, int kVec>
+__global__ __launch_bounds__(kBatchNormThreads) void apply_kernel(const T* x, const acc_t<T>* scale,
+                                                                  const acc_t<T>* shift, T* y,
+                                                                  BatchNormPlan plan) {
+  using Acc = acc_t<T>;
+  for_each_plane_vector(plan, blockIdx.x, gridDim.x, threadIdx.x, threadIdx.y,
+                        [&](int64_t c, int64_t at) {
+                          const Acc a = scale[c], b = shift[c];
+                          Acc values[kVec];
+                          load(x + at, values);
+#pragma unroll
+                          for (int i = 0; i < kVec; ++i)
+                            values[i] = values[i] * a + b;
+                          store(y + at, values);
+                        });
+}
+
+// ---- backward ----
+
+// partial (channels, splits, 2): sum(g) and sum(g (x - mean[c])) over what block (b, split) read.
+template <typename T, int kVec>
+__global__ __launch_bounds__(kBatchNormThreads) void grad_sums_partial_kernel(
+    const T* grad_out, const T* x, const acc_t<T>* mean, BatchNormPlan plan, acc_t<T>* partial) {
+  using Acc = acc_t<T>;
+  for (int64_t c = blockIdx.x; c < plan.channels; c += gridDim.x) {
+    const Acc m = mean[c];
+    Acc sum_g = 0, sum_g_centered = 0;
+    for_each_channel_vector(plan, c, blockIdx.y, threadIdx.x, threadIdx.y, [&](int64_t at) {
+      Acc g[kVec], values[kVec];
+      load(grad_out + at, g);
+      load(x + at, values);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        sum_g += g[i];
+        sum_g_centered += g[i] * (values[i] - m);
+      }
+    });
+    block_sum_pair(sum_g, sum_g_centered);
+    if (linear_thread() == 0) {
+      Acc* out = partial + (c * plan.splits + blockIdx.y) * 2;
+      out[0] = sum_g;
+      out[1] = sum_g_centered;
+    }
+  }
+}
+
+// A warp per channel: the splits' sums -> grad_weight[c] = sum(g xhat), grad_bias[c] = sum(g)
+// (each if wanted), and coefficients (channels, 3) of grad_x: scale = w rstd, mean_g, slope =
+// rstd mean(g xhat); in eval mode the statistics are constants and mean_g = slope = 0.
+template <typename Acc>
+__global__ void grad_finalize_kernel(const Acc* partial, const Acc* rstd, const Acc* weight,
+                                     BatchNormPlan plan, bool training, Acc* grad_weight,
+                                     Acc* grad_bias, Acc* coefficients) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  const Acc count = static_cast<Acc>(plan.batch * plan.spatial);
+  for (int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+       c < plan.channels; c += warps) {
+    Acc sum_g = 0, sum_g_centered = 0;
+    for (int64_t split = lane; split < plan.splits; split += 32) {
+      sum_g += partial[(c * plan.splits + split) * 2];
+      sum_g_centered += partial[(c * plan.splits + split) * 2 + 1];
+    }
+    sum_g = warp_sum(sum_g);
+    sum_g_centered = warp_sum(sum_g_centered);
+    if (lane != 0) continue;
+    const Acc s = rstd[c];
+    const Acc sum_g_xhat = sum_g_centered * s;  // xhat = (x - mean) rstd
+    if (grad_weight) grad_weight[c] = sum_g_xhat;
+    if (grad_bias) grad_bias[c] = sum_g;
+    if (!coefficients) continue;
+    const bool centre = training && count > Acc(0);
+    coefficients[c * 3] = (weight ? weight[c] : Acc(1)) * s;
+    coefficients[c * 3 + 1] = centre ? sum_g / count : Acc(0);
+    coefficients[c * 3 + 2] = centre ? s * (sum_g_xhat / count) : Acc(0);
+  }
+}
+
+template <typename T, int kVec>
+__global__ __launch_bounds__(kBatchNormThreads) void grad_input_kernel(
+    const T* grad_out, const T* x, const acc_t<T>* mean, const acc_t<T>* coefficients, T* grad_x,
+    BatchNormPlan plan) {
+  using Acc = acc_t<T>;
+  for_each_plane_vector(
+      plan, blockIdx.x, gridDim.x, threadIdx.x, threadIdx.y, [&](int64_t c, int64_t at) {
+        const Acc m = mean[c], scale = coefficients[c * 3], mean_g = coefficients[c * 3 + 1],
+                  slope = coefficients[c * 3 + 2];
+        Acc g[kVec], values[kVec];
+        load(grad_out + at, g);
+        load(x + at, values);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i)
+          values[i] = scale * (g[i] - mean_g - (values[i] - m) * slope);
+        store(grad_x + at, values);
+      });
+}
+
+// ---- launch shapes ----
+
+int multiprocessors() {
+  int device = 0, count = 0;
+  EMBER_CUDA_KERNEL_CHECK(cudaGetDevice(&device));
+  EMBER_CUDA_KERNEL_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+// 16-byte vectors when every plane of every tensor in `pointers` starts 16-byte aligned.
+template <typename T>
+BatchNormPlan plan_for(int64_t batch, int64_t channels, int64_t spatial,
+                       std::initializer_list<const void*> pointers) {
+  const int width = rows::vector_aligned<T>(spatial, pointers) ? rows::kVectorWidth<T> : 1;
+  return plan_batch_norm(batch, channels, spatial, width, multiprocessors());
+}
+
+dim3 block_of(const BatchNormPlan& plan) {
+  return dim3(static_cast<unsigned>(plan.threads_x), static_cast<unsigned>(plan.threads_y));
+}
+dim3 reduction_grid(const BatchNormPlan& plan) {
+  return dim3(static_cast<unsigned>(plan.channel_blocks), static_cast<unsigned>(plan.splits));
+}
+unsigned finalize_blocks(int64_t channels) {
+  const int64_t blocks = (channels + kWarps - 1) / kWarps;
+  return static_cast<unsigned>(blocks < kBatchNormMaxGrid ? blocks : kBatchNormMaxGrid);
 }
 
 }  // namespace
 
-// GPU run to check: a channel whose batch * spatial values exceed the block (count > 512, e.g.
-// the (512, 64, 32, 32) activations of resnet9), spatial = 1 (batch_norm1d), and f16 inputs with
-// a large mean (the two-pass variance must not cancel).
 template <typename T>
 void batch_norm_statistics(const T* x, acc_t<T>* mean, acc_t<T>* variance, int64_t batch,
                            int64_t channels, int64_t spatial, cudaStream_t stream) {
+  using Acc = acc_t<T>;
   if (channels == 0) return;
-  statistics_kernel<T><<<channel_blocks(channels), kChannelThreads, 0, stream>>>(
-      x, mean, variance, batch, channels, spatial);
-  EMBER_CUDA_CHECK_LAUNCH("batch_norm: statistics_kernel<<<>>>");
+  const BatchNormPlan plan = plan_for<T>(batch, channels, spatial, {x});
+  const Scratch<Acc> partial(plan.channels * plan.splits * 3, stream);
+  if (plan.vector_width > 1) {
+    statistics_partial_kernel<T, rows::kVectorWidth<T>>
+        <<<reduction_grid(plan), block_of(plan), 0, stream>>>(x, plan, partial.data);
+  } else {
+    statistics_partial_kernel<T, 1>
+        <<<reduction_grid(plan), block_of(plan), 0, stream>>>(x, plan, partial.data);
+  }
+  EMBER_CUDA_CHECK_LAUNCH("batch_norm: statistics_partial_kernel<<<>>>");
+  statistics_finalize_kernel<Acc><<<finalize_blocks(channels), kBatchNormThreads, 0, stream>>>(
+      partial.data, plan, mean, variance);
+  EMBER_CUDA_CHECK_LAUNCH("batch_norm: statistics_finalize_kernel<<<>>>");
 }
 
 template <typename T>
 void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, T* y, int64_t batch,
                       int64_t channels, int64_t spatial, cudaStream_t stream) {
-  const int64_t numel = batch * channels * spatial;
-  if (numel == 0) return;
-  apply_kernel<T><<<blocks_for(numel), kThreadsPerBlock, 0, stream>>>(x, scale, shift, y, numel,
-                                                                      channels, spatial);
+  if (batch * channels * spatial == 0) return;
+  const BatchNormPlan plan = plan_for<T>(batch, channels, spatial, {x, y});
+  const unsigned blocks = static_cast<unsigned>(plan.plane_blocks);
+  if (plan.vector_width > 1) {
+    apply_kernel<T, rows::kVectorWidth<T>>
+        <<<blocks, block_of(plan), 0, stream>>>(x, scale, shift, y, plan);
+  } else {
+    apply_kernel<T, 1><<<blocks, block_of(plan), 0, stream>>>(x, scale, shift, y, plan);
+  }
   EMBER_CUDA_CHECK_LAUNCH("batch_norm: apply_kernel<<<>>>");
 }
 
 template <typename T>
 void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
-                         const T* weight, T* grad_x, T* grad_weight, T* grad_bias, int64_t batch,
-                         int64_t channels, int64_t spatial, bool training, cudaStream_t stream) {
+                         const acc_t<T>* weight, T* grad_x, acc_t<T>* grad_weight,
+                         acc_t<T>* grad_bias, int64_t batch, int64_t channels, int64_t spatial,
+                         bool training, cudaStream_t stream) {
+  using Acc = acc_t<T>;
   if (channels == 0) return;
-  backward_kernel<T><<<channel_blocks(channels), kChannelThreads, 0, stream>>>(
-      grad_out, x, mean, rstd, weight, grad_x, grad_weight, grad_bias, batch, channels, spatial,
-      training);
-  EMBER_CUDA_CHECK_LAUNCH("batch_norm: backward_kernel<<<>>>");
+  const BatchNormPlan plan = plan_for<T>(batch, channels, spatial, {grad_out, x, grad_x});
+  const Scratch<Acc> partial(plan.channels * plan.splits * 2, stream);
+  const Scratch<Acc> coefficients(grad_x ? plan.channels * 3 : 0, stream);
+  if (plan.vector_width > 1) {
+    grad_sums_partial_kernel<T, rows::kVectorWidth<T>>
+        <<<reduction_grid(plan), block_of(plan), 0, stream>>>(grad_out, x, mean, plan,
+                                                              partial.data);
+  } else {
+    grad_sums_partial_kernel<T, 1><<<reduction_grid(plan), block_of(plan), 0, stream>>>(
+        grad_out, x, mean, plan, partial.data);
+  }
+  EMBER_CUDA_CHECK_LAUNCH("batch_norm: grad_sums_partial_kernel<<<>>>");
+  grad_finalize_kernel<Acc><<<finalize_blocks(channels), kBatchNormThreads, 0, stream>>>(
+      partial.data, rstd, weight, plan, training, grad_weight, grad_bias,
+      grad_x ? coefficients.data : nullptr);
+  EMBER_CUDA_CHECK_LAUNCH("batch_norm: grad_finalize_kernel<<<>>>");
+  if (!grad_x || batch * spatial == 0) return;
+  const unsigned blocks = static_cast<unsigned>(plan.plane_blocks);
+  if (plan.vector_width > 1) {
+    grad_input_kernel<T, rows::kVectorWidth<T>>
+        <<<blocks, block_of(plan), 0, stream>>>(grad_out, x, mean, coefficients.data, grad_x, plan);
+  } else {
+    grad_input_kernel<T, 1>
+        <<<blocks, block_of(plan), 0, stream>>>(grad_out, x, mean, coefficients.data, grad_x, plan);
+  }
+  EMBER_CUDA_CHECK_LAUNCH("batch_norm: grad_input_kernel<<<>>>");
 }
 
-#define EMBER_INSTANTIATE_BATCH_NORM(T)                                                       \
-  template void batch_norm_statistics<T>(const T*, acc_t<T>*, acc_t<T>*, int64_t, int64_t,    \
-                                         int64_t, cudaStream_t);                              \
-  template void batch_norm_apply<T>(const T*, const acc_t<T>*, const acc_t<T>*, T*, int64_t,  \
-                                    int64_t, int64_t, cudaStream_t);                          \
-  template void batch_norm_backward<T>(const T*, const T*, const acc_t<T>*, const acc_t<T>*,  \
-                                       const T*, T*, T*, T*, int64_t, int64_t, int64_t, bool, \
-                                       cudaStream_t);
+#define EMBER_INSTANTIATE_BATCH_NORM(T)                                                      \
+  template void batch_norm_statistics<T>(const T*, acc_t<T>*, acc_t<T>*, int64_t, int64_t,   \
+                                         int64_t, cudaStream_t);                             \
+  template void batch_norm_apply<T>(const T*, const acc_t<T>*, const acc_t<T>*, T*, int64_t, \
+                                    int64_t, int64_t, cudaStream_t);                         \
+  template void batch_norm_backward<T>(const T*, const T*, const acc_t<T>*, const acc_t<T>*, \
+                                       const acc_t<T>*, T*, acc_t<T>*, acc_t<T>*, int64_t,   \
+                                       int64_t, int64_t, bool, cudaStream_t);
 EMBER_INSTANTIATE_BATCH_NORM(float)
 EMBER_INSTANTIATE_BATCH_NORM(double)
 EMBER_INSTANTIATE_BATCH_NORM(Half)

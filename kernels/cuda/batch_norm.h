@@ -3,9 +3,11 @@
 //
 //   x (batch, channels, spatial) dense; mean, variance, rstd, scale, shift (channels) in acc_t<T>
 //
-// Per-channel reductions run one block per channel over its batch * spatial values, accumulating
-// in acc_t<T> (f32 for f16 / bf16); the mean comes first, then the squared deviations from it, as
-// on the CPU.
+// The per-channel reductions are split across several blocks per channel (batch_norm_plan.h) and
+// accumulate in acc_t<T> (f32 for f16 / bf16). The variance comes from Welford's one-pass
+// statistics merged across threads and blocks (kernels/common/welford.h): the CPU's two passes
+// (the mean, then squared deviations from it) give the same values up to rounding, and neither
+// loses a large mean to cancellation.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -29,9 +31,12 @@ void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, 
 // training: grad_x = w rstd (g - mean(g) - xhat mean(g xhat)); eval: grad_x = g w rstd.
 // grad_weight = sum(g xhat), grad_bias = sum(g) per channel; grad_x, grad_weight, grad_bias may be
 // null (not wanted); weight null means 1.
+// weight, grad_weight and grad_bias are in acc_t<T> (the affine parameters stay f32 under 16-bit
+// activations).
 template <typename T>
 void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
-                         const T* weight, T* grad_x, T* grad_weight, T* grad_bias, int64_t batch,
-                         int64_t channels, int64_t spatial, bool training, cudaStream_t stream);
+                         const acc_t<T>* weight, T* grad_x, acc_t<T>* grad_weight,
+                         acc_t<T>* grad_bias, int64_t batch, int64_t channels, int64_t spatial,
+                         bool training, cudaStream_t stream);
 
 }  // namespace ember::kernels::cuda

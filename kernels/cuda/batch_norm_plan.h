@@ -16,6 +16,10 @@
 // 132 multiprocessors, one block at a time; splits gives each about kBatchNormBlocksPerSm blocks.
 //
 // Elementwise passes (y = x scale + shift; grad_x) walk the planes grid-stride.
+//
+// batch_norm1d's (batch, channels) input has planes of one value: threads_x is 1 and a warp reads
+// 32 values `channels` apart, uncoalesced. Such tensors are small; a layout with the channels
+// across the threads would be the next step if one were not.
 #pragma once
 
 #include <cstdint>

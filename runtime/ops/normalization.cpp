@@ -1,6 +1,8 @@
 // layer_norm and batch_norm: checks, the fused CPU kernels, running statistics, autograd.
 #include "runtime/ops/normalization.h"
 
+#include <optional>
+
 #include "kernels/cpu/normalization.h"
 #include "runtime/autocast.h"
 #include "runtime/autograd/grad_mode.h"
@@ -191,15 +193,16 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
               "training, got input ",
               describe(x));
 
-  const Tensor weight = weight_in.defined() ? weight_in.to(x.dtype()) : Tensor();
-  const Tensor bias = bias_in.defined() ? bias_in.to(x.dtype()) : Tensor();
+  // The affine parameters and their gradients stay in the statistics dtype (f32 for f16/bf16
+  // inputs), as cuDNN and PyTorch keep them when batch norm runs on 16-bit activations: a
+  // gradient summed over batch * spatial values would overflow f16 under a loss scale.
   const DType stat_dtype = statistics_dtype(x.dtype());
   const TensorOptions stat_options(stat_dtype, x.device());
   Tensor input, weight_dense, mean, rstd, scale, shift;
   {
     NoGradGuard no_grad;
     input = x.contiguous();
-    weight_dense = dense_or_undefined(weight);
+    weight_dense = weight_in.defined() ? weight_in.to(stat_dtype).contiguous() : Tensor();
     if (training) {
       mean = empty({channels}, stat_options);
       Tensor variance = empty({channels}, stat_options);
@@ -232,8 +235,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
       rstd = rsqrt(running_var.to(stat_dtype) + eps);
     }
     // y = (x - mean) rstd w + b = x scale + shift
-    scale = weight.defined() ? rstd * weight.to(stat_dtype) : rstd;
-    shift = bias.defined() ? bias.to(stat_dtype) - mean * scale : -(mean * scale);
+    scale = weight_dense.defined() ? rstd * weight_dense : rstd;
+    shift = bias_in.defined() ? bias_in.to(stat_dtype) - mean * scale : -(mean * scale);
     scale = scale.contiguous();
     shift = shift.contiguous();
   }
@@ -254,17 +257,21 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     kernels::cpu::batch_norm_apply<T>(in, scale_data, shift_data, out_data, batch, channels,
                                       spatial);
   });
-  if (any_requires_grad({&x, &weight, &bias})) {
-    const bool has_weight = weight.defined(), has_bias = bias.defined();
-    record(OpId::batch_norm, {x, weight, bias}, out, {input, weight_dense, mean, rstd},
-           [batch, channels, spatial, training, has_weight, has_bias](
+  if (any_requires_grad({&x, &weight_in, &bias_in})) {
+    // Each parameter's gradient comes back in that parameter's dtype.
+    const std::optional<DType> weight_dtype =
+        weight_in.defined() ? std::optional(weight_in.dtype()) : std::nullopt;
+    const std::optional<DType> bias_dtype =
+        bias_in.defined() ? std::optional(bias_in.dtype()) : std::nullopt;
+    record(OpId::batch_norm, {x, weight_in, bias_in}, out, {input, weight_dense, mean, rstd},
+           [batch, channels, spatial, training, weight_dtype, bias_dtype](
                const Tensor& g_in, const std::vector<Tensor>& s) -> std::vector<Tensor> {
              const Tensor& in = s[0];
              const Tensor g = g_in.to(in.dtype()).contiguous();
-             const TensorOptions options(in.dtype(), in.device());
-             Tensor grad_x = empty(in.sizes(), options);
-             Tensor grad_weight = has_weight ? empty({channels}, options) : Tensor();
-             Tensor grad_bias = has_bias ? empty({channels}, options) : Tensor();
+             const TensorOptions param_options(statistics_dtype(in.dtype()), in.device());
+             Tensor grad_x = empty(in.sizes(), TensorOptions(in.dtype(), in.device()));
+             Tensor grad_weight = weight_dtype ? empty({channels}, param_options) : Tensor();
+             Tensor grad_bias = bias_dtype ? empty({channels}, param_options) : Tensor();
              dispatch_floating(in.dtype(), "batch_norm", [&]<typename T>() {
                using Acc = acc_t<T>;
                const auto* mean_data = static_cast<const Acc*>(s[2].data_ptr());
@@ -273,19 +280,21 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                if (in.is_cuda()) {
                  kernels::cuda::batch_norm_backward<T>(
                      static_cast<const T*>(g.data_ptr()), static_cast<const T*>(in.data_ptr()),
-                     mean_data, rstd_data, data_or_null<T>(s[1]),
-                     static_cast<T*>(grad_x.data_ptr()), mutable_data_or_null<T>(grad_weight),
-                     mutable_data_or_null<T>(grad_bias), batch, channels, spatial, training,
+                     mean_data, rstd_data, data_or_null<Acc>(s[1]),
+                     static_cast<T*>(grad_x.data_ptr()), mutable_data_or_null<Acc>(grad_weight),
+                     mutable_data_or_null<Acc>(grad_bias), batch, channels, spatial, training,
                      stream_of(in));
                  return;
                }
 #endif
                kernels::cpu::batch_norm_backward<T>(
                    static_cast<const T*>(g.data_ptr()), static_cast<const T*>(in.data_ptr()),
-                   mean_data, rstd_data, data_or_null<T>(s[1]), static_cast<T*>(grad_x.data_ptr()),
-                   mutable_data_or_null<T>(grad_weight), mutable_data_or_null<T>(grad_bias), batch,
-                   channels, spatial, training);
+                   mean_data, rstd_data, data_or_null<Acc>(s[1]),
+                   static_cast<T*>(grad_x.data_ptr()), mutable_data_or_null<Acc>(grad_weight),
+                   mutable_data_or_null<Acc>(grad_bias), batch, channels, spatial, training);
              });
+             if (weight_dtype) grad_weight = grad_weight.to(*weight_dtype);
+             if (bias_dtype) grad_bias = grad_bias.to(*bias_dtype);
              return {grad_x, grad_weight, grad_bias};
            });
   }

@@ -215,46 +215,53 @@ TEST(CudaConvPool, Conv2dSaysWhichTensorIsOnAnotherDevice) {
 TEST(CudaConvPool, BatchNormGradientsAndRunningStatisticsMatchTheCpu) {
   EMBER_SKIP_WITHOUT_GPU();
   // (N, C) as batch_norm1d, a count below one block, resnet9's (N, C, 32, 32) at batch 8 (8192
-  // values per channel), and batch 1; and counts over one block of 512 threads with planes
-  // under it ({600, 4}, {16, 4, 7, 7}: the flat path loops).
-  const std::vector<Shape> shapes = {{33, 5},      {8, 16, 9, 7}, {8, 4, 32, 32},
-                                     {1, 3, 5, 7}, {600, 4},      {16, 4, 7, 7}};
+  // values per channel), and batch 1; counts over one block with planes under it ({600, 4},
+  // {16, 4, 7, 7}); several blocks per channel (splits, batch_norm_plan.h) with 16-byte vectors
+  // ({64, 3, 16, 16}) and with planes that cannot be read by vectors ({37, 3, 9, 11}).
+  const std::vector<Shape> shapes = {{33, 5},  {8, 16, 9, 7}, {8, 4, 32, 32},  {1, 3, 5, 7},
+                                     {600, 4}, {16, 4, 7, 7}, {64, 3, 16, 16}, {37, 3, 9, 11}};
   Generator generator(8);
   for (const Shape& shape : shapes) {
     const int64_t channels = shape[1];
     for (DType dtype : kFloating) {
-      for (bool training : {true, false}) {
-        const std::string what = "batch_norm " + shape_str(shape) + " in " + dtype_name(dtype) +
-                                 (training ? ", training" : ", eval");
-        // A large mean: the two-pass variance must not lose it to cancellation.
-        const Tensor x = uniform(shape, 3.0, 5.0, dtype, &generator);
-        const Tensor weight = uniform({channels}, 0.5, 1.5, dtype, &generator);
-        const Tensor bias = uniform({channels}, -1.0, 1.0, dtype, &generator);
-        const Tensor mean0 = uniform({channels}, -0.5, 0.5, DType::f32, &generator);
-        const Tensor var0 = uniform({channels}, 0.5, 2.0, DType::f32, &generator);
-        Tensor cpu_mean = mean0.clone(), cpu_var = var0.clone();
-        Tensor cuda_mean = mean0.to(Device::cuda(0)), cuda_var = var0.to(Device::cuda(0));
-        const ForwardBackward cpu =
-            run_on(Device::cpu(), {x, weight, bias}, {true, true, true},
-                   [&](const std::vector<Tensor>& in) {
-                     return batch_norm(in[0], cpu_mean, cpu_var, in[1], in[2], training, 0.1, 1e-5);
-                   });
-        const ForwardBackward cuda = run_on(Device::cuda(0), {x, weight, bias}, {true, true, true},
-                                            [&](const std::vector<Tensor>& in) {
-                                              return batch_norm(in[0], cuda_mean, cuda_var, in[1],
-                                                                in[2], training, 0.1, 1e-5);
-                                            });
-        const double tol = long_sum_tolerance(dtype);
-        std::string error = mismatch(cuda.output, cpu.output, tol);
-        EXPECT_TRUE(error.empty()) << what << ", output: " << error;
-        for (size_t i = 0; i < 3; ++i) {
-          error = mismatch(cuda.grads[i], cpu.grads[i], tol);
-          EXPECT_TRUE(error.empty()) << what << ", gradient " << i << ": " << error;
+      // 16-bit activations with 16-bit parameters, and with f32 ones (autocast's case).
+      std::vector<DType> parameter_dtypes = {dtype};
+      if (dtype == DType::f16 || dtype == DType::bf16) parameter_dtypes.push_back(DType::f32);
+      for (DType parameter_dtype : parameter_dtypes) {
+        for (bool training : {true, false}) {
+          const std::string what = "batch_norm " + shape_str(shape) + " in " + dtype_name(dtype) +
+                                   " with " + dtype_name(parameter_dtype) + " parameters" +
+                                   (training ? ", training" : ", eval");
+          // A large mean: the variance must not lose it to cancellation.
+          const Tensor x = uniform(shape, 3.0, 5.0, dtype, &generator);
+          const Tensor weight = uniform({channels}, 0.5, 1.5, parameter_dtype, &generator);
+          const Tensor bias = uniform({channels}, -1.0, 1.0, parameter_dtype, &generator);
+          const Tensor mean0 = uniform({channels}, -0.5, 0.5, DType::f32, &generator);
+          const Tensor var0 = uniform({channels}, 0.5, 2.0, DType::f32, &generator);
+          Tensor cpu_mean = mean0.clone(), cpu_var = var0.clone();
+          Tensor cuda_mean = mean0.to(Device::cuda(0)), cuda_var = var0.to(Device::cuda(0));
+          const ForwardBackward cpu = run_on(Device::cpu(), {x, weight, bias}, {true, true, true},
+                                             [&](const std::vector<Tensor>& in) {
+                                               return batch_norm(in[0], cpu_mean, cpu_var, in[1],
+                                                                 in[2], training, 0.1, 1e-5);
+                                             });
+          const ForwardBackward cuda = run_on(
+              Device::cuda(0), {x, weight, bias}, {true, true, true},
+              [&](const std::vector<Tensor>& in) {
+                return batch_norm(in[0], cuda_mean, cuda_var, in[1], in[2], training, 0.1, 1e-5);
+              });
+          const double tol = long_sum_tolerance(dtype);
+          std::string error = mismatch(cuda.output, cpu.output, tol);
+          EXPECT_TRUE(error.empty()) << what << ", output: " << error;
+          for (size_t i = 0; i < 3; ++i) {
+            error = mismatch(cuda.grads[i], cpu.grads[i], tol);
+            EXPECT_TRUE(error.empty()) << what << ", gradient " << i << ": " << error;
+          }
+          error = mismatch(cuda_mean, cpu_mean, 1e-5);
+          EXPECT_TRUE(error.empty()) << what << ", running_mean: " << error;
+          error = mismatch(cuda_var, cpu_var, 1e-5);
+          EXPECT_TRUE(error.empty()) << what << ", running_var: " << error;
         }
-        error = mismatch(cuda_mean, cpu_mean, 1e-5);
-        EXPECT_TRUE(error.empty()) << what << ", running_mean: " << error;
-        error = mismatch(cuda_var, cpu_var, 1e-5);
-        EXPECT_TRUE(error.empty()) << what << ", running_var: " << error;
       }
     }
   }

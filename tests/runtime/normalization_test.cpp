@@ -417,6 +417,53 @@ TEST(BatchNorm, ReducedPrecisionMatchesF32) {
   }
 }
 
+// f16/bf16 activations with f32 weight and bias (autocast's case: the module's parameters stay
+// f32): the parameters are used in f32 and their gradients come back in f32, as the f32 batch norm
+// of the same (widened) input gives them.
+TEST(BatchNorm, SixteenBitInputsKeepF32ParametersAndTheirGradients) {
+  Generator g(35);
+  const Tensor x = randn({8, 3, 5}, DType::f32, &g) * 2.0 + 1.0;
+  const Tensor cotangent = randn({8, 3, 5}, DType::f32, &g);
+  const Tensor w0 = uniform({3}, 0.5, 1.5, DType::f32, &g), b0 = randn({3}, DType::f32, &g);
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    const double tol = dtype == DType::bf16 ? 2e-2 : 4e-3;
+    const Tensor xl = x.to(dtype);
+    Tensor w = w0.clone(), b = b0.clone();
+    w.requires_grad_();
+    b.requires_grad_();
+    const Tensor y = batch_norm(xl, Tensor(), Tensor(), w, b, true);
+    EXPECT_EQ(y.dtype(), dtype);
+    sum(y.to(DType::f32) * cotangent).backward();
+    ASSERT_EQ(w.grad().dtype(), DType::f32) << dtype;
+    ASSERT_EQ(b.grad().dtype(), DType::f32) << dtype;
+
+    Tensor w_ref = w0.clone(), b_ref = b0.clone();
+    w_ref.requires_grad_();
+    b_ref.requires_grad_();
+    const Tensor y_ref = batch_norm(xl.to(DType::f32), Tensor(), Tensor(), w_ref, b_ref, true);
+    sum(y_ref * cotangent).backward();
+    EXPECT_TRUE(allclose(y.to(DType::f32), y_ref, tol, tol)) << dtype;
+    EXPECT_TRUE(allclose(w.grad(), w_ref.grad(), tol, tol)) << dtype;
+    EXPECT_TRUE(allclose(b.grad(), b_ref.grad(), tol, tol)) << dtype;
+  }
+}
+
+// A scaled upstream gradient of 2^15 per value (f16 holds it) over a channel of 2^17 values
+// gives a bias gradient of 2^32: past f16's largest finite value (65504), exact in f32, where it
+// is kept.
+TEST(BatchNorm, ScaledF16GradientsOfF32ParametersDoNotOverflow) {
+  Generator g(36);
+  const Tensor x = randn({32, 2, 64, 64}, DType::f16, &g);
+  Tensor w = ones({2}), b = zeros({2});
+  w.requires_grad_();
+  b.requires_grad_();
+  const Tensor y = batch_norm(x, Tensor(), Tensor(), w, b, true);
+  y.backward(full(y.sizes(), 32768.0, TensorOptions(DType::f16)));
+  EXPECT_EQ(to_vector<double>(b.grad()), (std::vector<double>{4294967296.0, 4294967296.0}));
+  for (double v : to_vector<double>(w.grad()))
+    EXPECT_TRUE(std::isfinite(v)) << v;
+}
+
 TEST(BatchNorm, Errors) {
   const Tensor x = zeros({4, 3, 2, 2});
   expect_error([&] { batch_norm(x, zeros({4}), ones({4}), Tensor(), Tensor(), true); },
