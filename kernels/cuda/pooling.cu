@@ -158,6 +158,87 @@ __global__ void pool_backward_kernel(Pool pool, Pool2dGeometry g, bool count_inc
   }
 }
 
+// ---- max pooling over 2x2 windows at stride 2 that tile the input exactly ----
+// (resnet9's pools, and most CNNs'.) Every input belongs to exactly one window, so the backward is
+// one thread per output writing its four inputs, with no search for the windows that reach an
+// input. Blocks walk the positions of a plane (blockIdx.x, 32-bit arithmetic: a plane is far
+// below 2^31 values) and planes grid-stride (blockIdx.y): no 64-bit division per value.
+
+struct Tiled2x2 {
+  int64_t planes;
+  int out_height, out_width;  // the input is (2 out_height, 2 out_width)
+};
+
+// (A plane's 4 P Q inputs must be indexable by an int.)
+bool tiles_2x2(const Pool2dGeometry& g) {
+  return g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 &&
+         g.pad_w == 0 && g.in_height == 2 * g.out_height && g.in_width == 2 * g.out_width &&
+         g.out_height * g.out_width < (int64_t{1} << 29);
+}
+
+constexpr int64_t kMaxPlaneBlocks = 65535;  // grid.y
+
+dim3 grid_2x2(const Tiled2x2& t) {
+  const int64_t positions = static_cast<int64_t>(t.out_height) * t.out_width;
+  const int64_t planes = t.planes < kMaxPlaneBlocks ? t.planes : kMaxPlaneBlocks;
+  return dim3(static_cast<unsigned>((positions + kThreadsPerBlock - 1) / kThreadsPerBlock),
+              static_cast<unsigned>(planes));
+}
+
+// As pool_forward_kernel's max (and the CPU): the window's values in row order, the first maximum
+// wins ties, a NaN wins and ends the search.
+template <typename T>
+__global__ void max_pool_2x2_forward_kernel(Tiled2x2 t, const T* x, T* y, int64_t* indices) {
+  using Acc = acc_t<T>;
+  const int position = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  const int positions = t.out_height * t.out_width;
+  if (position >= positions) return;
+  const int p = position / t.out_width, q = position - p * t.out_width;
+  const int in_width = 2 * t.out_width;
+  const int first = 2 * p * in_width + 2 * q;
+  const int window[4] = {first, first + 1, first + in_width, first + in_width + 1};
+  for (int64_t plane = blockIdx.y; plane < t.planes; plane += gridDim.y) {
+    const T* in = x + plane * 4 * positions;
+    Acc best = negative_infinity<Acc>();
+    int best_index = first;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const Acc value = convert<Acc>(in[window[k]]);
+      if (value > best || device_math::is_nan(value)) {
+        best = value;
+        best_index = window[k];
+        if (device_math::is_nan(value)) break;
+      }
+    }
+    y[plane * positions + position] = convert<T>(best);
+    indices[plane * positions + position] = best_index;
+  }
+}
+
+// Output (p, q)'s gradient to its saved position; zeros to the window's other three inputs.
+template <typename T>
+__global__ void max_pool_2x2_backward_kernel(Tiled2x2 t, const T* grad_y, const int64_t* indices,
+                                             T* grad_x) {
+  using Acc = acc_t<T>;
+  const int position = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  const int positions = t.out_height * t.out_width;
+  if (position >= positions) return;
+  const int p = position / t.out_width, q = position - p * t.out_width;
+  const int in_width = 2 * t.out_width;
+  const int first = 2 * p * in_width + 2 * q;
+  const int window[4] = {first, first + 1, first + in_width, first + in_width + 1};
+  for (int64_t plane = blockIdx.y; plane < t.planes; plane += gridDim.y) {
+    const int64_t saved = indices[plane * positions + position];
+    // As pool_backward_kernel: a sum from 0 in Acc, so -0.0 arrives as +0.0 on both paths.
+    Acc total = 0;
+    total += convert<Acc>(grad_y[plane * positions + position]);
+    T* out = grad_x + plane * 4 * positions;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      out[window[k]] = convert<T>(window[k] == saved ? total : Acc(0));
+  }
+}
+
 template <typename T>
 void pool_forward(const char* what, Pool pool, const Pool2dGeometry& g, bool count_include_pad,
                   const T* x, T* y, int64_t* indices, cudaStream_t stream) {
@@ -182,16 +263,32 @@ void pool_backward(const char* what, Pool pool, const Pool2dGeometry& g, bool co
 
 // GPU run to check: windows that overlap (stride < kernel) and padding, for the gather in
 // backward (outputs_touching must neither miss nor double-count a window); adaptive bins that
-// overlap (3x4 -> 5x5) and the global average of resnet9's head.
+// overlap (3x4 -> 5x5) and the global average of resnet9's head; 2x2 windows on even sizes (the
+// tiled kernels) and on odd ones (the generic kernels, which leave the last row and column out).
 template <typename T>
 void max_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, int64_t* indices,
                         cudaStream_t stream) {
+  if (tiles_2x2(g)) {
+    if (g.planes * g.out_height * g.out_width == 0) return;
+    const Tiled2x2 t{g.planes, static_cast<int>(g.out_height), static_cast<int>(g.out_width)};
+    max_pool_2x2_forward_kernel<T><<<grid_2x2(t), kThreadsPerBlock, 0, stream>>>(t, x, y, indices);
+    EMBER_CUDA_CHECK_LAUNCH("max_pool2d: max_pool_2x2_forward_kernel<<<>>>");
+    return;
+  }
   pool_forward("max_pool2d: pool_forward_kernel<<<>>>", Pool::max, g, false, x, y, indices, stream);
 }
 
 template <typename T>
 void max_pool2d_backward(const Pool2dGeometry& g, const T* grad_y, const int64_t* indices,
                          T* grad_x, cudaStream_t stream) {
+  if (tiles_2x2(g)) {
+    if (g.planes * g.out_height * g.out_width == 0) return;
+    const Tiled2x2 t{g.planes, static_cast<int>(g.out_height), static_cast<int>(g.out_width)};
+    max_pool_2x2_backward_kernel<T>
+        <<<grid_2x2(t), kThreadsPerBlock, 0, stream>>>(t, grad_y, indices, grad_x);
+    EMBER_CUDA_CHECK_LAUNCH("max_pool2d backward: max_pool_2x2_backward_kernel<<<>>>");
+    return;
+  }
   pool_backward("max_pool2d backward: pool_backward_kernel<<<>>>", Pool::max, g, false, grad_y,
                 indices, grad_x, stream);
 }

@@ -1,8 +1,9 @@
 // The row, reduction and normalisation kernels at sizes past their launch limits, against the CPU:
 // more rows than one grid holds (the kernels cap the grid at 65535 blocks and walk the rest in a
-// grid-stride loop), more column tiles than 65535, more channels than 65535, and enough rows that
-// layer_norm's weight / bias column sums must grow their row chunks to keep gridDim.y <= 65535.
-// The op cases (tests/common/op_cases_*.cpp) stay small and never reach these paths.
+// grid-stride loop), more column tiles than 65535, more channels than 65535, more pooled planes
+// than 65535, and enough rows that layer_norm's weight / bias column sums must grow their row
+// chunks to keep gridDim.y <= 65535. The op cases (tests/common/op_cases_*.cpp) stay small and
+// never reach these paths.
 //
 // f64 throughout: the sums over ~10^5..10^7 values then agree to 1e-10 whatever the order, so a
 // mismatch means a row, tile or channel was skipped, done twice, or written out of place.
@@ -169,6 +170,16 @@ TEST(CudaGridLimits, BatchNormWalksMoreChannelsThanTheGridHolds) {
                                                        true, 0.1, 1e-5);
                                    },
                                    {x, weight, bias}, {true, true, true});
+}
+
+// 2x2 max pooling tiles walk planes along gridDim.y (kernels/cuda/pooling.cu), capped at 65535.
+TEST(CudaGridLimits, MaxPool2x2WalksMorePlanesThanTheGridHolds) {
+  EMBER_SKIP_WITHOUT_GPU();
+  Generator generator(46);
+  const Tensor x = random_f64({kMaxBlocks + 2, 1, 4, 4}, generator);
+  expect_same_forward_and_backward(
+      "max_pool2d 2x2 of " + describe(x),
+      [](const Inputs& in) { return max_pool2d(in[0], {.kernel_size = 2}); }, {x}, {true});
 }
 
 }  // namespace
