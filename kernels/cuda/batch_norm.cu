@@ -3,6 +3,8 @@
 //   statistics: statistics_partial_kernel   (channel_blocks, splits) blocks: Welford per thread,
 //                                            merged per block -> partial (channels, splits)
 //               statistics_finalize_kernel  a warp per channel merges its splits -> mean, variance
+//                                            or, in training, mean, rstd, scale, shift and the
+//                                            running statistics' update (BatchNormChannels)
 //   apply:      apply_kernel                y = x scale[c] + shift[c]
 //   backward:   grad_sums_partial_kernel    sum(g), sum(g (x - mean)) per (channel, split)
 //               grad_finalize_kernel        per channel: grad_weight, grad_bias and the three
@@ -147,13 +149,15 @@ __global__ __launch_bounds__(kBatchNormThreads) void statistics_partial_kernel(c
   }
 }
 
-// A warp per channel: the channel's splits merged in order -> mean[c], variance[c] (biased).
+// A warp per channel: the channel's splits merged in order -> mean[c] and variance[c] (biased),
+// each where not null, and (when out.rstd is not null) the rest of BatchNormChannels.
 template <typename Acc>
-__global__ void statistics_finalize_kernel(const Acc* partial, BatchNormPlan plan, Acc* mean,
-                                           Acc* variance) {
+__global__ void statistics_finalize_kernel(const Acc* partial, BatchNormPlan plan, Acc* variance,
+                                           BatchNormChannels<Acc> out) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  const Acc count = static_cast<Acc>(plan.batch * plan.spatial);
+  const int64_t values = plan.batch * plan.spatial;
+  const Acc count = static_cast<Acc>(values);
   for (int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
        c < plan.channels; c += warps) {
     WelfordStats<Acc> s;
@@ -162,9 +166,25 @@ __global__ void statistics_finalize_kernel(const Acc* partial, BatchNormPlan pla
       s = merge(s, WelfordStats<Acc>{in[0], in[1], in[2]});
     }
     s = warp_merge(s);
-    if (lane == 0) {
-      mean[c] = count > Acc(0) ? s.mean : Acc(0);
-      variance[c] = count > Acc(0) ? s.m2 / count : Acc(0);
+    if (lane != 0) continue;
+    const Acc m = count > Acc(0) ? s.mean : Acc(0);
+    const Acc var = count > Acc(0) ? s.m2 / count : Acc(0);
+    if (out.mean) out.mean[c] = m;
+    if (variance) variance[c] = var;
+    if (!out.rstd) continue;
+    // The formulas of the tensor-op path (runtime/ops/normalization.cpp), in Acc.
+    const Acc rstd = Acc(1) / sqrt(var + static_cast<Acc>(out.eps));
+    const Acc scale = out.weight ? rstd * out.weight[c] : rstd;
+    out.rstd[c] = rstd;
+    out.scale[c] = scale;
+    out.shift[c] = (out.bias ? out.bias[c] : Acc(0)) - m * scale;
+    if (out.running_mean) {
+      const Acc keep = static_cast<Acc>(1.0 - out.momentum);
+      const Acc take = static_cast<Acc>(out.momentum);
+      const Acc unbiased =
+          static_cast<Acc>(static_cast<double>(values) / static_cast<double>(values - 1));
+      out.running_mean[c] = out.running_mean[c] * keep + m * take;
+      out.running_var[c] = out.running_var[c] * keep + (var * unbiased) * take;
     }
   }
 }
@@ -298,9 +318,10 @@ unsigned finalize_blocks(int64_t channels) {
 
 }  // namespace
 
+// The statistics' two kernels; finalize writes `variance` (if not null) and what `out` asks for.
 template <typename T>
-void batch_norm_statistics(const T* x, acc_t<T>* mean, acc_t<T>* variance, int64_t batch,
-                           int64_t channels, int64_t spatial, cudaStream_t stream) {
+void run_statistics(const T* x, acc_t<T>* variance, const BatchNormChannels<acc_t<T>>& out,
+                    int64_t batch, int64_t channels, int64_t spatial, cudaStream_t stream) {
   using Acc = acc_t<T>;
   if (channels == 0) return;
   const BatchNormPlan plan = plan_for<T>(batch, channels, spatial, {x});
@@ -314,8 +335,23 @@ void batch_norm_statistics(const T* x, acc_t<T>* mean, acc_t<T>* variance, int64
   }
   EMBER_CUDA_CHECK_LAUNCH("batch_norm: statistics_partial_kernel<<<>>>");
   statistics_finalize_kernel<Acc><<<finalize_blocks(channels), kBatchNormThreads, 0, stream>>>(
-      partial.data, plan, mean, variance);
+      partial.data, plan, variance, out);
   EMBER_CUDA_CHECK_LAUNCH("batch_norm: statistics_finalize_kernel<<<>>>");
+}
+
+template <typename T>
+void batch_norm_statistics(const T* x, acc_t<T>* mean, acc_t<T>* variance, int64_t batch,
+                           int64_t channels, int64_t spatial, cudaStream_t stream) {
+  BatchNormChannels<acc_t<T>> out;
+  out.mean = mean;
+  run_statistics(x, variance, out, batch, channels, spatial, stream);
+}
+
+template <typename T>
+void batch_norm_training_statistics(const T* x, const BatchNormChannels<acc_t<T>>& channel_args,
+                                    int64_t batch, int64_t channels, int64_t spatial,
+                                    cudaStream_t stream) {
+  run_statistics<T>(x, nullptr, channel_args, batch, channels, spatial, stream);
 }
 
 template <typename T>
@@ -368,13 +404,15 @@ void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
   EMBER_CUDA_CHECK_LAUNCH("batch_norm: grad_input_kernel<<<>>>");
 }
 
-#define EMBER_INSTANTIATE_BATCH_NORM(T)                                                      \
-  template void batch_norm_statistics<T>(const T*, acc_t<T>*, acc_t<T>*, int64_t, int64_t,   \
-                                         int64_t, cudaStream_t);                             \
-  template void batch_norm_apply<T>(const T*, const acc_t<T>*, const acc_t<T>*, T*, int64_t, \
-                                    int64_t, int64_t, cudaStream_t);                         \
-  template void batch_norm_backward<T>(const T*, const T*, const acc_t<T>*, const acc_t<T>*, \
-                                       const acc_t<T>*, T*, acc_t<T>*, acc_t<T>*, int64_t,   \
+#define EMBER_INSTANTIATE_BATCH_NORM(T)                                                         \
+  template void batch_norm_statistics<T>(const T*, acc_t<T>*, acc_t<T>*, int64_t, int64_t,      \
+                                         int64_t, cudaStream_t);                                \
+  template void batch_norm_training_statistics<T>(const T*, const BatchNormChannels<acc_t<T>>&, \
+                                                  int64_t, int64_t, int64_t, cudaStream_t);     \
+  template void batch_norm_apply<T>(const T*, const acc_t<T>*, const acc_t<T>*, T*, int64_t,    \
+                                    int64_t, int64_t, cudaStream_t);                            \
+  template void batch_norm_backward<T>(const T*, const T*, const acc_t<T>*, const acc_t<T>*,    \
+                                       const acc_t<T>*, T*, acc_t<T>*, acc_t<T>*, int64_t,      \
                                        int64_t, int64_t, bool, cudaStream_t);
 EMBER_INSTANTIATE_BATCH_NORM(float)
 EMBER_INSTANTIATE_BATCH_NORM(double)

@@ -23,6 +23,28 @@ template <typename T>
 void batch_norm_statistics(const T* x, acc_t<T>* mean, acc_t<T>* variance, int64_t batch,
                            int64_t channels, int64_t spatial, cudaStream_t stream);
 
+// Training mode, everything the forward needs per channel from one read of x and one small
+// kernel (instead of a tensor op for each): mean, rstd = 1 / sqrt(var + eps), scale = rstd weight,
+// shift = bias - mean scale, and running_mean, running_var updated in place with PyTorch's rule
+// (r = (1 - momentum) r + momentum s, the running variance taking the unbiased batch variance).
+// weight, bias null mean 1, 0; running_mean, running_var null mean not tracked. All (channels).
+template <typename Acc>
+struct BatchNormChannels {
+  const Acc* weight = nullptr;
+  const Acc* bias = nullptr;
+  Acc* running_mean = nullptr;
+  Acc* running_var = nullptr;
+  double eps = 1e-5, momentum = 0.1;
+  Acc* mean = nullptr;   // out
+  Acc* rstd = nullptr;   // out
+  Acc* scale = nullptr;  // out
+  Acc* shift = nullptr;  // out
+};
+template <typename T>
+void batch_norm_training_statistics(const T* x, const BatchNormChannels<acc_t<T>>& channel_args,
+                                    int64_t batch, int64_t channels, int64_t spatial,
+                                    cudaStream_t stream);
+
 // y = x scale[c] + shift[c].
 template <typename T>
 void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, T* y, int64_t batch,

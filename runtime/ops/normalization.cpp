@@ -39,6 +39,12 @@ Tensor dense_or_undefined(const Tensor& t) {
 }
 
 #if EMBER_WITH_CUDA
+// Running statistics the fused CUDA kernel can update in place: none, or dense in the statistics
+// dtype. (Others take the tensor ops.)
+bool updatable_in_place(const Tensor& running, DType stat_dtype) {
+  return !running.defined() || (running.dtype() == stat_dtype && running.is_contiguous());
+}
+
 // The stream the CUDA kernels run on.
 auto stream_of(const Tensor& t) {
   return t.is_cuda() ? cuda::current_stream(t.device().index) : nullptr;
@@ -203,7 +209,38 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     NoGradGuard no_grad;
     input = x.contiguous();
     weight_dense = weight_in.defined() ? weight_in.to(stat_dtype).contiguous() : Tensor();
-    if (training) {
+    const Tensor bias_dense = bias_in.defined() ? bias_in.to(stat_dtype).contiguous() : Tensor();
+    bool per_channel_made = false;  // mean, rstd, scale, shift, and the running statistics
+#if EMBER_WITH_CUDA
+    if (training && x.is_cuda() && updatable_in_place(running_mean, stat_dtype) &&
+        updatable_in_place(running_var, stat_dtype)) {
+      // One read of x and one small kernel make every per-channel tensor below.
+      mean = empty({channels}, stat_options);
+      rstd = empty({channels}, stat_options);
+      scale = empty({channels}, stat_options);
+      shift = empty({channels}, stat_options);
+      dispatch_floating(x.dtype(), "batch_norm", [&]<typename T>() {
+        using Acc = acc_t<T>;
+        kernels::cuda::BatchNormChannels<Acc> args;
+        args.weight = data_or_null<Acc>(weight_dense);
+        args.bias = data_or_null<Acc>(bias_dense);
+        args.running_mean = mutable_data_or_null<Acc>(running_mean);
+        args.running_var = mutable_data_or_null<Acc>(running_var);
+        args.eps = eps;
+        args.momentum = momentum;
+        args.mean = static_cast<Acc*>(mean.data_ptr());
+        args.rstd = static_cast<Acc*>(rstd.data_ptr());
+        args.scale = static_cast<Acc*>(scale.data_ptr());
+        args.shift = static_cast<Acc*>(shift.data_ptr());
+        kernels::cuda::batch_norm_training_statistics<T>(
+            static_cast<const T*>(input.data_ptr()), args, batch, channels, spatial, stream_of(x));
+      });
+      per_channel_made = true;
+    }
+#endif
+    if (per_channel_made) {
+      // done above
+    } else if (training) {
       mean = empty({channels}, stat_options);
       Tensor variance = empty({channels}, stat_options);
       dispatch_floating(x.dtype(), "batch_norm", [&]<typename T>() {
@@ -234,11 +271,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
       mean = running_mean.to(stat_dtype).clone();  // a copy: later updates must not reach it
       rstd = rsqrt(running_var.to(stat_dtype) + eps);
     }
-    // y = (x - mean) rstd w + b = x scale + shift
-    scale = weight_dense.defined() ? rstd * weight_dense : rstd;
-    shift = bias_in.defined() ? bias_in.to(stat_dtype) - mean * scale : -(mean * scale);
-    scale = scale.contiguous();
-    shift = shift.contiguous();
+    if (!scale.defined()) {
+      // y = (x - mean) rstd w + b = x scale + shift
+      scale = weight_dense.defined() ? rstd * weight_dense : rstd;
+      shift = bias_dense.defined() ? bias_dense - mean * scale : -(mean * scale);
+      scale = scale.contiguous();
+      shift = shift.contiguous();
+    }
   }
   Tensor out = empty(x.sizes(), TensorOptions(x.dtype(), x.device()));
   dispatch_floating(x.dtype(), "batch_norm", [&]<typename T>() {
