@@ -21,6 +21,10 @@ constexpr int64_t kMaxBlocks = 65535;
 // of the GPU idle when summing a whole tensor.
 constexpr int64_t kChunk = 16384;
 constexpr int64_t kMaxChunksPerRow = 1024;
+// Column sums: split the reduced dim until about this many blocks run (8 per SM of an H100) ...
+constexpr int64_t kTargetColumnBlocks = 1024;
+// ... but give no block fewer rows than this (32 per thread).
+constexpr int64_t kMinColumnChunk = 256;
 
 template <typename Acc>
 __device__ __forceinline__ Acc warp_sum(Acc value) {
@@ -70,14 +74,18 @@ __global__ void chunk_sum_kernel(const In* in, Acc* partial, int64_t reduce, int
   if (threadIdx.x == 0) partial[row * chunks + chunk] = total;
 }
 
-// inner > 1. in (outer, reduce, inner) -> out (outer, inner): a block of (32, 8) threads per tile
-// of 32 adjacent columns of one outer index; threadIdx.x walks the columns (coalesced loads),
-// threadIdx.y splits the reduced dim, and shared memory adds the 8 slices.
-template <typename T>
-__global__ void column_sum_kernel(const T* in, sum_output_t<T>* out, int64_t outer, int64_t reduce,
-                                  int64_t inner) {
-  using Acc = sum_acc_t<T>;
+// inner > 1. in (outer, reduce, inner) -> out (outer, chunks, inner): a block of (32, 8) threads
+// per tile of 32 adjacent columns of one outer index and one chunk of the reduced dim
+// (blockIdx.y; rows [chunk chunk_length, (chunk + 1) chunk_length)). threadIdx.x walks the
+// columns (coalesced loads), threadIdx.y splits the chunk's rows, and shared memory adds the 8
+// slices. With one chunk, out is (outer, inner).
+template <typename Acc, typename In, typename Out>
+__global__ void column_sum_kernel(const In* in, Out* out, int64_t outer, int64_t reduce,
+                                  int64_t inner, int64_t chunk_length) {
   __shared__ Acc partial[kTileRows][kTileWidth + 1];
+  const int64_t chunk = blockIdx.y, chunks = gridDim.y;
+  const int64_t begin = chunk * chunk_length;
+  const int64_t end = begin + chunk_length < reduce ? begin + chunk_length : reduce;
   const int64_t tiles_per_row = (inner + kTileWidth - 1) / kTileWidth;
   const int64_t tiles = outer * tiles_per_row;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -85,8 +93,8 @@ __global__ void column_sum_kernel(const T* in, sum_output_t<T>* out, int64_t out
     const int64_t column = (tile % tiles_per_row) * kTileWidth + threadIdx.x;
     Acc total = 0;
     if (column < inner) {
-      const T* x = in + o * reduce * inner + column;
-      for (int64_t r = threadIdx.y; r < reduce; r += kTileRows)
+      const In* x = in + o * reduce * inner + column;
+      for (int64_t r = begin + threadIdx.y; r < end; r += kTileRows)
         total += convert<Acc>(x[r * inner]);
     }
     partial[threadIdx.y][threadIdx.x] = total;
@@ -94,7 +102,7 @@ __global__ void column_sum_kernel(const T* in, sum_output_t<T>* out, int64_t out
     if (threadIdx.y == 0 && column < inner) {
       for (int slice = 1; slice < kTileRows; ++slice)
         total += partial[slice][threadIdx.x];
-      out[o * inner + column] = convert<sum_output_t<T>>(total);
+      out[(o * chunks + chunk) * inner + column] = convert<Out>(total);
     }
     __syncthreads();  // partial is reused by the next tile
   }
@@ -114,9 +122,30 @@ void sum(const T* in, sum_output_t<T>* out, int64_t outer, int64_t reduce, int64
   if (outer == 0 || inner == 0) return;
   if (inner > 1) {
     const int64_t tiles = outer * ((inner + kTileWidth - 1) / kTileWidth);
-    column_sum_kernel<T><<<grid_for(tiles), dim3(kTileWidth, kTileRows), 0, stream>>>(
-        in, out, outer, reduce, inner);
-    EMBER_CUDA_CHECK_LAUNCH("sum: column_sum_kernel<<<>>>");
+    const dim3 block(kTileWidth, kTileRows);
+    // Few tiles over a long reduced dim (a bias gradient: (rows, features) summed over the rows)
+    // would leave most of the GPU idle: the rows are cut into chunks summed by separate blocks
+    // into a scratch buffer (outer, chunks, inner), whose chunks a second pass sums.
+    int64_t chunks = (kTargetColumnBlocks + tiles - 1) / tiles;
+    const int64_t most_chunks = (reduce + kMinColumnChunk - 1) / kMinColumnChunk;
+    if (chunks > most_chunks) chunks = most_chunks;
+    if (chunks > kMaxBlocks) chunks = kMaxBlocks;
+    if (chunks <= 1) {
+      column_sum_kernel<Acc>
+          <<<grid_for(tiles), block, 0, stream>>>(in, out, outer, reduce, inner, reduce);
+      EMBER_CUDA_CHECK_LAUNCH("sum: column_sum_kernel<<<>>>");
+      return;
+    }
+    const int64_t chunk_length = (reduce + chunks - 1) / chunks;
+    chunks = (reduce + chunk_length - 1) / chunk_length;
+    const Scratch<Acc> partial(outer * chunks * inner, stream);
+    column_sum_kernel<Acc>
+        <<<dim3(grid_for(tiles), static_cast<unsigned>(chunks)), block, 0, stream>>>(
+            in, partial.data, outer, reduce, inner, chunk_length);
+    EMBER_CUDA_CHECK_LAUNCH("sum: column_sum_kernel<<<>>> over chunks of rows");
+    column_sum_kernel<Acc>
+        <<<grid_for(tiles), block, 0, stream>>>(partial.data, out, outer, chunks, inner, chunks);
+    EMBER_CUDA_CHECK_LAUNCH("sum: column_sum_kernel<<<>>> over partial sums");
     return;
   }
   if (outer >= 64 || reduce <= 2 * kChunk) {

@@ -169,12 +169,13 @@ TEST(Cuda, SumMatchesTheCpu) {
     Dims dims;
   };
   // Row sums (inner == 1), few long rows (two passes through partial sums), column sums
-  // (inner > 1), empty reductions, and grids bigger than the 65535-block cap (row and column
-  // kernels both walk the rest grid-stride).
+  // (inner > 1), few columns over many rows (two passes through chunks of rows: {70000, 40},
+  // {1000, 3, 7} in chunks of 250), empty reductions, and grids bigger than the 65535-block cap
+  // (row and column kernels both walk the rest grid-stride).
   const std::vector<Case> cases = {
       {{7, 1000}, {1}}, {{1, 100003}, {}},  {{9, 5, 33}, {1}},  {{3, 4, 5}, {0, 2}},
       {{6, 0}, {1}},    {{70000, 3}, {1}},  {{70000, 40}, {0}}, {{2, 70000, 33}, {0}},
-      {{33, 1}, {0}},   {{3, 200001}, {1}}, {{4, 17, 65}, {1}},
+      {{33, 1}, {0}},   {{3, 200001}, {1}}, {{4, 17, 65}, {1}}, {{1000, 3, 7}, {0}},
   };
   for (const Case& c : cases) {
     for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64,
