@@ -185,22 +185,33 @@ dim3 grid_2x2(const Tiled2x2& t) {
               static_cast<unsigned>(planes));
 }
 
+// This thread's output position in every plane (false past a plane's end) and the positions of its
+// window's four inputs, in row order.
+__device__ __forceinline__ bool window_of_thread(const Tiled2x2& t, int& position,
+                                                 int (&window)[4]) {
+  position = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (position >= t.out_height * t.out_width) return false;
+  const int p = position / t.out_width, q = position - p * t.out_width;
+  const int in_width = 2 * t.out_width;
+  window[0] = 2 * p * in_width + 2 * q;
+  window[1] = window[0] + 1;
+  window[2] = window[0] + in_width;
+  window[3] = window[0] + in_width + 1;
+  return true;
+}
+
 // As pool_forward_kernel's max (and the CPU): the window's values in row order, the first maximum
 // wins ties, a NaN wins and ends the search.
 template <typename T>
 __global__ void max_pool_2x2_forward_kernel(Tiled2x2 t, const T* x, T* y, int64_t* indices) {
   using Acc = acc_t<T>;
-  const int position = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   const int positions = t.out_height * t.out_width;
-  if (position >= positions) return;
-  const int p = position / t.out_width, q = position - p * t.out_width;
-  const int in_width = 2 * t.out_width;
-  const int first = 2 * p * in_width + 2 * q;
-  const int window[4] = {first, first + 1, first + in_width, first + in_width + 1};
+  int position, window[4];
+  if (!window_of_thread(t, position, window)) return;
   for (int64_t plane = blockIdx.y; plane < t.planes; plane += gridDim.y) {
     const T* in = x + plane * 4 * positions;
     Acc best = negative_infinity<Acc>();
-    int best_index = first;
+    int best_index = window[0];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const Acc value = convert<Acc>(in[window[k]]);
@@ -220,13 +231,9 @@ template <typename T>
 __global__ void max_pool_2x2_backward_kernel(Tiled2x2 t, const T* grad_y, const int64_t* indices,
                                              T* grad_x) {
   using Acc = acc_t<T>;
-  const int position = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   const int positions = t.out_height * t.out_width;
-  if (position >= positions) return;
-  const int p = position / t.out_width, q = position - p * t.out_width;
-  const int in_width = 2 * t.out_width;
-  const int first = 2 * p * in_width + 2 * q;
-  const int window[4] = {first, first + 1, first + in_width, first + in_width + 1};
+  int position, window[4];
+  if (!window_of_thread(t, position, window)) return;
   for (int64_t plane = blockIdx.y; plane < t.planes; plane += gridDim.y) {
     const int64_t saved = indices[plane * positions + position];
     // As pool_backward_kernel: a sum from 0 in Acc, so -0.0 arrives as +0.0 on both paths.
