@@ -316,8 +316,6 @@ unsigned finalize_blocks(int64_t channels) {
   return static_cast<unsigned>(blocks < kBatchNormMaxGrid ? blocks : kBatchNormMaxGrid);
 }
 
-}  // namespace
-
 // The statistics' two kernels; finalize writes `variance` (if not null) and what `out` asks for.
 template <typename T>
 void run_statistics(const T* x, acc_t<T>* variance, const BatchNormChannels<acc_t<T>>& out,
@@ -338,6 +336,8 @@ void run_statistics(const T* x, acc_t<T>* variance, const BatchNormChannels<acc_
       partial.data, plan, variance, out);
   EMBER_CUDA_CHECK_LAUNCH("batch_norm: statistics_finalize_kernel<<<>>>");
 }
+
+}  // namespace
 
 template <typename T>
 void batch_norm_statistics(const T* x, acc_t<T>* mean, acc_t<T>* variance, int64_t batch,
