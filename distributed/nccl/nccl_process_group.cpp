@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "distributed/call_with_deadline.h"
 #include "runtime/cuda/allocator.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/device_guard.h"
@@ -167,7 +168,20 @@ class NcclProcessGroup final : public ProcessGroup {
       bootstrap->broadcast(id_bytes, 0)->wait();
       std::memcpy(&id, id_bytes.data_ptr(), sizeof(id));
     }
-    EMBER_NCCL_CHECK(ncclCommInitRank(&communicator_->comm, size(), id, rank()));
+    // ncclCommInitRank blocks until every rank has joined, with no timeout of its own: a peer
+    // that died or hung after the id went out would hang this rank forever. It runs on a thread
+    // of its own (which must make the device current there too), bounded like a collective.
+    communicator_->comm = call_with_deadline<ncclComm_t>(
+        [id, device_index, size = size(), rank = rank()] {
+          cuda::DeviceGuard init_guard(device_index);
+          ncclComm_t comm = nullptr;
+          EMBER_NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
+          return comm;
+        },
+        collective_timeout_seconds(),
+        [](ncclComm_t late) { static_cast<void>(ncclCommAbort(late)); },
+        detail::concat("NCCL communicator initialisation of group '", name(), "' (size ", size(),
+                       ") on rank ", rank()));
     EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&communicator_->stream, cudaStreamNonBlocking));
   }
 

@@ -9,7 +9,8 @@
 // Collectives run on the group's own stream, ordered after the caller's current stream by an
 // event (so they see the values the caller produced) and finished by another; wait() blocks the
 // host until that event, polling NCCL's asynchronous error and the timeout
-// (EMBER_COLLECTIVE_TIMEOUT), and aborts the communicator when either fires. send/recv take no
+// (EMBER_COLLECTIVE_TIMEOUT), and aborts the communicator when either fires. Creating the
+// communicator is bounded by the same timeout (a peer that never joins). send/recv take no
 // tags and run in order on that one stream: a rank's recv blocks its later send (no ring of
 // recv-then-send, which the MPI group allows).
 #pragma once

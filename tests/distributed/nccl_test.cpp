@@ -9,7 +9,8 @@
 // What a GPU run checks that nothing here can: that NCCL accepts every dtype and op at nranks 1,
 // that the group's stream is ordered after the caller's (an input computed just before the
 // collective is the one reduced), the timeout path (a host function blocks the caller's stream),
-// and DDP over NCCL giving bit for bit the single-GPU step.
+// the timeout of an initialisation whose peer never joins, and DDP over NCCL giving bit for bit
+// the single-GPU step.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -416,6 +417,53 @@ TEST_F(NcclDdp, TheDdpEngineRunsAsAWorldOfOneOverNcclWhenAsked) {
   // Without the variable it is the usual error (tests/engines/engines_test.cpp).
   EXPECT_ERROR_WITH(engines::make_engine("ddp"), "several processes", "EMBER_DDP_WORLD_OF_ONE=1");
 }
+
+#if EMBER_WITH_NCCL
+// Rank 0 of a pretend group of two whose other rank never comes: the NCCL unique id "reaches"
+// everybody (broadcast is a no-op), then ncclCommInitRank waits for rank 1 forever. Last in this
+// file: the abandoned initialisation stays blocked on its thread until the process ends.
+class RankZeroOfTwoAlone final : public ProcessGroup {
+ public:
+  RankZeroOfTwoAlone() : ProcessGroup(0, 2, "alone") {}
+  const char* backend() const override { return "pretend"; }
+  WorkPtr broadcast(const Tensor&, int) override { return std::make_shared<DoneWork>(); }
+  WorkPtr allreduce(const Tensor&, ReduceOp) override { return unexpected(); }
+  WorkPtr allgather(const Tensor&, const Tensor&) override { return unexpected(); }
+  WorkPtr reduce_scatter(const Tensor&, const Tensor&, ReduceOp) override { return unexpected(); }
+  WorkPtr barrier() override { return unexpected(); }
+  WorkPtr send(const Tensor&, int, int) override { return unexpected(); }
+  WorkPtr recv(const Tensor&, int, int) override { return unexpected(); }
+  ProcessGroupPtr split(int, int) override {
+    unexpected();
+    return nullptr;
+  }
+
+ private:
+  struct DoneWork final : Work {
+    void wait() override {}
+    bool is_completed() override { return true; }
+  };
+  static WorkPtr unexpected() { EMBER_FAIL("RankZeroOfTwoAlone: only broadcast is expected"); }
+};
+
+TEST_F(Nccl, ACommunicatorWhosePeerNeverJoinsTimesOutNamingTheGroupAndRank) {
+  EMBER_SKIP_WITHOUT_NCCL_GPU();
+  const char* previous = std::getenv("EMBER_COLLECTIVE_TIMEOUT");
+  const std::string saved = previous != nullptr ? previous : "";
+  setenv("EMBER_COLLECTIVE_TIMEOUT", "2", 1);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_ERROR_WITH(make_nccl_group(std::make_shared<RankZeroOfTwoAlone>(), 0),
+                    "NCCL communicator initialisation of group 'alone/nccl' (size 2) on rank 0",
+                    "did not complete within 2 s", "EMBER_COLLECTIVE_TIMEOUT");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+  if (previous != nullptr) {
+    setenv("EMBER_COLLECTIVE_TIMEOUT", saved.c_str(), 1);
+  } else {
+    unsetenv("EMBER_COLLECTIVE_TIMEOUT");
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace ember::dist
