@@ -235,6 +235,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
         kernels::cuda::batch_norm_training_statistics<T>(
             static_cast<const T*>(input.data_ptr()), args, batch, channels, spatial, stream_of(x));
       });
+      // Written in place by the kernel, as mul_/add_ would have: their versions move on.
+      for (const Tensor* running : {&running_mean, &running_var})
+        if (running->defined()) running->bump_version();
       per_channel_made = true;
     }
 #endif

@@ -245,6 +245,7 @@ TEST(CudaConvPool, BatchNormGradientsAndRunningStatisticsMatchTheCpu) {
                                                return batch_norm(in[0], cpu_mean, cpu_var, in[1],
                                                                  in[2], training, 0.1, 1e-5);
                                              });
+          const uint32_t mean_version = cuda_mean.version(), var_version = cuda_var.version();
           const ForwardBackward cuda = run_on(
               Device::cuda(0), {x, weight, bias}, {true, true, true},
               [&](const std::vector<Tensor>& in) {
@@ -261,6 +262,9 @@ TEST(CudaConvPool, BatchNormGradientsAndRunningStatisticsMatchTheCpu) {
           EXPECT_TRUE(error.empty()) << what << ", running_mean: " << error;
           error = mismatch(cuda_var, cpu_var, 1e-5);
           EXPECT_TRUE(error.empty()) << what << ", running_var: " << error;
+          // Written in place in training (by the finalize kernel), as on the CPU.
+          EXPECT_EQ(cuda_mean.version() != mean_version, training) << what;
+          EXPECT_EQ(cuda_var.version() != var_version, training) << what;
         }
       }
     }

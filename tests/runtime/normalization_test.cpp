@@ -355,7 +355,11 @@ TEST(BatchNorm, TrainingMatchesNaiveAndUpdatesRunningStatistics) {
       Tensor running_var = uniform({4}, 0.5, 2.0, DType::f64, &g);
       const std::vector<double> old_mean = to_vector<double>(running_mean);
       const std::vector<double> old_var = to_vector<double>(running_var);
+      const uint32_t mean_version = running_mean.version(), var_version = running_var.version();
       const Tensor y = batch_norm(x, running_mean, running_var, w, b, true, 0.1, 1e-5);
+      // Updated in place: anything autograd saved of them would be seen to be stale.
+      EXPECT_GT(running_mean.version(), mean_version) << what;
+      EXPECT_GT(running_var.version(), var_version) << what;
       const NaiveBatchNorm ref = naive_batch_norm(x, w, b, nullptr, nullptr, 1e-5);
       expect_values_near(y, ref.y, 1e-12, 1e-12, what);
       std::vector<double> new_mean, new_var;
@@ -377,6 +381,7 @@ TEST(BatchNorm, EvalUsesRunningStatistics) {
   const Tensor running_var = uniform({5}, 0.5, 2.0, DType::f32, &g);
   const std::vector<double> mean = to_vector<double>(running_mean);
   const std::vector<double> var = to_vector<double>(running_var);
+  const uint32_t mean_version = running_mean.version(), var_version = running_var.version();
   for (bool affine : {true, false}) {
     const Tensor y = batch_norm(x, running_mean, running_var, affine ? w : Tensor(),
                                 affine ? b : Tensor(), false, 0.1, 1e-3);
@@ -387,6 +392,8 @@ TEST(BatchNorm, EvalUsesRunningStatistics) {
   // Eval leaves the running statistics alone.
   EXPECT_EQ(to_vector<double>(running_mean), mean);
   EXPECT_EQ(to_vector<double>(running_var), var);
+  EXPECT_EQ(running_mean.version(), mean_version);
+  EXPECT_EQ(running_var.version(), var_version);
 }
 
 TEST(BatchNorm, TrainingWithoutRunningStatisticsAndStridedInput) {
