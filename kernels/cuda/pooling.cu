@@ -162,11 +162,15 @@ __global__ void pool_backward_kernel(Pool pool, Pool2dGeometry g, bool count_inc
 // (resnet9's pools, and most CNNs'.) Every input belongs to exactly one window, so the backward is
 // one thread per output writing its four inputs, with no search for the windows that reach an
 // input. Blocks walk the positions of a plane (blockIdx.x, 32-bit arithmetic: a plane is far
-// below 2^31 values) and planes grid-stride (blockIdx.y): no 64-bit division per value.
+// below 2^31 values) and planes grid-stride (blockIdx.y): no 64-bit division per value. Planes
+// of fewer outputs than a block has threads share a block, kThreadsPerBlock / positions of them
+// (resnet9's 16x16 -> 8x8 pool has 64 outputs a plane, its 8x8 -> 4x4 pool 16): with a block per
+// plane, 3/4 and 15/16 of the threads would have nothing to do.
 
 struct Tiled2x2 {
   int64_t planes;
   int out_height, out_width;  // the input is (2 out_height, 2 out_width)
+  int planes_per_block;       // 1 when a plane has kThreadsPerBlock outputs or more
 };
 
 // (A plane's 4 P Q inputs must be indexable by an int.)
@@ -176,27 +180,52 @@ bool tiles_2x2(const Pool2dGeometry& g) {
          g.out_height * g.out_width < (int64_t{1} << 29);
 }
 
+Tiled2x2 tiled_2x2(const Pool2dGeometry& g) {
+  const int64_t positions = g.out_height * g.out_width;
+  const int64_t per_block = positions < kThreadsPerBlock ? kThreadsPerBlock / positions : 1;
+  return {g.planes, static_cast<int>(g.out_height), static_cast<int>(g.out_width),
+          static_cast<int>(per_block)};
+}
+
 constexpr int64_t kMaxPlaneBlocks = 65535;  // grid.y
 
 dim3 grid_2x2(const Tiled2x2& t) {
   const int64_t positions = static_cast<int64_t>(t.out_height) * t.out_width;
-  const int64_t planes = t.planes < kMaxPlaneBlocks ? t.planes : kMaxPlaneBlocks;
+  const int64_t plane_groups = (t.planes + t.planes_per_block - 1) / t.planes_per_block;
+  const int64_t blocks_y = plane_groups < kMaxPlaneBlocks ? plane_groups : kMaxPlaneBlocks;
   return dim3(static_cast<unsigned>((positions + kThreadsPerBlock - 1) / kThreadsPerBlock),
-              static_cast<unsigned>(planes));
+              static_cast<unsigned>(blocks_y));
 }
 
-// This thread's output position in every plane (false past a plane's end) and the positions of its
-// window's four inputs, in row order.
-__device__ __forceinline__ bool window_of_thread(const Tiled2x2& t, int& position,
-                                                 int (&window)[4]) {
-  position = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (position >= t.out_height * t.out_width) return false;
-  const int p = position / t.out_width, q = position - p * t.out_width;
+// This thread's output position in its planes and the positions of its window's four inputs, in
+// row order; the first of its planes (its block's first plane + `first_plane`), and the step to
+// the next. False for a thread with no position (past a plane's end, or past the planes a block
+// holds).
+struct ThreadWindow {
+  int position;
+  int window[4];
+  int64_t first_plane, plane_step;
+};
+
+__device__ __forceinline__ bool window_of_thread(const Tiled2x2& t, ThreadWindow& w) {
+  const int positions = t.out_height * t.out_width;
+  int plane_in_block = 0;
+  if (t.planes_per_block > 1) {  // gridDim.x == 1: the block's threads cover several planes
+    plane_in_block = static_cast<int>(threadIdx.x) / positions;
+    w.position = static_cast<int>(threadIdx.x) - plane_in_block * positions;
+    if (plane_in_block >= t.planes_per_block) return false;
+  } else {
+    w.position = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+    if (w.position >= positions) return false;
+  }
+  const int p = w.position / t.out_width, q = w.position - p * t.out_width;
   const int in_width = 2 * t.out_width;
-  window[0] = 2 * p * in_width + 2 * q;
-  window[1] = window[0] + 1;
-  window[2] = window[0] + in_width;
-  window[3] = window[0] + in_width + 1;
+  w.window[0] = 2 * p * in_width + 2 * q;
+  w.window[1] = w.window[0] + 1;
+  w.window[2] = w.window[0] + in_width;
+  w.window[3] = w.window[0] + in_width + 1;
+  w.first_plane = static_cast<int64_t>(blockIdx.y) * t.planes_per_block + plane_in_block;
+  w.plane_step = static_cast<int64_t>(gridDim.y) * t.planes_per_block;
   return true;
 }
 
@@ -206,23 +235,23 @@ template <typename T>
 __global__ void max_pool_2x2_forward_kernel(Tiled2x2 t, const T* x, T* y, int64_t* indices) {
   using Acc = acc_t<T>;
   const int positions = t.out_height * t.out_width;
-  int position, window[4];
-  if (!window_of_thread(t, position, window)) return;
-  for (int64_t plane = blockIdx.y; plane < t.planes; plane += gridDim.y) {
+  ThreadWindow w;
+  if (!window_of_thread(t, w)) return;
+  for (int64_t plane = w.first_plane; plane < t.planes; plane += w.plane_step) {
     const T* in = x + plane * 4 * positions;
     Acc best = negative_infinity<Acc>();
-    int best_index = window[0];
+    int best_index = w.window[0];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const Acc value = convert<Acc>(in[window[k]]);
+      const Acc value = convert<Acc>(in[w.window[k]]);
       if (value > best || device_math::is_nan(value)) {
         best = value;
-        best_index = window[k];
+        best_index = w.window[k];
         if (device_math::is_nan(value)) break;
       }
     }
-    y[plane * positions + position] = convert<T>(best);
-    indices[plane * positions + position] = best_index;
+    y[plane * positions + w.position] = convert<T>(best);
+    indices[plane * positions + w.position] = best_index;
   }
 }
 
@@ -232,17 +261,17 @@ __global__ void max_pool_2x2_backward_kernel(Tiled2x2 t, const T* grad_y, const 
                                              T* grad_x) {
   using Acc = acc_t<T>;
   const int positions = t.out_height * t.out_width;
-  int position, window[4];
-  if (!window_of_thread(t, position, window)) return;
-  for (int64_t plane = blockIdx.y; plane < t.planes; plane += gridDim.y) {
-    const int64_t saved = indices[plane * positions + position];
+  ThreadWindow w;
+  if (!window_of_thread(t, w)) return;
+  for (int64_t plane = w.first_plane; plane < t.planes; plane += w.plane_step) {
+    const int64_t saved = indices[plane * positions + w.position];
     // As pool_backward_kernel: a sum from 0 in Acc, so -0.0 arrives as +0.0 on both paths.
     Acc total = 0;
-    total += convert<Acc>(grad_y[plane * positions + position]);
+    total += convert<Acc>(grad_y[plane * positions + w.position]);
     T* out = grad_x + plane * 4 * positions;
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      out[window[k]] = convert<T>(window[k] == saved ? total : Acc(0));
+      out[w.window[k]] = convert<T>(w.window[k] == saved ? total : Acc(0));
   }
 }
 
@@ -277,7 +306,7 @@ void max_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, int64_t* indi
                         cudaStream_t stream) {
   if (tiles_2x2(g)) {
     if (g.planes * g.out_height * g.out_width == 0) return;
-    const Tiled2x2 t{g.planes, static_cast<int>(g.out_height), static_cast<int>(g.out_width)};
+    const Tiled2x2 t = tiled_2x2(g);
     max_pool_2x2_forward_kernel<T><<<grid_2x2(t), kThreadsPerBlock, 0, stream>>>(t, x, y, indices);
     EMBER_CUDA_CHECK_LAUNCH("max_pool2d: max_pool_2x2_forward_kernel<<<>>>");
     return;
@@ -290,7 +319,7 @@ void max_pool2d_backward(const Pool2dGeometry& g, const T* grad_y, const int64_t
                          T* grad_x, cudaStream_t stream) {
   if (tiles_2x2(g)) {
     if (g.planes * g.out_height * g.out_width == 0) return;
-    const Tiled2x2 t{g.planes, static_cast<int>(g.out_height), static_cast<int>(g.out_width)};
+    const Tiled2x2 t = tiled_2x2(g);
     max_pool_2x2_backward_kernel<T>
         <<<grid_2x2(t), kThreadsPerBlock, 0, stream>>>(t, grad_y, indices, grad_x);
     EMBER_CUDA_CHECK_LAUNCH("max_pool2d backward: max_pool_2x2_backward_kernel<<<>>>");

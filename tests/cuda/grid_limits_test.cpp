@@ -172,14 +172,19 @@ TEST(CudaGridLimits, BatchNormWalksMoreChannelsThanTheGridHolds) {
                                    {x, weight, bias}, {true, true, true});
 }
 
-// 2x2 max pooling tiles walk planes along gridDim.y (kernels/cuda/pooling.cu), capped at 65535.
+// 2x2 max pooling tiles walk planes along gridDim.y (kernels/cuda/pooling.cu), capped at 65535:
+// planes of 256 outputs or more, one a block; and planes of 4 outputs, 64 a block, so that the
+// walk starts past 64 * 65535 planes. (67M values each, 0.5 GB in f64.)
 TEST(CudaGridLimits, MaxPool2x2WalksMorePlanesThanTheGridHolds) {
   EMBER_SKIP_WITHOUT_GPU();
   Generator generator(46);
-  const Tensor x = random_f64({kMaxBlocks + 2, 1, 4, 4}, generator);
-  expect_same_forward_and_backward(
-      "max_pool2d 2x2 of " + describe(x),
-      [](const Inputs& in) { return max_pool2d(in[0], {.kernel_size = 2}); }, {x}, {true});
+  for (const Shape& shape :
+       std::vector<Shape>{{kMaxBlocks + 2, 1, 32, 32}, {64 * kMaxBlocks + 3, 1, 4, 4}}) {
+    const Tensor x = random_f64(shape, generator);
+    expect_same_forward_and_backward(
+        "max_pool2d 2x2 of " + describe(x),
+        [](const Inputs& in) { return max_pool2d(in[0], {.kernel_size = 2}); }, {x}, {true});
+  }
 }
 
 }  // namespace
