@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -265,6 +266,67 @@ TEST(CudaConvPool, BatchNormGradientsAndRunningStatisticsMatchTheCpu) {
           // Written in place in training (by the finalize kernel), as on the CPU.
           EXPECT_EQ(cuda_mean.version() != mean_version, training) << what;
           EXPECT_EQ(cuda_var.version() != var_version, training) << what;
+        }
+      }
+    }
+  }
+}
+
+// The fused training path (statistics, rstd/scale/shift and the running-statistics update in one
+// finalize kernel) with what the test above always has left out: no affine parameters, no running
+// statistics, running statistics in f64 (f64 inputs: the kernel's double instantiation), and a
+// single value per channel in the batch but two in all ({2, 1, 1, 1}).
+TEST(CudaConvPool, BatchNormWithoutAffineOrRunningStatisticsMatchesTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  const std::vector<Shape> shapes = {{2, 1, 1, 1}, {33, 5}, {8, 16, 9, 7}};
+  Generator generator(12);
+  for (const Shape& shape : shapes) {
+    const int64_t channels = shape[1];
+    for (DType dtype : kFloating) {
+      const DType statistics = dtype == DType::f64 ? DType::f64 : DType::f32;
+      for (bool affine : {false, true}) {
+        for (bool tracked : {false, true}) {
+          if (affine && tracked && dtype != DType::f64) continue;  // the test above
+          std::ostringstream what;
+          what << "batch_norm " << shape_str(shape) << " in " << dtype_name(dtype)
+               << (affine ? ", affine" : ", no weight or bias")
+               << (tracked ? ", running statistics" : ", no running statistics");
+          const Tensor x = uniform(shape, 3.0, 5.0, dtype, &generator);
+          const Tensor weight =
+              affine ? uniform({channels}, 0.5, 1.5, statistics, &generator) : Tensor();
+          const Tensor bias =
+              affine ? uniform({channels}, -1.0, 1.0, statistics, &generator) : Tensor();
+          const Tensor mean0 = uniform({channels}, -0.5, 0.5, statistics, &generator);
+          const Tensor var0 = uniform({channels}, 0.5, 2.0, statistics, &generator);
+          Tensor cpu_mean = tracked ? mean0.clone() : Tensor();
+          Tensor cpu_var = tracked ? var0.clone() : Tensor();
+          Tensor cuda_mean = tracked ? mean0.to(Device::cuda(0)) : Tensor();
+          Tensor cuda_var = tracked ? var0.to(Device::cuda(0)) : Tensor();
+          const ForwardBackward cpu =
+              run_on(Device::cpu(), {x, weight, bias}, {true, true, true},
+                     [&](const std::vector<Tensor>& in) {
+                       return batch_norm(in[0], cpu_mean, cpu_var, in[1], in[2], true, 0.1, 1e-5);
+                     });
+          const ForwardBackward cuda =
+              run_on(Device::cuda(0), {x, weight, bias}, {true, true, true},
+                     [&](const std::vector<Tensor>& in) {
+                       return batch_norm(in[0], cuda_mean, cuda_var, in[1], in[2], true, 0.1, 1e-5);
+                     });
+          const double tol = long_sum_tolerance(dtype);
+          std::string error = mismatch(cuda.output, cpu.output, tol);
+          EXPECT_TRUE(error.empty()) << what.str() << ", output: " << error;
+          for (size_t i = 0; i < 3; ++i) {
+            ASSERT_EQ(cuda.grads[i].defined(), cpu.grads[i].defined()) << what.str() << ", " << i;
+            if (!cpu.grads[i].defined()) continue;
+            error = mismatch(cuda.grads[i], cpu.grads[i], tol);
+            EXPECT_TRUE(error.empty()) << what.str() << ", gradient " << i << ": " << error;
+          }
+          if (!tracked) continue;
+          const double stat_tol = dtype == DType::f64 ? 1e-12 : 1e-5;
+          error = mismatch(cuda_mean, cpu_mean, stat_tol);
+          EXPECT_TRUE(error.empty()) << what.str() << ", running_mean: " << error;
+          error = mismatch(cuda_var, cpu_var, stat_tol);
+          EXPECT_TRUE(error.empty()) << what.str() << ", running_var: " << error;
         }
       }
     }
