@@ -132,7 +132,7 @@ void Adam::update_fused_cuda(const ParamGroup& group, std::vector<FusedParam>& p
     const auto& [device_index, grad_dtype, step] = key;
     const Batch& batch = batch_in;  // a plain reference: lambdas may not capture bindings
     const kernels::cpu::AdamHyper hyper = adam_hyper(group, step, decoupled_);
-    const cudaStream_t stream = cuda::current_stream(device_index);
+    const cuda::StreamOnDevice stream(device_index);
     dispatch_fused_cuda(grad_dtype, "Adam.step", [&]<typename Grad, typename Model>() {
       kernels::cuda::adam_step<Grad, Model>(batch, hyper, stream);
     });

@@ -152,7 +152,7 @@ void GradScaler::unscale_cuda(std::vector<Tensor>& grads, OptimizerRecord& recor
   }
   float* found_inf = record.device_found_inf.data<float>();
   const float* scale = device_scale_.data<float>();
-  const cudaStream_t stream = cuda::current_stream(device.index);
+  const cuda::StreamOnDevice stream(device.index);
   if (!by_dtype[0].empty())
     kernels::cuda::amp_unscale_and_check<float>(by_dtype[0], found_inf, scale, stream);
   if (!by_dtype[1].empty())
@@ -238,7 +238,7 @@ void GradScaler::update_on_device(bool host_found_inf, const Tensor& device_foun
       device_scale_.data<float>(), device_growth_tracker_.data<int64_t>(),
       device_found_inf.defined() ? device_found_inf.data<float>() : nullptr, host_found_inf,
       static_cast<float>(options_.growth_factor), static_cast<float>(options_.backoff_factor),
-      options_.growth_interval, cuda::current_stream(device_scale_.device().index));
+      options_.growth_interval, cuda::StreamOnDevice(device_scale_.device().index));
 #else
   (void)host_found_inf;
   (void)device_found_inf;

@@ -126,7 +126,7 @@ void SGD::update_fused_cuda(const ParamGroup& group, std::vector<FusedParam>& pa
     const auto& [device_index, grad_dtype, first_step] = key;
     const Batch& batch = batch_in;  // a plain reference: lambdas may not capture bindings
     const kernels::cpu::SgdHyper hyper = sgd_hyper(group, first_step);
-    const cudaStream_t stream = cuda::current_stream(device_index);
+    const cuda::StreamOnDevice stream(device_index);
     dispatch_fused_cuda(grad_dtype, "SGD.step", [&]<typename Grad, typename Model>() {
       kernels::cuda::sgd_step<Grad, Model>(batch, hyper, stream);
     });

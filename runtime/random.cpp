@@ -89,7 +89,7 @@ void fill_random(Tensor& t, Distribution kind, double a, double b, Generator* ge
   auto run = [&]<typename T>(T* out) {
     if (t.is_cuda()) {
 #if EMBER_WITH_CUDA
-      auto stream = cuda::current_stream(t.device().index);
+      const cuda::StreamOnDevice stream(t.device().index);
       switch (kind) {
         case Distribution::uniform:
           if constexpr (is_reduced_float_v<T> || std::is_floating_point_v<T>)

@@ -8,11 +8,35 @@
 
 #include <cuda_runtime_api.h>
 
+#include "runtime/cuda/device_guard.h"
+
 namespace ember::cuda {
 
 // The stream ops on `device_index` are queued on (the legacy default stream unless changed).
 cudaStream_t current_stream(int device_index);
 void set_current_stream(int device_index, cudaStream_t stream);
+
+// The current stream of `device_index`, with that device made the calling thread's current one
+// for as long as the object lives: PyTorch's per-op device guard. A kernel must be launched on a
+// stream of the current device, and a kernel's own queries and scratch allocations
+// (cudaMallocAsync, multiprocessor counts) go to the current device, so an op on cuda:1 tensors
+// from a thread that had cuda:0 selected needs both. As an argument, it lives until the call
+// returns:
+//   kernels::cuda::add(..., cuda::StreamOnDevice(out.device().index));
+// Stored, hold the object itself, not the cudaStream_t it converts to (that would drop the guard
+// at the end of the statement):
+//   const cuda::StreamOnDevice stream(x.device().index);
+class StreamOnDevice {
+ public:
+  explicit StreamOnDevice(int device_index)
+      : guard_(device_index), stream_(current_stream(device_index)) {}
+  operator cudaStream_t() const { return stream_; }  // NOLINT: implicit, to pass it as a stream
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  DeviceGuard guard_;
+  cudaStream_t stream_;
+};
 
 // Makes `stream` the calling thread's current stream on `device_index` for a scope.
 class StreamGuard {

@@ -150,7 +150,7 @@ void conv2d_forward_cuda(const kernels::Conv2dParams& params, const Tensor& inpu
   CudaWorkspace workspace{input.device(), {}};
   kernels::cuda::cudnn_conv2d_forward(params, cudnn_dtype(input.dtype()), input.data_ptr(),
                                       weight.data_ptr(), out.data_ptr(), workspace.allocator(),
-                                      cuda::current_stream(device));
+                                      cuda::StreamOnDevice(device));
   if (bias.defined()) {
     NoGradGuard no_grad;  // out is not recorded yet: adding the bias is part of this op
     Tensor out_ref = out;

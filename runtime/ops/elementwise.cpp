@@ -66,7 +66,7 @@ void launch_binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor
     dispatch_numeric(out.dtype(), name, [&]<typename T>() {
       kernels::cuda::binary<T>(
           op, layout, static_cast<T*>(out.data_ptr()), static_cast<const T*>(a.data_ptr()),
-          static_cast<const T*>(b.data_ptr()), alpha, cuda::current_stream(out.device().index));
+          static_cast<const T*>(b.data_ptr()), alpha, cuda::StreamOnDevice(out.device().index));
     });
     return;
 #endif
@@ -86,7 +86,7 @@ void launch_unary(UnaryOp op, const Tensor& out, const Tensor& in, double scalar
     dispatch_numeric(out.dtype(), name, [&]<typename T>() {
       kernels::cuda::unary<T>(op, layout, static_cast<T*>(out.data_ptr()),
                               static_cast<const T*>(in.data_ptr()), scalar,
-                              cuda::current_stream(out.device().index));
+                              cuda::StreamOnDevice(out.device().index));
     });
     return;
 #endif
@@ -276,7 +276,7 @@ Tensor fused_activation_grad(ActivationGrad op, const Tensor& g, const Tensor& s
     dispatch_floating(g.dtype(), "activation backward", [&]<typename T>() {
       kernels::cuda::activation_backward<T>(
           op, layout, static_cast<T*>(grad_in.data_ptr()), static_cast<const T*>(g.data_ptr()),
-          static_cast<const T*>(saved.data_ptr()), cuda::current_stream(g.device().index));
+          static_cast<const T*>(saved.data_ptr()), cuda::StreamOnDevice(g.device().index));
     });
     return grad_in;
 #endif
@@ -334,7 +334,7 @@ Tensor compare_op(CompareOp op, const Tensor& a_in, const Tensor& b_in, const ch
 #if EMBER_WITH_CUDA
       kernels::cuda::compare<T>(op, layout, out.data<bool>(), static_cast<const T*>(ca.data_ptr()),
                                 static_cast<const T*>(cb.data_ptr()),
-                                cuda::current_stream(out.device().index));
+                                cuda::StreamOnDevice(out.device().index));
 #else
       EMBER_FAIL(name, ": this build of ember has no CUDA support, but got ", describe(out));
 #endif
@@ -631,7 +631,7 @@ Tensor where(const Tensor& condition, const Tensor& a_in, const Tensor& b_in) {
       kernels::cuda::where<T>(layout, static_cast<T*>(out.data_ptr()), condition.data<bool>(),
                               static_cast<const T*>(ca.data_ptr()),
                               static_cast<const T*>(cb.data_ptr()),
-                              cuda::current_stream(out.device().index));
+                              cuda::StreamOnDevice(out.device().index));
     });
 #endif
   } else {
@@ -684,7 +684,7 @@ void copy_same_device(const Tensor& dst, const Tensor& src) {
       dispatch_all(src.dtype(), "copy_", [&]<typename Src>() {
         kernels::cuda::copy<Dst, Src>(layout, static_cast<Dst*>(dst.data_ptr()),
                                       static_cast<const Src*>(src.data_ptr()),
-                                      cuda::current_stream(dst.device().index));
+                                      cuda::StreamOnDevice(dst.device().index));
       });
     });
 #endif
@@ -751,7 +751,7 @@ void fill_into(Tensor& dst, const Scalar& value) {
       kernels::cuda::fill<T>(
           layout, static_cast<T*>(dst.data_ptr()),
           value.is_floating() ? convert<T>(value.to_double()) : convert<T>(value.to_int()),
-          cuda::current_stream(dst.device().index));
+          cuda::StreamOnDevice(dst.device().index));
     });
 #endif
   } else {

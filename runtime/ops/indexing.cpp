@@ -143,7 +143,7 @@ void check_indices(const char* op, const Tensor& index, int64_t limit, const cha
       Tensor first_bad = scalar_tensor(none, TensorOptions(DType::i64, index.device()));
       kernels::cuda::first_out_of_range<I>(static_cast<const I*>(index.data_ptr()), index.numel(),
                                            limit, first_bad.data<int64_t>(),
-                                           cuda::current_stream(index.device().index));
+                                           cuda::StreamOnDevice(index.device().index));
       const int64_t found = first_bad.item<int64_t>();
       if (found != none) {
         bad = found;
@@ -177,7 +177,7 @@ void run_gather(const char* op, const Tensor& out, const Tensor& x, const Tensor
         kernels::cuda::gather<T, I>(plan.iteration, static_cast<T*>(out.data_ptr()),
                                     plan.operands[0], static_cast<const T*>(x.data_ptr()),
                                     plan.operands[1], static_cast<const I*>(index.data_ptr()),
-                                    plan.operands[2], cuda::current_stream(out.device().index));
+                                    plan.operands[2], cuda::StreamOnDevice(out.device().index));
       });
     };
     // A gather only moves elements: one kernel per element width serves every dtype.
@@ -218,7 +218,7 @@ void run_scatter_add(const char* op, const Tensor& out, const Tensor& src, const
                                          plan.operands[0], static_cast<const T*>(src.data_ptr()),
                                          plan.operands[1], static_cast<const I*>(index.data_ptr()),
                                          plan.operands[2],
-                                         cuda::current_stream(out.device().index));
+                                         cuda::StreamOnDevice(out.device().index));
       });
     });
     return;

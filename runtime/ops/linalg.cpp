@@ -239,7 +239,7 @@ void cuda_product_into(Tensor a, Tensor b, const Tensor& out, float beta, const 
   dispatch_floating(out.dtype(), op, [&]<typename T>() {
     kernels::cuda::gemm<T>(shape, options, 1.0f, static_cast<const T*>(a.data_ptr()),
                            static_cast<const T*>(b.data_ptr()), beta,
-                           static_cast<T*>(out.data_ptr()), cuda::current_stream(device));
+                           static_cast<T*>(out.data_ptr()), cuda::StreamOnDevice(device));
   });
 }
 #endif

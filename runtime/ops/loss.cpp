@@ -68,8 +68,9 @@ Tensor kernel_target(const Tensor& target) {
 }
 
 #if EMBER_WITH_CUDA
-cudaStream_t stream_of(const Tensor& t) {
-  return cuda::current_stream(t.device().index);
+// The stream of t's device, that device current while the call it is passed to runs.
+cuda::StreamOnDevice stream_of(const Tensor& t) {
+  return cuda::StreamOnDevice(t.device().index);
 }
 #endif
 

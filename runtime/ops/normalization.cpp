@@ -45,9 +45,9 @@ bool updatable_in_place(const Tensor& running, DType stat_dtype) {
   return !running.defined() || (running.dtype() == stat_dtype && running.is_contiguous());
 }
 
-// The stream the CUDA kernels run on.
-auto stream_of(const Tensor& t) {
-  return t.is_cuda() ? cuda::current_stream(t.device().index) : nullptr;
+// The stream the CUDA kernels run on, t's device current while the call it is passed to runs.
+cuda::StreamOnDevice stream_of(const Tensor& t) {
+  return cuda::StreamOnDevice(t.device().index);
 }
 #endif
 
@@ -111,7 +111,7 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
 #if EMBER_WITH_CUDA
       kernels::cuda::layer_norm<T>(x_data, data_or_null<T>(weight_dense),
                                    data_or_null<T>(bias_dense), y_data, mean_data, rstd_data, rows,
-                                   cols, eps, cuda::current_stream(x.device().index));
+                                   cols, eps, cuda::StreamOnDevice(x.device().index));
 #endif
       return;
     }
@@ -142,7 +142,7 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
                      g_data, x_data, mean_data, rstd_data, data_or_null<T>(s[1]),
                      static_cast<T*>(grad_x.data_ptr()), mutable_data_or_null<T>(grad_weight),
                      mutable_data_or_null<T>(grad_bias), rows, cols,
-                     cuda::current_stream(in.device().index));
+                     cuda::StreamOnDevice(in.device().index));
 #endif
                  return;
                }

@@ -80,7 +80,7 @@ void run_pooling(const Tensor& like, const char* op, Cpu cpu, Cuda cuda_kernel) 
   dispatch_floating(like.dtype(), op, [&]<typename T>() {
     if (like.is_cuda()) {
 #if EMBER_WITH_CUDA
-      cuda_kernel.template operator()<T>(cuda::current_stream(like.device().index));
+      cuda_kernel.template operator()<T>(cuda::StreamOnDevice(like.device().index));
 #else
       static_cast<void>(cuda_kernel);
 #endif

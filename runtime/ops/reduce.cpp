@@ -29,7 +29,7 @@ Tensor sum_kernel(const ReductionPlan& plan, const Tensor& x) {
       using Out = kernels::cpu::sum_output_t<T>;
       kernels::cuda::sum<T>(static_cast<const T*>(plan.input.data_ptr()),
                             static_cast<Out*>(out.data_ptr()), plan.outer, plan.reduce, plan.inner,
-                            cuda::current_stream(x.device().index));
+                            cuda::StreamOnDevice(x.device().index));
     });
 #endif
     return out;
@@ -67,7 +67,7 @@ Tensor extreme(const Tensor& x, const Dims& dims, bool keepdim, bool is_max) {
     T* result = static_cast<T*>(out.data_ptr());
 #if EMBER_WITH_CUDA
     if (x.is_cuda()) {
-      const cudaStream_t stream = cuda::current_stream(x.device().index);
+      const cuda::StreamOnDevice stream(x.device().index);
       if (is_max) {
         kernels::cuda::amax<T>(in, result, plan.outer, plan.reduce, plan.inner, stream);
       } else {
@@ -109,7 +109,7 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bo
     auto* result = static_cast<int64_t*>(out.data_ptr());
 #if EMBER_WITH_CUDA
     if (x.is_cuda()) {
-      const cudaStream_t stream = cuda::current_stream(x.device().index);
+      const cuda::StreamOnDevice stream(x.device().index);
       if (is_max) {
         kernels::cuda::argmax<T>(in, result, plan.outer, plan.reduce, plan.inner, stream);
       } else {

@@ -1,5 +1,6 @@
 // Statistical reductions: variance, standard deviation, logsumexp, p-norms.
 #include <cmath>
+#include <optional>
 
 #include "kernels/cpu/reduce.h"
 #include "runtime/autocast.h"
@@ -44,7 +45,11 @@ Tensor run_statistic(const ReductionPlan& plan, const Tensor& x, const char* op,
   Tensor out = empty(plan.out_shape, TensorOptions(x.dtype(), x.device()));
   Stream stream = nullptr;
 #if EMBER_WITH_CUDA
-  if (x.is_cuda()) stream = cuda::current_stream(x.device().index);
+  std::optional<cuda::StreamOnDevice> on_device;  // x's device current while the kernel runs
+  if (x.is_cuda()) {
+    on_device.emplace(x.device().index);
+    stream = on_device->get();
+  }
 #endif
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     kernel.template operator()<T>(static_cast<const T*>(plan.input.data_ptr()),

@@ -38,7 +38,7 @@ void softmax_kernel(const Tensor& in, const Tensor& out, const LineShape& lines,
     if (in.is_cuda()) {
 #if EMBER_WITH_CUDA
       kernels::cuda::softmax<T>(x, y, lines.outer, lines.size, lines.inner, log,
-                                cuda::current_stream(in.device().index));
+                                cuda::StreamOnDevice(in.device().index));
 #endif
       return;
     }
@@ -56,7 +56,7 @@ void softmax_backward_kernel(const Tensor& g, const Tensor& y, const Tensor& gra
     if (y.is_cuda()) {
 #if EMBER_WITH_CUDA
       kernels::cuda::softmax_backward<T>(g_data, y_data, grad_data, lines.outer, lines.size,
-                                         lines.inner, log, cuda::current_stream(y.device().index));
+                                         lines.inner, log, cuda::StreamOnDevice(y.device().index));
 #endif
       return;
     }

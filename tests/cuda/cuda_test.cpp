@@ -302,6 +302,45 @@ TEST(Cuda, OpsRunOnTheCurrentStream) {
   EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
   EMBER_CUDA_CHECK(cudaStreamDestroy(stream));
 }
+// Ops make their tensors' device current while they launch (cuda::StreamOnDevice), whatever device
+// the calling thread has selected, and give the thread its device back. Needs two GPUs for the
+// device switch itself; on one, the stream and the restored device are still checked.
+TEST(Cuda, OpsRunOnTheirTensorsDeviceWhateverTheThreadSelected) {
+  EMBER_SKIP_WITHOUT_GPU();
+  {
+    const cuda::StreamOnDevice stream(0);
+    EXPECT_EQ(stream.get(), cuda::current_stream(0));
+    int during = -1;
+    EMBER_CUDA_CHECK(cudaGetDevice(&during));
+    EXPECT_EQ(during, 0);
+  }
+  if (cuda_device_count() < 2) GTEST_SKIP() << "one GPU: the switch to another device needs two";
+  EMBER_CUDA_CHECK(cudaSetDevice(0));
+  {
+    const cuda::StreamOnDevice stream(1);
+    int during = -1;
+    EMBER_CUDA_CHECK(cudaGetDevice(&during));
+    EXPECT_EQ(during, 1);
+  }
+  int after = -1;
+  EMBER_CUDA_CHECK(cudaGetDevice(&after));
+  EXPECT_EQ(after, 0);
+  // An op, its backward and a reduction on cuda:1 from a thread on cuda:0.
+  Generator generator(5);
+  const Tensor x_cpu = uniform({37, 53}, -1.0, 1.0, DType::f32, &generator);
+  Tensor x = x_cpu.to(Device::cuda(1)).detach();
+  x.requires_grad_();
+  const Tensor loss = sum(softmax(x * 3.0, 1) * x);
+  loss.backward();
+  Tensor x_ref = x_cpu.detach();
+  x_ref.requires_grad_();
+  const Tensor loss_ref = sum(softmax(x_ref * 3.0, 1) * x_ref);
+  loss_ref.backward();
+  EXPECT_NEAR(loss.item<double>(), loss_ref.item<double>(), 1e-4);
+  EXPECT_EQ(mismatch(x.grad(), x_ref.grad(), 1e-5), "");
+  EMBER_CUDA_CHECK(cudaGetDevice(&after));
+  EXPECT_EQ(after, 0);
+}
 #endif
 
 // ---- every op case: CUDA against CPU -----------------------------------------------------------
