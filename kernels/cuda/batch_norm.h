@@ -28,6 +28,8 @@ void batch_norm_statistics(const T* x, acc_t<T>* mean, acc_t<T>* variance, int64
 // shift = bias - mean scale, and running_mean, running_var updated in place with PyTorch's rule
 // (r = (1 - momentum) r + momentum s, the running variance taking the unbiased batch variance).
 // weight, bias null mean 1, 0; running_mean, running_var null mean not tracked. All (channels).
+// Needs batch * spatial > 1 (the unbiased variance divides by it minus one), which the runtime
+// checks before it gets here, as PyTorch does ("expected more than 1 value per channel").
 template <typename Acc>
 struct BatchNormChannels {
   const Acc* weight = nullptr;
