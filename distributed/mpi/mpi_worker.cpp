@@ -170,8 +170,19 @@ class Worker {
           queue_.pop_front();
         }
         if (fresh.empty() && in_flight.empty() && !queue_.empty()) {
+          // Spin (yielding) through the grace instead of sleeping until it ends. A worker asleep
+          // here is woken by the next submit (a futex wake), and the woken thread takes the
+          // caller's core: with a caller that submits and waits in a loop, the worker was asleep
+          // at every submit, and each small collective took about 17 us instead of 0.7
+          // (bench/results/distributed-cpu-2026-11-23.md, evening of 2026-11-24).
           const auto ripe = queue_.front().submitted + kGraceForCaller;
-          queue_changed_.wait_until(lock, ripe);
+          const MpiWork* young = queue_.front().operation.work.get();
+          while (!stopping_ && Clock::now() < ripe && !queue_.empty() &&
+                 queue_.front().operation.work.get() == young) {
+            lock.unlock();
+            std::this_thread::yield();
+            lock.lock();
+          }
           continue;
         }
       }
