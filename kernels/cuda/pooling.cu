@@ -198,9 +198,8 @@ dim3 grid_2x2(const Tiled2x2& t) {
 }
 
 // This thread's output position in its planes and the positions of its window's four inputs, in
-// row order; the first of its planes (its block's first plane + `first_plane`), and the step to
-// the next. False for a thread with no position (past a plane's end, or past the planes a block
-// holds).
+// row order; its first plane and the step to its next one. False for a thread with no position
+// (past a plane's end, or past the planes a block holds).
 struct ThreadWindow {
   int position;
   int window[4];
