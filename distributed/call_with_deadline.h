@@ -15,6 +15,7 @@
 // is what a user who reads the error does anyway.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -29,6 +30,15 @@
 #include "runtime/error.h"
 
 namespace ember::dist {
+
+// The moment `seconds` from now. Saturates instead of overflowing the clock: a timeout of 1e10 s
+// or `inf` (EMBER_COLLECTIVE_TIMEOUT accepts both) means "about never", not "already past".
+inline std::chrono::steady_clock::time_point deadline_after(double seconds) {
+  constexpr double kLongest = 1e9;  // about 32 years; far inside steady_clock's range
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             std::chrono::duration<double>(std::min(seconds, kLongest)));
+}
 
 template <class Result>
 Result call_with_deadline(std::function<Result()> call, double seconds,
@@ -64,9 +74,7 @@ Result call_with_deadline(std::function<Result()> call, double seconds,
   }).detach();
 
   std::unique_lock lock(state->mutex);
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(seconds));
+  const auto deadline = deadline_after(seconds);
   if (!state->finished.wait_until(lock, deadline, [&] { return state->done; })) {
     state->abandoned = true;
     EMBER_FAIL("ember: ", what, " did not complete within ", seconds,

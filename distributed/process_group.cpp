@@ -28,7 +28,7 @@ double collective_timeout_seconds() {
   char* end = nullptr;
   const double seconds = std::strtod(text, &end);
   EMBER_CHECK(end != text && *end == '\0' && seconds > 0, "EMBER_COLLECTIVE_TIMEOUT='", text,
-              "': expected a positive number of seconds (default 600)");
+              "': expected a positive number of seconds (default 600; inf for no limit)");
   return seconds;
 }
 

@@ -7,6 +7,7 @@
 #include <deque>
 #include <thread>
 
+#include "distributed/call_with_deadline.h"
 #include "runtime/error.h"
 
 namespace ember::dist::mpi {
@@ -218,7 +219,7 @@ class Worker {
   // non-blocking one joins `in_flight`.
   void start(Queued queued, std::vector<InFlight>& in_flight, std::unique_lock<std::mutex>& mpi) {
     started_changed_.wait(mpi, [&] { return next_to_start_ == queued.ticket; });
-    InFlight entry{std::move(queued.operation), {}, Clock::now() + to_duration(timeout_)};
+    InFlight entry{std::move(queued.operation), {}, deadline_after(timeout_)};
     struct CountStarted {  // even when it fails: the next ticket may go
       Worker* worker;
       ~CountStarted() {
@@ -294,10 +295,6 @@ class Worker {
     int length = 0;
     MPI_Error_string(rc, text, &length);
     return std::string(text, static_cast<size_t>(length));
-  }
-
-  static Clock::duration to_duration(double seconds) {
-    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   }
 
   // Says which blocking call is in progress (null: none), for the watchdog.

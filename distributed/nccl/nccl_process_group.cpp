@@ -99,9 +99,7 @@ class NcclWork final : public Work {
 
   void wait() override {
     using Clock = std::chrono::steady_clock;
-    const auto deadline =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                           std::chrono::duration<double>(collective_timeout_seconds()));
+    const auto deadline = deadline_after(collective_timeout_seconds());
     while (true) {
       if (completed()) break;
       ncclResult_t async_error = ncclSuccess;
