@@ -420,8 +420,11 @@ TEST_F(NcclDdp, TheDdpEngineRunsAsAWorldOfOneOverNcclWhenAsked) {
 
 #if EMBER_WITH_NCCL
 // Rank 0 of a pretend group of two whose other rank never comes: the NCCL unique id "reaches"
-// everybody (broadcast is a no-op), then ncclCommInitRank waits for rank 1 forever. Last in this
-// file: the abandoned initialisation stays blocked on its thread until the process ends.
+// everybody (broadcast is a no-op), then ncclCommInitRank waits for rank 1 forever. The abandoned
+// initialisation stays blocked on its thread until the process ends, so this test runs after
+// every other NCCL test of the file: in a suite of its own, registered last (gtest runs suites in
+// the order of their first test, so a test of the Nccl suite placed last would still run before
+// the NcclDdp suite).
 class RankZeroOfTwoAlone final : public ProcessGroup {
  public:
   RankZeroOfTwoAlone() : ProcessGroup(0, 2, "alone") {}
@@ -446,7 +449,9 @@ class RankZeroOfTwoAlone final : public ProcessGroup {
   static WorkPtr unexpected() { EMBER_FAIL("RankZeroOfTwoAlone: only broadcast is expected"); }
 };
 
-TEST_F(Nccl, ACommunicatorWhosePeerNeverJoinsTimesOutNamingTheGroupAndRank) {
+using NcclLast = Nccl;
+
+TEST_F(NcclLast, ACommunicatorWhosePeerNeverJoinsTimesOutNamingTheGroupAndRank) {
   EMBER_SKIP_WITHOUT_NCCL_GPU();
   const char* previous = std::getenv("EMBER_COLLECTIVE_TIMEOUT");
   const std::string saved = previous != nullptr ? previous : "";
