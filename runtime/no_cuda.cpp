@@ -52,6 +52,11 @@ void copy_bytes(void*, const void*, size_t, CopyKind, int device_index, const vo
   check_device_available(Device::cuda(device_index));
 }
 
+void copy_between_devices(void*, int dst_device, const void*, int src_device, size_t) {
+  check_device_available(Device::cuda(src_device));
+  check_device_available(Device::cuda(dst_device));
+}
+
 void synchronize(int device_index) {
   check_device_available(Device::cuda(device_index));
 }

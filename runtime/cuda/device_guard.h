@@ -1,6 +1,7 @@
 // DeviceGuard: makes `device_index` the calling thread's current CUDA device for a scope, and
-// restores the previous one after (the allocator and copies run on the device they are asked for,
-// whatever device the caller had selected).
+// restores the previous one after, even if code inside the scope selected yet another (the
+// allocator and copies run on the device they are asked for, whatever device the caller had
+// selected).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,7 +16,7 @@ class DeviceGuard {
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
-  int previous_ = -1;  // -1: unchanged, nothing to restore
+  int previous_ = 0;  // the caller's device, restored at the end of the scope
 };
 
 }  // namespace ember::cuda

@@ -74,7 +74,7 @@ void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind, int de
   if (nbytes == 0) return;
   cuda::DeviceGuard guard(device_index);
   const cudaStream_t stream = cuda::current_stream(device_index);
-  if (pinned_host_block != nullptr && kind != CopyKind::device_to_device) {
+  if (pinned_host_block != nullptr) {
     // Left running: the copy engine reads or writes the pinned block while the host goes on, so
     // the block must not be handed out again before the copy has completed.
     EMBER_CUDA_CHECK(cudaMemcpyAsync(
@@ -96,10 +96,28 @@ void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind, int de
       EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream));
       EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
       return;
-    case CopyKind::device_to_device:
-      EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream));
-      return;
   }
+}
+
+void copy_between_devices(void* dst, int dst_device, const void* src, int src_device,
+                          size_t nbytes) {
+  check_device_available(Device::cuda(src_device));
+  check_device_available(Device::cuda(dst_device));
+  if (nbytes == 0) return;
+  const cudaStream_t src_stream = cuda::current_stream(src_device);
+  const cudaStream_t dst_stream = cuda::current_stream(dst_device);
+  // Nobody may still be using the destination's memory: the copy waits for its device's stream.
+  // (Streams of two devices are not ordered with each other, not even the legacy default ones.)
+  cuda::Event dst_ready, copied;
+  dst_ready.record(dst_stream, dst_device);
+  {
+    cuda::DeviceGuard guard(src_device);  // the legacy default stream is the current device's
+    dst_ready.wait(src_stream);
+    EMBER_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, nbytes, src_stream));
+  }
+  copied.record(src_stream, src_device);
+  cuda::DeviceGuard guard(dst_device);
+  copied.wait(dst_stream);
 }
 
 void synchronize(int device_index) {

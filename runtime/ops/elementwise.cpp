@@ -718,8 +718,8 @@ Tensor transfer(const Tensor& src, const Device& device, bool non_blocking = fal
                            CopyKind::device_to_host, dense.device().index,
                            async_to_host ? out.storage()->data() : nullptr);
   } else {
-    cuda_hooks::copy_bytes(out.data_ptr(), dense.data_ptr(), dense.nbytes(),
-                           CopyKind::device_to_device, device.index);
+    cuda_hooks::copy_between_devices(out.data_ptr(), device.index, dense.data_ptr(),
+                                     dense.device().index, dense.nbytes());
   }
   return out;
 }

@@ -18,6 +18,8 @@
 #include "tests/cuda/support.h"
 
 #if EMBER_WITH_CUDA
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "runtime/cuda/allocator.h"
@@ -325,6 +327,12 @@ TEST(Cuda, OpsRunOnTheirTensorsDeviceWhateverTheThreadSelected) {
   int after = -1;
   EMBER_CUDA_CHECK(cudaGetDevice(&after));
   EXPECT_EQ(after, 0);
+  {
+    const cuda::DeviceGuard guard(0);    // nothing to switch...
+    EMBER_CUDA_CHECK(cudaSetDevice(1));  // ...but the scope selects another device
+  }
+  EMBER_CUDA_CHECK(cudaGetDevice(&after));
+  EXPECT_EQ(after, 0) << "a guard restores the caller's device whatever its scope selected";
   // An op, its backward and a reduction on cuda:1 from a thread on cuda:0.
   Generator generator(5);
   const Tensor x_cpu = uniform({37, 53}, -1.0, 1.0, DType::f32, &generator);
@@ -340,6 +348,39 @@ TEST(Cuda, OpsRunOnTheirTensorsDeviceWhateverTheThreadSelected) {
   EXPECT_EQ(mismatch(x.grad(), x_ref.grad(), 1e-5), "");
   EMBER_CUDA_CHECK(cudaGetDevice(&after));
   EXPECT_EQ(after, 0);
+}
+
+// Holds a stream until released, or for 10 s at most (a bound, so that a mistake here costs
+// seconds, not the session).
+void CUDART_CB hold_stream_until_released(void* flag) {
+  auto* released = static_cast<std::atomic<bool>*>(flag);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!released->load() && std::chrono::steady_clock::now() < give_up) {
+  }
+}
+
+// Streams of two GPUs are not ordered with each other. A copy to cuda:1 of a tensor that cuda:0
+// is still computing must wait for cuda:0's stream (copied on cuda:1's stream alone, it read the
+// source before it was written), and must not make the host wait.
+TEST(Cuda, ACopyToAnotherGpuWaitsForTheWorkThatWritesItsSource) {
+  EMBER_SKIP_WITHOUT_GPU();
+  if (cuda_device_count() < 2) GTEST_SKIP() << "one GPU: a copy between GPUs needs two";
+  const Tensor x = arange(0, 1 << 20, 1, TensorOptions(DType::f32, Device::cuda(0)));
+  EMBER_CUDA_CHECK(cudaDeviceSynchronize());
+  std::atomic<bool> released{false};
+  {
+    cuda::DeviceGuard guard(0);
+    EMBER_CUDA_CHECK(
+        cudaLaunchHostFunc(cuda::current_stream(0), hold_stream_until_released, &released));
+  }
+  const Tensor doubled = x * 2.0;  // queued on cuda:0 behind the held stream
+  const auto start = std::chrono::steady_clock::now();
+  const Tensor moved = doubled.to(Device::cuda(1));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5))
+      << "the copy waited on the host";
+  released = true;
+  EXPECT_EQ(mismatch(moved.to(Device::cpu()), (x * 2.0).to(Device::cpu()), 0.0), "");
+  EXPECT_EQ(moved.device(), Device::cuda(1));
 }
 #endif
 
