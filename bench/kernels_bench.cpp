@@ -16,6 +16,7 @@
 #include "kernels/common/scalar_types.h"
 #include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/optimizers.h"
 #include "kernels/cpu/reduce.h"
 #include "runtime/ops.h"
@@ -263,4 +264,12 @@ BENCHMARK(BM_cross_entropy)->Unit(benchmark::kMillisecond)->UseRealTime();
 }  // namespace
 }  // namespace ember
 
-BENCHMARK_MAIN();
+// BENCHMARK_MAIN, plus the OpenBLAS kernels in the report's context (matmul depends on them).
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("openblas_kernels", ember::kernels::cpu::blas_kernels());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

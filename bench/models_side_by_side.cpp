@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "bench/torch_twins.h"
+#include "kernels/cpu/gemm.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "runtime/ops.h"
@@ -338,9 +339,10 @@ ModelResult bench_gpt_mini(ember::Generator& generator) {
 void print_tables(const std::vector<ModelResult>& results, int threads) {
   const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
   std::printf(
-      "\nember vs LibTorch %s, training steps, f32, %d thread(s), OMP_WAIT_POLICY=%s, median of "
-      "10 steps after 3 warm-up steps (alternating libraries)\n\n",
-      TORCH_VERSION, threads, wait_policy != nullptr ? wait_policy : "<unset>");
+      "\nember vs LibTorch %s, training steps, f32, %d thread(s), OMP_WAIT_POLICY=%s, OpenBLAS "
+      "kernels: %s, median of 10 steps after 3 warm-up steps (alternating libraries)\n\n",
+      TORCH_VERSION, threads, wait_policy != nullptr ? wait_policy : "<unset>",
+      ember::kernels::cpu::blas_kernels());
   std::printf(
       "| model | workload | ember ms/step | LibTorch ms/step | ember | LibTorch | ratio | "
       "eval loss rel diff (initial) | eval loss rel diff (after 1 step) |\n");

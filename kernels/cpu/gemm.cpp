@@ -98,6 +98,10 @@ void use_blas_threads(int threads) {
   }
 }
 
+const char* blas_kernels() {
+  return openblas_get_corename();
+}
+
 int blas_threads_for_caller() {
   return omp_in_parallel() ? 1 : omp_get_max_threads();
 }
