@@ -361,26 +361,31 @@ void CUDART_CB hold_stream_until_released(void* flag) {
 
 // Streams of two GPUs are not ordered with each other. A copy to cuda:1 of a tensor that cuda:0
 // is still computing must wait for cuda:0's stream (copied on cuda:1's stream alone, it read the
-// source before it was written), and must not make the host wait.
+// source before it was written: here, x instead of 2x), and must not make the host wait.
 TEST(Cuda, ACopyToAnotherGpuWaitsForTheWorkThatWritesItsSource) {
   EMBER_SKIP_WITHOUT_GPU();
   if (cuda_device_count() < 2) GTEST_SKIP() << "one GPU: a copy between GPUs needs two";
   const Tensor x = arange(0, 1 << 20, 1, TensorOptions(DType::f32, Device::cuda(0)));
+  Tensor y = x.clone();
   EMBER_CUDA_CHECK(cudaDeviceSynchronize());
-  std::atomic<bool> released{false};
-  {
-    cuda::DeviceGuard guard(0);
-    EMBER_CUDA_CHECK(
-        cudaLaunchHostFunc(cuda::current_stream(0), hold_stream_until_released, &released));
-  }
-  const Tensor doubled = x * 2.0;  // queued on cuda:0 behind the held stream
+  // A stream of its own, not ordered with the legacy default stream, so that nothing else (a
+  // copy the driver stages, say) waits for the held work by accident.
+  const cuda::Stream stream(0, cuda::Stream::Kind::non_blocking);
+  const cuda::StreamGuard on_stream(0, stream.get());
+  static std::atomic<bool> released;  // static: the host function may outlive a failed test
+  released = false;
+  struct ReleaseAtExit {  // before `stream` waits for its work in its destructor
+    ~ReleaseAtExit() { released = true; }
+  } release_at_exit;
+  EMBER_CUDA_CHECK(cudaLaunchHostFunc(stream.get(), hold_stream_until_released, &released));
+  y.mul_(2.0);  // queued behind the held host function: y still holds x's values
   const auto start = std::chrono::steady_clock::now();
-  const Tensor moved = doubled.to(Device::cuda(1));
+  const Tensor moved = y.to(Device::cuda(1));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5))
       << "the copy waited on the host";
   released = true;
-  EXPECT_EQ(mismatch(moved.to(Device::cpu()), (x * 2.0).to(Device::cpu()), 0.0), "");
   EXPECT_EQ(moved.device(), Device::cuda(1));
+  EXPECT_EQ(mismatch(moved.to(Device::cpu()), x.to(Device::cpu()) * 2.0, 0.0), "");
 }
 #endif
 
