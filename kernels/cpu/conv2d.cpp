@@ -11,6 +11,7 @@
 #include "kernels/common/convert.h"
 #include "kernels/common/scalar_types.h"
 #include "kernels/cpu/conv2d_direct.h"
+#include "kernels/cpu/conv2d_small.h"
 #include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/run_sums.h"
@@ -442,6 +443,10 @@ void conv2d_forward(const Conv2dParams& p, const T* input, const T* weight, cons
   const Geometry g(p);
   if (p.batch == 0 || g.image_out == 0) return;
   if constexpr (!std::is_same_v<T, double>) {  // f64 is the reference precision: kept on BLAS
+    if (conv2d_small_applies(p)) {
+      conv2d_small_forward(p, input, weight, bias, output);
+      return;
+    }
     if (conv2d_direct_applies(p)) {
       conv2d_direct_forward(p, input, weight, bias, output);
       return;
@@ -530,9 +535,12 @@ void conv2d_backward(const Conv2dParams& p, const T* input, const T* weight, con
     return;
   }
   if constexpr (!std::is_same_v<T, double>) {
-    if (grad_input != nullptr && conv2d_direct_applies_to_grad_input(p)) {
+    if (grad_input != nullptr && conv2d_small_applies_to_grad_input(p)) {
+      conv2d_small_grad_input(p, grad_output, weight, grad_input);
+      grad_input = nullptr;  // the paths below compute grad_weight alone
+    } else if (grad_input != nullptr && conv2d_direct_applies_to_grad_input(p)) {
       conv2d_direct_grad_input(p, grad_output, weight, grad_input);
-      grad_input = nullptr;  // the GEMM path below computes grad_weight alone
+      grad_input = nullptr;
     }
     if (grad_weight != nullptr && conv2d_direct_applies_to_grad_weight(p)) {
       conv2d_direct_grad_weight(p, input, grad_output, grad_weight);

@@ -13,6 +13,7 @@
 
 #include "kernels/common/convert.h"
 #include "kernels/common/scalar_types.h"
+#include "kernels/cpu/conv2d_small.h"
 #include "kernels/cpu/convert_runs.h"
 
 // The accumulations `acc += w * x` must become fused multiply-adds: ISO C++ mode turns off
@@ -536,6 +537,12 @@ bool set_conv2d_direct_isa(DirectConvIsa isa) {
   const KernelSet set = kernels_for(isa);
   if (set.block == nullptr) return false;
   use_kernels(set);
+  // The small-plane kernels (conv2d_small.h) follow: every CPU that runs one family runs both.
+  const int small_isa = isa == DirectConvIsa::avx512     ? 2
+                        : isa == DirectConvIsa::avx2     ? 1
+                        : isa == DirectConvIsa::baseline ? 0
+                                                         : -1;
+  static_cast<void>(set_conv2d_small_isa(small_isa));
   return true;
 }
 

@@ -46,9 +46,9 @@ template <typename T>
 void conv2d_direct_grad_weight(const Conv2dParams& params, const T* input, const T* grad_output,
                                T* grad_weight);
 
-// Which instruction set the direct kernels use. `best` picks the widest the CPU supports; tests
-// force the others to keep every variant checked. Returns false (and changes nothing) when the
-// CPU cannot run the one asked for.
+// Which instruction set the direct kernels (these and conv2d_small.h's) use. `best` picks the
+// widest the CPU supports; tests force the others to keep every variant checked. Returns false (and
+// changes nothing) when the CPU cannot run the one asked for.
 enum class DirectConvIsa { best, avx512, avx2, baseline };
 bool set_conv2d_direct_isa(DirectConvIsa isa);
 

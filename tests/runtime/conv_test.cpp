@@ -18,6 +18,7 @@
 #include "kernels/common/convert.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/conv2d_direct.h"
+#include "kernels/cpu/conv2d_small.h"
 #include "kernels/cpu/pooling.h"
 #include "runtime/ops.h"
 
@@ -217,6 +218,67 @@ TEST(Conv2d, DirectKernelsWithOneThreadAndTwoThreadsAgree) {
   }
 }
 
+// Small planes with many channels: the kernels with output channels in the vectors
+// (kernels/cpu/conv2d_small.h). Channel counts that are not whole blocks (8, 16 or 64 by
+// instruction set), planes of 7 to 64 pixels, padding 0 to 3, 3x3, 2x3 and 1x3 kernels, one image
+// and several (a tile of 6 pixels spans images).
+std::vector<ConvCase> small_cases() {
+  return {
+      {{3, 5, 4, 3}, {33, 5, 3, 3}, {.padding = 1}, true},  // grad_input: 5 channels, GEMM path
+      {{2, 40, 4, 4}, {32, 40, 3, 3}, {.padding = 1}, false},
+      {{1, 37, 8, 8}, {70, 37, 3, 3}, {.padding = 1}, true},
+      {{5, 33, 3, 5}, {48, 33, 2, 3}, {.padding = Size2(1, 0)}, false},
+      {{2, 32, 6, 6}, {40, 32, 3, 3}, {.padding = 0}, true},
+      {{3, 34, 2, 2}, {36, 34, 3, 3}, {.padding = 2}, true},
+      {{2, 34, 2, 2}, {33, 34, 2, 2}, {.padding = 3}, false},  // grad_input: padding > 1, GEMM path
+      {{2, 35, 1, 7}, {33, 35, 1, 3}, {.padding = Size2(0, 1)}, false},
+  };
+}
+
+TEST(Conv2d, SmallPlaneKernelsMatchTheDefinitionOnEveryInstructionSet) {
+  int small_grad_input = 0;
+  for (const ConvCase& c : small_cases()) {
+    ASSERT_TRUE(kernels::cpu::conv2d_small_applies(params_of(c))) << case_name(c);
+    small_grad_input += kernels::cpu::conv2d_small_applies_to_grad_input(params_of(c));
+  }
+  EXPECT_EQ(small_grad_input, 6);
+  using kernels::cpu::DirectConvIsa;
+  const std::pair<DirectConvIsa, const char*> isas[] = {{DirectConvIsa::avx512, "avx512 "},
+                                                        {DirectConvIsa::avx2, "avx2 "},
+                                                        {DirectConvIsa::baseline, "baseline "}};
+  for (const auto& [isa, label] : isas) {
+    if (!kernels::cpu::set_conv2d_direct_isa(isa)) {
+      std::printf("[   INFO   ] this CPU cannot run the %ssmall-plane kernels: skipped\n", label);
+      continue;
+    }
+    Generator g(31);
+    for (const ConvCase& c : small_cases())
+      check_against_definition(c, g, label);
+  }
+  kernels::cpu::set_conv2d_direct_isa(DirectConvIsa::best);
+}
+
+// Every output is computed by one thread in one order: the same bits whatever the thread count.
+TEST(Conv2d, SmallPlaneKernelsWithOneThreadAndTwoThreadsAgree) {
+  Generator g(32);
+  for (int64_t batch : {1, 5}) {
+    const Tensor x = uniform({batch, 36, 4, 4}, -1.0, 1.0, DType::f32, &g);
+    const Tensor w = uniform({40, 36, 3, 3}, -1.0, 1.0, DType::f32, &g);
+    Tensor x_one = x.detach(), x_many = x.detach();
+    x_one.requires_grad_();
+    x_many.requires_grad_();
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const Tensor one = conv2d(x_one, w, Tensor(), {.padding = 1});
+    sum(one * one).backward();
+    omp_set_num_threads(threads);
+    const Tensor many = conv2d(x_many, w, Tensor(), {.padding = 1});
+    sum(many * many).backward();
+    EXPECT_TRUE(allclose(one, many, 0.0, 0.0)) << batch;
+    EXPECT_TRUE(allclose(x_one.grad(), x_many.grad(), 0.0, 0.0)) << batch;
+  }
+}
+
 TEST(Conv2d, OneThreadAndTwoThreadsAgree) {
   Generator g(22);
   const Tensor x = uniform({3, 4, 10, 9}, -1.0, 1.0, DType::f32, &g);
@@ -262,6 +324,11 @@ void expect_16_bit_matches_float(const Shape& input_shape, const Shape& weight_s
 // Through the direct kernels (stride 1, one group), computed in f32 inside.
 TEST(Conv2d, HalfAndBFloat16DirectMatchFloat) {
   expect_16_bit_matches_float({2, 5, 11, 19}, {9, 5, 3, 3}, 26);
+}
+
+// Through the small-plane kernels (conv2d_small.h), computed in f32 inside.
+TEST(Conv2d, HalfAndBFloat16SmallPlanesMatchFloat) {
+  expect_16_bit_matches_float({3, 33, 4, 4}, {35, 33, 3, 3}, 33);
 }
 
 TEST(Conv2d, HalfAndBFloat16MatchFloat) {

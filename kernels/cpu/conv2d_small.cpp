@@ -1,0 +1,295 @@
+#include "kernels/cpu/conv2d_small.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/common/scalar_types.h"
+#include "kernels/cpu/convert_runs.h"
+
+// The accumulations `acc += x * w` must become fused multiply-adds: ISO C++ mode turns off
+// contraction by default.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
+
+namespace ember::kernels::cpu {
+
+namespace {
+
+// GCC vector types: 16, 8 and 4 floats (one zmm, ymm, xmm register in the matching clone).
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v4 __attribute__((vector_size(16)));
+
+constexpr int kTilePixels = 6;  // output pixels per register tile
+// Images are processed in chunks whose copies (input channels last, output pixels x channels)
+// hold about this many floats, so that a large batch does not need a batch-sized workspace.
+constexpr int64_t kChunkFloats = int64_t{4} << 20;
+
+// One stride-1 convolution per image: in (Cin, H, W) -> out (Kout, P, Q).
+struct Geometry {
+  int64_t Cin, Kout, H, W, R, S, pad_h, pad_w, P, Q, Hp, Wp;
+  Geometry(int64_t cin, int64_t kout, int64_t h, int64_t w, int64_t r, int64_t s, int64_t ph,
+           int64_t pw)
+      : Cin(cin), Kout(kout), H(h), W(w), R(r), S(s), pad_h(ph), pad_w(pw) {
+    P = H + 2 * pad_h - R + 1;
+    Q = W + 2 * pad_w - S + 1;
+    Hp = H + 2 * pad_h;
+    Wp = W + 2 * pad_w;
+  }
+};
+
+// What one call of a kernel needs: the work items [item_begin, item_end) of a chunk, an item
+// being one (channel block, pixel tile) pair, block-major.
+struct TileArgs {
+  const float* xp;      // (images, Hp, Wp, Cin): the chunk's images, zero-bordered
+  const float* packed;  // (R S, Cin, Kp)
+  float* out;           // (pixels, Kp)
+  const int64_t* taps;  // (r Wp + s) Cin for each (r, s)
+  int64_t ntaps, Cin, Kp, pixels, image_pixels, Q, Hp, Wp;
+  int64_t item_begin, item_end;
+};
+
+// acc (6 pixels, KV vectors of channels) = sum over taps and c of x * w, stored to out.
+template <typename V, int KV>
+[[gnu::always_inline]] inline void tile(const TileArgs& a, int64_t block, int64_t first) {
+  constexpr int lanes = sizeof(V) / sizeof(float);
+  int64_t corner[kTilePixels];  // each pixel's window corner in xp
+  for (int p = 0; p < kTilePixels; ++p) {
+    const int64_t pixel = std::min(first + p, a.pixels - 1);  // a short last tile repeats one
+    const int64_t image = pixel / a.image_pixels, within = pixel % a.image_pixels;
+    corner[p] = ((image * a.Hp + within / a.Q) * a.Wp + within % a.Q) * a.Cin;
+  }
+  V acc[kTilePixels][KV];
+  for (int p = 0; p < kTilePixels; ++p)
+    for (int v = 0; v < KV; ++v)
+      acc[p][v] = V{};
+  const float* w = a.packed + block * KV * lanes;
+  for (int64_t t = 0; t < a.ntaps; ++t) {
+    const float* x = a.xp + a.taps[t];
+    const float* wt = w + t * a.Cin * a.Kp;
+    for (int64_t c = 0; c < a.Cin; ++c) {
+      V wv[KV];
+      for (int v = 0; v < KV; ++v)
+        std::memcpy(&wv[v], wt + c * a.Kp + v * lanes, sizeof(V));
+      for (int p = 0; p < kTilePixels; ++p) {
+        const V xb = x[corner[p] + c] - V{};  // a broadcast (x - 0 folds to x; x + 0 not for -0)
+        for (int v = 0; v < KV; ++v)
+          acc[p][v] += xb * wv[v];
+      }
+    }
+  }
+  for (int p = 0; p < kTilePixels && first + p < a.pixels; ++p)
+    for (int v = 0; v < KV; ++v)
+      std::memcpy(a.out + (first + p) * a.Kp + (block * KV + v) * lanes, &acc[p][v], sizeof(V));
+}
+
+template <typename V, int KV>
+[[gnu::always_inline]] inline void body(const TileArgs& a) {
+  const int64_t tiles = (a.pixels + kTilePixels - 1) / kTilePixels;
+  for (int64_t item = a.item_begin; item < a.item_end; ++item)
+    tile<V, KV>(a, item / tiles, item % tiles * kTilePixels);
+}
+
+// ---- the clones -------------------------------------------------------------------------
+using TileFn = void (*)(const TileArgs&);
+struct KernelSet {
+  TileFn fn;
+  int64_t block_channels;  // KV x lanes: output channels per item
+};
+
+void tiles_baseline(const TileArgs& a) {
+  body<v4, 2>(a);  // 12 of the 16 xmm registers accumulate
+}
+constexpr KernelSet kBaseline{tiles_baseline, 8};
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define EMBER_HAS_ISA_CLONES 1
+__attribute__((target("avx2,fma"))) void tiles_avx2(const TileArgs& a) {
+  body<v8, 2>(a);  // 12 of the 16 ymm registers accumulate
+}
+__attribute__((target("avx512f,fma"))) void tiles_avx512(const TileArgs& a) {
+  body<v16, 4>(a);  // 24 of the 32 zmm registers accumulate
+}
+constexpr KernelSet kAvx2{tiles_avx2, 16};
+constexpr KernelSet kAvx512{tiles_avx512, 64};
+#endif
+
+// isa: 0 baseline, 1 AVX2, 2 AVX-512, -1 the best; null when the CPU cannot run it.
+const KernelSet* kernels_for(int isa) {
+#ifdef EMBER_HAS_ISA_CLONES
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (isa < 0) isa = avx512 ? 2 : avx2 ? 1 : 0;
+  if (isa == 2) return avx512 ? &kAvx512 : nullptr;
+  if (isa == 1) return avx2 ? &kAvx2 : nullptr;
+#else
+  if (isa < 0) isa = 0;
+#endif
+  return isa == 0 ? &kBaseline : nullptr;
+}
+
+std::atomic<const KernelSet*> g_kernels{nullptr};
+
+const KernelSet& kernels() {
+  if (g_kernels.load(std::memory_order_relaxed) == nullptr) set_conv2d_small_isa(-1);
+  return *g_kernels.load(std::memory_order_relaxed);
+}
+
+int64_t round_up(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+// Runs `g` on `batch` images: in (batch, Cin, H, W) -> out (batch, Kout, P, Q), with the weights
+// packed (R S, Cin, Kp) for `set` and an f32 bias per output channel (or null).
+template <typename T>
+void run(const Geometry& g, const KernelSet& set, int64_t batch, const T* input,
+         const float* packed, int64_t Kp, const float* bias, T* output) {
+  const int64_t image_pixels = g.P * g.Q, padded_image = g.Hp * g.Wp * g.Cin;
+  const int64_t in_image = g.Cin * g.H * g.W, out_image = g.Kout * image_pixels;
+  const int64_t chunk =
+      std::clamp<int64_t>(kChunkFloats / (padded_image + image_pixels * Kp), 1, batch);
+  std::vector<float> xp(static_cast<size_t>(chunk * padded_image));
+  std::vector<float> out(static_cast<size_t>(chunk * image_pixels * Kp));
+  std::vector<int64_t> taps;
+  for (int64_t r = 0; r < g.R; ++r)
+    for (int64_t s = 0; s < g.S; ++s)
+      taps.push_back((r * g.Wp + s) * g.Cin);
+  const int threads = omp_get_max_threads();
+
+  for (int64_t first = 0; first < batch; first += chunk) {
+    const int64_t images = std::min(chunk, batch - first);
+    // input (images, Cin, H, W) -> xp (images, Hp, Wp, Cin), zero borders: each pixel's
+    // channels gathered from the image (in L1 or L2) and written in one contiguous run.
+#pragma omp parallel num_threads(threads) if (threads > 1 && images > 1)
+    {
+      std::vector<float> widened(std::is_same_v<T, float> ? 0 : static_cast<size_t>(in_image));
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < images; ++n) {
+        float* dst = xp.data() + n * padded_image;
+        std::fill(dst, dst + padded_image, 0.0f);
+        const float* image =
+            accumulate_run(input + (first + n) * in_image, widened.data(), in_image);
+        for (int64_t h = 0; h < g.H; ++h)
+          for (int64_t w = 0; w < g.W; ++w) {
+            const float* from = image + h * g.W + w;
+            float* to = dst + ((h + g.pad_h) * g.Wp + w + g.pad_w) * g.Cin;
+            for (int64_t c = 0; c < g.Cin; ++c)
+              to[c] = from[c * g.H * g.W];
+          }
+      }
+    }
+    // The tiles: each thread a fixed range of (block, tile) items, so the result does not depend
+    // on timing (every output is computed by one thread, in one order, whatever the count).
+    const int64_t pixels = images * image_pixels;
+    const int64_t items = Kp / set.block_channels * ((pixels + kTilePixels - 1) / kTilePixels);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      const TileArgs args{xp.data(), packed, out.data(),     taps.data(),         g.R * g.S,
+                          g.Cin,     Kp,     pixels,         image_pixels,        g.Q,
+                          g.Hp,      g.Wp,   items * t / nt, items * (t + 1) / nt};
+      set.fn(args);
+    }
+    // out (images, P Q, Kp) -> output (images, Kout, P Q), plus the bias, converted to T: each
+    // image transposed in a buffer that stays in L1 or L2, then stored a channel at a time.
+#pragma omp parallel num_threads(threads) if (threads > 1 && images > 1)
+    {
+      std::vector<float> planes(static_cast<size_t>(out_image));
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < images; ++n) {
+        const float* from = out.data() + n * image_pixels * Kp;
+        for (int64_t i = 0; i < image_pixels; ++i)
+          for (int64_t k = 0; k < g.Kout; ++k)
+            planes[static_cast<size_t>(k * image_pixels + i)] = from[i * Kp + k];
+        T* dst = output + (first + n) * out_image;
+        for (int64_t k = 0; k < g.Kout; ++k)
+          store_plus_bias(planes.data() + k * image_pixels, bias != nullptr ? bias + k : nullptr,
+                          dst + k * image_pixels, image_pixels);
+      }
+    }
+  }
+}
+
+bool stride_one_single_group(const Conv2dParams& p) {
+  return p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
+         p.groups == 1 && p.kernel_height * p.kernel_width > 1 && p.in_channels > 0 &&
+         p.out_channels > 0 && p.out_height() > 0 && p.out_width() > 0;
+}
+
+}  // namespace
+
+bool conv2d_small_applies(const Conv2dParams& p) {
+  return stride_one_single_group(p) && p.out_height() * p.out_width() <= 64 && p.out_channels >= 32;
+}
+
+bool conv2d_small_applies_to_grad_input(const Conv2dParams& p) {
+  return stride_one_single_group(p) && p.pad_h <= p.kernel_height - 1 &&
+         p.pad_w <= p.kernel_width - 1 && p.in_height * p.in_width <= 64 && p.in_channels >= 32;
+}
+
+template <typename T>
+void conv2d_small_forward(const Conv2dParams& p, const T* input, const T* weight, const T* bias,
+                          T* output) {
+  const Geometry g(p.in_channels, p.out_channels, p.in_height, p.in_width, p.kernel_height,
+                   p.kernel_width, p.pad_h, p.pad_w);
+  const KernelSet& set = kernels();
+  // weight (K, C, R, S) -> (R S, C, Kp); the channels past K are zero.
+  const int64_t C = g.Cin, K = g.Kout, taps = g.R * g.S, Kp = round_up(K, set.block_channels);
+  std::vector<float> packed(static_cast<size_t>(taps * C * Kp), 0.0f);
+#pragma omp parallel for schedule(static) if (taps * C * K >= 16384)
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t t = 0; t < taps; ++t)
+      for (int64_t k = 0; k < K; ++k)
+        packed[static_cast<size_t>((t * C + c) * Kp + k)] =
+            static_cast<float>(weight[(k * C + c) * taps + t]);
+  std::vector<float> b;
+  if (bias != nullptr)
+    for (int64_t k = 0; k < K; ++k)
+      b.push_back(static_cast<float>(bias[k]));
+  run(g, set, p.batch, input, packed.data(), Kp, bias != nullptr ? b.data() : nullptr, output);
+}
+
+template <typename T>
+void conv2d_small_grad_input(const Conv2dParams& p, const T* grad_output, const T* weight,
+                             T* grad_input) {
+  // grad_input[c][h][w] = sum over k, r, s of dy[k][h + pad_h - r][w + pad_w - s] w[k][c][r][s]:
+  // a convolution of dy (K, P, Q) padded by (R - 1 - pad_h, S - 1 - pad_w) with the weights
+  // flipped in r and s and transposed to (C, K, R, S).
+  const int64_t C = p.in_channels, K = p.out_channels, R = p.kernel_height, S = p.kernel_width;
+  const Geometry g(K, C, p.out_height(), p.out_width(), R, S, R - 1 - p.pad_h, S - 1 - p.pad_w);
+  const KernelSet& set = kernels();
+  const int64_t Cp = round_up(C, set.block_channels);
+  std::vector<float> packed(static_cast<size_t>(R * S * K * Cp), 0.0f);
+#pragma omp parallel for schedule(static) if (R * S * K * C >= 16384)
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t c = 0; c < C; ++c)
+          packed[static_cast<size_t>(((r * S + s) * K + k) * Cp + c)] =
+              static_cast<float>(weight[((k * C + c) * R + (R - 1 - r)) * S + (S - 1 - s)]);
+  run(g, set, p.batch, grad_output, packed.data(), Cp, nullptr, grad_input);
+}
+
+bool set_conv2d_small_isa(int isa) {
+  const KernelSet* set = kernels_for(isa);
+  if (set == nullptr) return false;
+  g_kernels.store(set, std::memory_order_relaxed);
+  return true;
+}
+
+#define EMBER_INSTANTIATE_CONV2D_SMALL(T)                                                       \
+  template void conv2d_small_forward<T>(const Conv2dParams&, const T*, const T*, const T*, T*); \
+  template void conv2d_small_grad_input<T>(const Conv2dParams&, const T*, const T*, T*);
+EMBER_INSTANTIATE_CONV2D_SMALL(float)
+EMBER_INSTANTIATE_CONV2D_SMALL(Half)
+EMBER_INSTANTIATE_CONV2D_SMALL(BFloat16)
+#undef EMBER_INSTANTIATE_CONV2D_SMALL
+
+}  // namespace ember::kernels::cpu

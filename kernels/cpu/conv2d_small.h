@@ -1,0 +1,47 @@
+// Direct 2-D convolution on the CPU for small planes (at most 64 output pixels: resnet9's 8x8 and
+// 4x4 stages), stride 1, dilation 1, groups 1, computed in f32: the forward pass, and the
+// gradient wrt the input (a convolution of grad_output with the flipped, transposed weights).
+//
+//   input (N, C, H, W), weight (K, C, R, S) -> output (N, K, P, Q), P = H + 2 pad_h - R + 1
+//
+// conv2d_direct.h vectorises along the pixels of a row, which wastes most of a vector on rows of
+// 4 or 8. Here the vectors run along the output channels instead. The images of a chunk are
+// copied channels last into zero-bordered planes, xp (N, Hp, Wp, C), and the weights packed as
+// (R S, C, K'), K' = K rounded up to a whole block of channels. A register tile of 6 output pixels
+// (of any images: a list of offsets into xp) x 64 channels accumulates over (r, s, c):
+//   acc[pixel][k] += xp[pixel's corner + (r Wp + s) C + c] (a broadcast) * w[r S + s][c][k]
+// which computes no padded position at all, and reads each packed weight vector once per tile.
+// The result, pixels x channels, is transposed back to (N, K, P, Q).
+//
+// Compiled for AVX-512, AVX2 and baseline x86-64, picked at run time with the direct kernels
+// (set_conv2d_direct_isa in conv2d_direct.h switches both).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/conv_params.h"
+
+namespace ember::kernels::cpu {
+
+// Stride 1, dilation 1, one group, a kernel larger than 1x1, at most 64 output pixels per image
+// and at least 32 output channels (so that rounding K up to a block wastes little).
+bool conv2d_small_applies(const Conv2dParams& params);
+// The gradient wrt the input: the same conditions on the transposed convolution (at most 64
+// input pixels, at least 32 input channels), and padding <= kernel size - 1.
+bool conv2d_small_applies_to_grad_input(const Conv2dParams& params);
+
+// output (N, K, P, Q) = conv(input, weight) + bias; `bias` may be null. T: float, Half, BFloat16.
+template <typename T>
+void conv2d_small_forward(const Conv2dParams& params, const T* input, const T* weight,
+                          const T* bias, T* output);
+
+// grad_input (N, C, H, W) from grad_output (N, K, P, Q) and weight (K, C, R, S); overwritten.
+template <typename T>
+void conv2d_small_grad_input(const Conv2dParams& params, const T* grad_output, const T* weight,
+                             T* grad_input);
+
+// The instruction set of the small-plane kernels: 0 baseline, 1 AVX2, 2 AVX-512, -1 the best this
+// CPU runs. False (nothing changed) when the CPU cannot run it. set_conv2d_direct_isa calls it.
+bool set_conv2d_small_isa(int isa);
+
+}  // namespace ember::kernels::cpu
