@@ -15,6 +15,7 @@
 #include "kernels/common/scalar_types.h"
 #include "kernels/cpu/conv2d_small.h"
 #include "kernels/cpu/convert_runs.h"
+#include "kernels/cpu/float_vectors.h"
 
 // The accumulations `acc += w * x` must become fused multiply-adds: ISO C++ mode turns off
 // contraction by default.
@@ -25,11 +26,6 @@
 namespace ember::kernels::cpu {
 
 namespace {
-
-// GCC vector types: 16, 8 and 4 floats (one zmm, ymm, xmm register in the matching clone).
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v8 __attribute__((vector_size(32)));
-typedef float v4 __attribute__((vector_size(16)));
 
 constexpr int64_t kBlockChannels = 8;   // output channels per packed weight block
 constexpr int64_t kTilePositions = 48;  // positions per tile (3 AVX-512 vectors)

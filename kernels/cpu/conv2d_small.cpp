@@ -10,6 +10,7 @@
 
 #include "kernels/common/scalar_types.h"
 #include "kernels/cpu/convert_runs.h"
+#include "kernels/cpu/float_vectors.h"
 
 // The accumulations `acc += x * w` must become fused multiply-adds: ISO C++ mode turns off
 // contraction by default.
@@ -20,11 +21,6 @@
 namespace ember::kernels::cpu {
 
 namespace {
-
-// GCC vector types: 16, 8 and 4 floats (one zmm, ymm, xmm register in the matching clone).
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v8 __attribute__((vector_size(32)));
-typedef float v4 __attribute__((vector_size(16)));
 
 constexpr int kTilePixels = 6;  // output pixels per register tile
 // Images are processed in chunks whose copies (input channels last, output pixels x channels)

@@ -179,23 +179,47 @@ std::vector<ConvCase> direct_cases() {
   };
 }
 
-TEST(Conv2d, DirectKernelsMatchTheDefinitionOnEveryInstructionSet) {
-  for (const ConvCase& c : direct_cases())
-    ASSERT_TRUE(kernels::cpu::conv2d_direct_applies(params_of(c))) << case_name(c);
+// check_against_definition on every case with each instruction set this CPU can run.
+void check_on_every_instruction_set(const std::vector<ConvCase>& cases, uint64_t seed,
+                                    const char* kernels) {
   using kernels::cpu::DirectConvIsa;
   const std::pair<DirectConvIsa, const char*> isas[] = {{DirectConvIsa::avx512, "avx512 "},
                                                         {DirectConvIsa::avx2, "avx2 "},
                                                         {DirectConvIsa::baseline, "baseline "}};
   for (const auto& [isa, label] : isas) {
     if (!kernels::cpu::set_conv2d_direct_isa(isa)) {
-      std::printf("[   INFO   ] this CPU cannot run the %sdirect kernels: skipped\n", label);
+      std::printf("[   INFO   ] this CPU cannot run the %s%s kernels: skipped\n", label, kernels);
       continue;
     }
-    Generator g(24);
-    for (const ConvCase& c : direct_cases())
+    Generator g(seed);
+    for (const ConvCase& c : cases)
       check_against_definition(c, g, label);
   }
   kernels::cpu::set_conv2d_direct_isa(DirectConvIsa::best);
+}
+
+// conv2d(x, w, padding 1) and its grad_input with one thread and with all of them: equal within
+// rtol and atol (0 and 0: the same bits).
+void expect_one_and_all_threads_agree(const Tensor& x, const Tensor& w, double rtol, double atol,
+                                      const std::string& what) {
+  Tensor x_one = x.detach(), x_many = x.detach();
+  x_one.requires_grad_();
+  x_many.requires_grad_();
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Tensor one = conv2d(x_one, w, Tensor(), {.padding = 1});
+  sum(one * one).backward();
+  omp_set_num_threads(threads);
+  const Tensor many = conv2d(x_many, w, Tensor(), {.padding = 1});
+  sum(many * many).backward();
+  EXPECT_TRUE(allclose(one, many, rtol, atol)) << what;
+  EXPECT_TRUE(allclose(x_one.grad(), x_many.grad(), rtol, atol)) << what;
+}
+
+TEST(Conv2d, DirectKernelsMatchTheDefinitionOnEveryInstructionSet) {
+  for (const ConvCase& c : direct_cases())
+    ASSERT_TRUE(kernels::cpu::conv2d_direct_applies(params_of(c))) << case_name(c);
+  check_on_every_instruction_set(direct_cases(), 24, "direct");
 }
 
 TEST(Conv2d, DirectKernelsWithOneThreadAndTwoThreadsAgree) {
@@ -203,18 +227,7 @@ TEST(Conv2d, DirectKernelsWithOneThreadAndTwoThreadsAgree) {
   for (int64_t batch : {1, 3}) {
     const Tensor x = uniform({batch, 5, 13, 17}, -1.0, 1.0, DType::f32, &g);
     const Tensor w = uniform({10, 5, 3, 3}, -1.0, 1.0, DType::f32, &g);
-    Tensor x_one = x.detach(), x_many = x.detach();
-    x_one.requires_grad_();
-    x_many.requires_grad_();
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(1);
-    const Tensor one = conv2d(x_one, w, Tensor(), {.padding = 1});
-    sum(one * one).backward();
-    omp_set_num_threads(threads);
-    const Tensor many = conv2d(x_many, w, Tensor(), {.padding = 1});
-    sum(many * many).backward();
-    EXPECT_TRUE(allclose(one, many, 1e-5, 1e-6)) << batch;
-    EXPECT_TRUE(allclose(x_one.grad(), x_many.grad(), 1e-5, 1e-6)) << batch;
+    expect_one_and_all_threads_agree(x, w, 1e-5, 1e-6, "batch " + std::to_string(batch));
   }
 }
 
@@ -242,20 +255,7 @@ TEST(Conv2d, SmallPlaneKernelsMatchTheDefinitionOnEveryInstructionSet) {
     small_grad_input += kernels::cpu::conv2d_small_applies_to_grad_input(params_of(c));
   }
   EXPECT_EQ(small_grad_input, 6);
-  using kernels::cpu::DirectConvIsa;
-  const std::pair<DirectConvIsa, const char*> isas[] = {{DirectConvIsa::avx512, "avx512 "},
-                                                        {DirectConvIsa::avx2, "avx2 "},
-                                                        {DirectConvIsa::baseline, "baseline "}};
-  for (const auto& [isa, label] : isas) {
-    if (!kernels::cpu::set_conv2d_direct_isa(isa)) {
-      std::printf("[   INFO   ] this CPU cannot run the %ssmall-plane kernels: skipped\n", label);
-      continue;
-    }
-    Generator g(31);
-    for (const ConvCase& c : small_cases())
-      check_against_definition(c, g, label);
-  }
-  kernels::cpu::set_conv2d_direct_isa(DirectConvIsa::best);
+  check_on_every_instruction_set(small_cases(), 31, "small-plane");
 }
 
 // Every output is computed by one thread in one order: the same bits whatever the thread count.
@@ -264,18 +264,7 @@ TEST(Conv2d, SmallPlaneKernelsWithOneThreadAndTwoThreadsAgree) {
   for (int64_t batch : {1, 5}) {
     const Tensor x = uniform({batch, 36, 4, 4}, -1.0, 1.0, DType::f32, &g);
     const Tensor w = uniform({40, 36, 3, 3}, -1.0, 1.0, DType::f32, &g);
-    Tensor x_one = x.detach(), x_many = x.detach();
-    x_one.requires_grad_();
-    x_many.requires_grad_();
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(1);
-    const Tensor one = conv2d(x_one, w, Tensor(), {.padding = 1});
-    sum(one * one).backward();
-    omp_set_num_threads(threads);
-    const Tensor many = conv2d(x_many, w, Tensor(), {.padding = 1});
-    sum(many * many).backward();
-    EXPECT_TRUE(allclose(one, many, 0.0, 0.0)) << batch;
-    EXPECT_TRUE(allclose(x_one.grad(), x_many.grad(), 0.0, 0.0)) << batch;
+    expect_one_and_all_threads_agree(x, w, 0.0, 0.0, "batch " + std::to_string(batch));
   }
 }
 
