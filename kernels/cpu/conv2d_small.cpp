@@ -92,80 +92,17 @@ template <typename V, int KV>
     tile<V, KV>(a, item / tiles, item % tiles * kTilePixels);
 }
 
-// ---- grad_weight ------------------------------------------------------------------------
-// dw[r S + s][c][k] = sum over pixels i of xp[corner(i) + (r Wp + s) Cin + c] dy[i][k]: for one
-// tap, (Cin, pixels) @ (pixels, K). A register tile of 6 input channels x KV vectors of output
-// channels accumulates over a range of pixels with broadcasts of x; each tile of dw belongs to
-// one item, so the sums do not depend on the thread count.
-struct WeightArgs {
-  const float* xp;         // (images, Hp, Wp, Cin)
-  const float* dy;         // (pixels, Kp): grad_output channels last, zero past K
-  float* dw;               // (R S, Cin, Kp): added to
-  const int64_t* taps;     // (r Wp + s) Cin for each (r, s)
-  const int64_t* corners;  // each pixel's window corner in xp
-  int64_t Cin, Kp, pixel_begin, pixel_end;
-  int64_t item_begin, item_end;  // items: (tap, 6-channel tile, channel block), tap-major
-};
-
-template <typename V, int KV>
-[[gnu::always_inline]] inline void weight_tile(const WeightArgs& a, int64_t tap, int64_t c0,
-                                               int64_t block) {
-  constexpr int lanes = sizeof(V) / sizeof(float);
-  int64_t channel[kTilePixels];  // a short last tile repeats its last channel
-  for (int i = 0; i < kTilePixels; ++i)
-    channel[i] = std::min(c0 + i, a.Cin - 1) + a.taps[tap];
-  V acc[kTilePixels][KV];
-  for (int i = 0; i < kTilePixels; ++i)
-    for (int v = 0; v < KV; ++v)
-      acc[i][v] = V{};
-  const float* dy = a.dy + block * KV * lanes;
-  for (int64_t pixel = a.pixel_begin; pixel < a.pixel_end; ++pixel) {
-    V dv[KV];
-    for (int v = 0; v < KV; ++v)
-      std::memcpy(&dv[v], dy + pixel * a.Kp + v * lanes, sizeof(V));
-    const float* x = a.xp + a.corners[pixel];
-    for (int i = 0; i < kTilePixels; ++i) {
-      const V xb = x[channel[i]] - V{};
-      for (int v = 0; v < KV; ++v)
-        acc[i][v] += xb * dv[v];
-    }
-  }
-  for (int i = 0; i < kTilePixels && c0 + i < a.Cin; ++i)
-    for (int v = 0; v < KV; ++v) {
-      float* to = a.dw + (tap * a.Cin + c0 + i) * a.Kp + (block * KV + v) * lanes;
-      V sum;
-      std::memcpy(&sum, to, sizeof(V));
-      sum += acc[i][v];
-      std::memcpy(to, &sum, sizeof(V));
-    }
-}
-
-template <typename V, int KV>
-[[gnu::always_inline]] inline void weight_body(const WeightArgs& a) {
-  constexpr int64_t width = KV * static_cast<int64_t>(sizeof(V) / sizeof(float));
-  const int64_t blocks = a.Kp / width, tiles = (a.Cin + kTilePixels - 1) / kTilePixels;
-  for (int64_t item = a.item_begin; item < a.item_end; ++item) {
-    const int64_t block = item % blocks, tile = item / blocks % tiles, tap = item / blocks / tiles;
-    weight_tile<V, KV>(a, tap, tile * kTilePixels, block);
-  }
-}
-
 // ---- the clones -------------------------------------------------------------------------
 using TileFn = void (*)(const TileArgs&);
-using WeightFn = void (*)(const WeightArgs&);
 struct KernelSet {
   TileFn fn;
-  WeightFn weight;
   int64_t block_channels;  // KV x lanes: output channels per item
 };
 
 void tiles_baseline(const TileArgs& a) {
   body<v4, 2>(a);  // 12 of the 16 xmm registers accumulate
 }
-void weight_baseline(const WeightArgs& a) {
-  weight_body<v4, 2>(a);
-}
-constexpr KernelSet kBaseline{tiles_baseline, weight_baseline, 8};
+constexpr KernelSet kBaseline{tiles_baseline, 8};
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define EMBER_HAS_ISA_CLONES 1
@@ -175,14 +112,8 @@ __attribute__((target("avx2,fma"))) void tiles_avx2(const TileArgs& a) {
 __attribute__((target("avx512f,fma"))) void tiles_avx512(const TileArgs& a) {
   body<v16, 4>(a);  // 24 of the 32 zmm registers accumulate
 }
-__attribute__((target("avx2,fma"))) void weight_avx2(const WeightArgs& a) {
-  weight_body<v8, 2>(a);
-}
-__attribute__((target("avx512f,fma"))) void weight_avx512(const WeightArgs& a) {
-  weight_body<v16, 4>(a);
-}
-constexpr KernelSet kAvx2{tiles_avx2, weight_avx2, 16};
-constexpr KernelSet kAvx512{tiles_avx512, weight_avx512, 64};
+constexpr KernelSet kAvx2{tiles_avx2, 16};
+constexpr KernelSet kAvx512{tiles_avx512, 64};
 #endif
 
 // isa: 0 baseline, 1 AVX2, 2 AVX-512, -1 the best; null when the CPU cannot run it.
@@ -211,38 +142,6 @@ int64_t round_up(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
 
-// images (count, Cin, H, W) -> xp (count, Hp, Wp, Cin), zero borders: each pixel's channels
-// gathered from its image (in L1 or L2) and written in one contiguous run.
-template <typename T>
-void pack_images(const Geometry& g, const T* images, int64_t count, float* xp, int threads) {
-  const int64_t in_image = g.Cin * g.H * g.W, padded_image = g.Hp * g.Wp * g.Cin;
-#pragma omp parallel num_threads(threads) if (threads > 1 && count > 1)
-  {
-    std::vector<float> widened(std::is_same_v<T, float> ? 0 : static_cast<size_t>(in_image));
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < count; ++n) {
-      float* dst = xp + n * padded_image;
-      std::fill(dst, dst + padded_image, 0.0f);
-      const float* image = accumulate_run(images + n * in_image, widened.data(), in_image);
-      for (int64_t h = 0; h < g.H; ++h)
-        for (int64_t w = 0; w < g.W; ++w) {
-          const float* from = image + h * g.W + w;
-          float* to = dst + ((h + g.pad_h) * g.Wp + w + g.pad_w) * g.Cin;
-          for (int64_t c = 0; c < g.Cin; ++c)
-            to[c] = from[c * g.H * g.W];
-        }
-    }
-  }
-}
-
-std::vector<int64_t> tap_offsets(const Geometry& g) {
-  std::vector<int64_t> taps;
-  for (int64_t r = 0; r < g.R; ++r)
-    for (int64_t s = 0; s < g.S; ++s)
-      taps.push_back((r * g.Wp + s) * g.Cin);
-  return taps;
-}
-
 // Runs `g` on `batch` images: in (batch, Cin, H, W) -> out (batch, Kout, P, Q), with the weights
 // packed (R S, Cin, Kp) for `set` and an f32 bias per output channel (or null).
 template <typename T>
@@ -254,12 +153,34 @@ void run(const Geometry& g, const KernelSet& set, int64_t batch, const T* input,
       std::clamp<int64_t>(kChunkFloats / (padded_image + image_pixels * Kp), 1, batch);
   std::vector<float> xp(static_cast<size_t>(chunk * padded_image));
   std::vector<float> out(static_cast<size_t>(chunk * image_pixels * Kp));
-  const std::vector<int64_t> taps = tap_offsets(g);
+  std::vector<int64_t> taps;
+  for (int64_t r = 0; r < g.R; ++r)
+    for (int64_t s = 0; s < g.S; ++s)
+      taps.push_back((r * g.Wp + s) * g.Cin);
   const int threads = omp_get_max_threads();
 
   for (int64_t first = 0; first < batch; first += chunk) {
     const int64_t images = std::min(chunk, batch - first);
-    pack_images(g, input + first * in_image, images, xp.data(), threads);
+    // input (images, Cin, H, W) -> xp (images, Hp, Wp, Cin), zero borders: each pixel's
+    // channels gathered from the image (in L1 or L2) and written in one contiguous run.
+#pragma omp parallel num_threads(threads) if (threads > 1 && images > 1)
+    {
+      std::vector<float> widened(std::is_same_v<T, float> ? 0 : static_cast<size_t>(in_image));
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < images; ++n) {
+        float* dst = xp.data() + n * padded_image;
+        std::fill(dst, dst + padded_image, 0.0f);
+        const float* image =
+            accumulate_run(input + (first + n) * in_image, widened.data(), in_image);
+        for (int64_t h = 0; h < g.H; ++h)
+          for (int64_t w = 0; w < g.W; ++w) {
+            const float* from = image + h * g.W + w;
+            float* to = dst + ((h + g.pad_h) * g.Wp + w + g.pad_w) * g.Cin;
+            for (int64_t c = 0; c < g.Cin; ++c)
+              to[c] = from[c * g.H * g.W];
+          }
+      }
+    }
     // The tiles: each thread a fixed range of (block, tile) items, so the result does not depend
     // on timing (every output is computed by one thread, in one order, whatever the count).
     const int64_t pixels = images * image_pixels;
@@ -287,63 +208,6 @@ void run(const Geometry& g, const KernelSet& set, int64_t batch, const T* input,
         for (int64_t k = 0; k < g.Kout; ++k)
           store_plus_bias(planes.data() + k * image_pixels, bias != nullptr ? bias + k : nullptr,
                           dst + k * image_pixels, image_pixels);
-      }
-    }
-  }
-}
-
-// Pixels per pass of the weight-gradient tiles: the channels-last grad_output rows of a pass
-// (at most 256 floats each) stay in L2 while every tile reads them.
-constexpr int64_t kWeightPassPixels = 256;
-
-// dw (R S, Cin, Kp) += the weight gradient of `batch` images: input (batch, Cin, H, W),
-// grad_output (batch, Kout, P, Q).
-template <typename T>
-void accumulate_weight_gradient(const Geometry& g, const KernelSet& set, int64_t batch,
-                                const T* input, const T* grad_output, int64_t Kp, float* dw) {
-  const int64_t image_pixels = g.P * g.Q, padded_image = g.Hp * g.Wp * g.Cin;
-  const int64_t in_image = g.Cin * g.H * g.W, out_image = g.Kout * image_pixels;
-  const int64_t chunk =
-      std::clamp<int64_t>(kChunkFloats / (padded_image + image_pixels * Kp), 1, batch);
-  std::vector<float> xp(static_cast<size_t>(chunk * padded_image));
-  std::vector<float> dy(static_cast<size_t>(chunk * image_pixels * Kp), 0.0f);
-  std::vector<int64_t> corners(static_cast<size_t>(chunk * image_pixels));
-  for (int64_t i = 0; i < chunk * image_pixels; ++i) {
-    const int64_t image = i / image_pixels, within = i % image_pixels;
-    corners[static_cast<size_t>(i)] = ((image * g.Hp + within / g.Q) * g.Wp + within % g.Q) * g.Cin;
-  }
-  const std::vector<int64_t> taps = tap_offsets(g);
-  const int threads = omp_get_max_threads();
-  const int64_t items =
-      g.R * g.S * ((g.Cin + kTilePixels - 1) / kTilePixels) * (Kp / set.block_channels);
-
-  for (int64_t first = 0; first < batch; first += chunk) {
-    const int64_t images = std::min(chunk, batch - first);
-    pack_images(g, input + first * in_image, images, xp.data(), threads);
-    // grad_output (images, Kout, P Q) -> dy (images P Q, Kp); the channels past Kout stay zero.
-#pragma omp parallel num_threads(threads) if (threads > 1 && images > 1)
-    {
-      std::vector<float> planes(static_cast<size_t>(out_image));
-#pragma omp for schedule(static)
-      for (int64_t n = 0; n < images; ++n) {
-        const float* from =
-            accumulate_run(grad_output + (first + n) * out_image, planes.data(), out_image);
-        float* to = dy.data() + n * image_pixels * Kp;
-        for (int64_t i = 0; i < image_pixels; ++i)
-          for (int64_t k = 0; k < g.Kout; ++k)
-            to[i * Kp + k] = from[k * image_pixels + i];
-      }
-    }
-    // Passes over the pixels in order; in each, every thread a fixed range of items.
-    const int64_t pixels = images * image_pixels;
-    for (int64_t begin = 0; begin < pixels; begin += kWeightPassPixels) {
-      const int64_t end = std::min(pixels, begin + kWeightPassPixels);
-#pragma omp parallel num_threads(threads) if (threads > 1)
-      {
-        const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-        const WeightArgs args{xp.data(), dy.data(), dw,  taps.data(),    corners.data(),      g.Cin,
-                              Kp,        begin,     end, items * t / nt, items * (t + 1) / nt};
-        set.weight(args);
       }
     }
   }
@@ -409,22 +273,6 @@ void conv2d_small_grad_input(const Conv2dParams& p, const T* grad_output, const 
   run(g, set, p.batch, grad_output, packed.data(), Cp, nullptr, grad_input);
 }
 
-template <typename T>
-void conv2d_small_grad_weight(const Conv2dParams& p, const T* input, const T* grad_output,
-                              T* grad_weight) {
-  const Geometry g(p.in_channels, p.out_channels, p.in_height, p.in_width, p.kernel_height,
-                   p.kernel_width, p.pad_h, p.pad_w);
-  const KernelSet& set = kernels();
-  const int64_t C = g.Cin, K = g.Kout, taps = g.R * g.S, Kp = round_up(K, set.block_channels);
-  std::vector<float> dw(static_cast<size_t>(taps * C * Kp), 0.0f);
-  accumulate_weight_gradient(g, set, p.batch, input, grad_output, Kp, dw.data());
-  // dw (R S, C, Kp) -> grad_weight (K, C, R, S)
-  for (int64_t k = 0; k < K; ++k)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t t = 0; t < taps; ++t)
-        grad_weight[(k * C + c) * taps + t] = T(dw[static_cast<size_t>((t * C + c) * Kp + k)]);
-}
-
 bool set_conv2d_small_isa(int isa) {
   const KernelSet* set = kernels_for(isa);
   if (set == nullptr) return false;
@@ -434,8 +282,7 @@ bool set_conv2d_small_isa(int isa) {
 
 #define EMBER_INSTANTIATE_CONV2D_SMALL(T)                                                       \
   template void conv2d_small_forward<T>(const Conv2dParams&, const T*, const T*, const T*, T*); \
-  template void conv2d_small_grad_input<T>(const Conv2dParams&, const T*, const T*, T*);        \
-  template void conv2d_small_grad_weight<T>(const Conv2dParams&, const T*, const T*, T*);
+  template void conv2d_small_grad_input<T>(const Conv2dParams&, const T*, const T*, T*);
 EMBER_INSTANTIATE_CONV2D_SMALL(float)
 EMBER_INSTANTIATE_CONV2D_SMALL(Half)
 EMBER_INSTANTIATE_CONV2D_SMALL(BFloat16)

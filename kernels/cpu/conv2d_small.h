@@ -1,7 +1,6 @@
 // Direct 2-D convolution on the CPU for small planes (at most 64 output pixels: resnet9's 8x8 and
-// 4x4 stages), stride 1, dilation 1, groups 1, computed in f32: the forward pass, the gradient
-// wrt the input (a convolution of grad_output with the flipped, transposed weights) and the
-// gradient wrt the weights.
+// 4x4 stages), stride 1, dilation 1, groups 1, computed in f32: the forward pass, and the
+// gradient wrt the input (a convolution of grad_output with the flipped, transposed weights).
 //
 //   input (N, C, H, W), weight (K, C, R, S) -> output (N, K, P, Q), P = H + 2 pad_h - R + 1
 //
@@ -12,9 +11,7 @@
 // (of any images: a list of offsets into xp) x 64 channels accumulates over (r, s, c):
 //   acc[pixel][k] += xp[pixel's corner + (r Wp + s) C + c] (a broadcast) * w[r S + s][c][k]
 // which computes no padded position at all, and reads each packed weight vector once per tile.
-// The result, pixels x channels, is transposed back to (N, K, P, Q). The weight gradient uses the
-// same copies: for each tap, a tile of 6 input channels x 64 output channels accumulates
-// x (a broadcast) * grad_output (channels last) over passes of 256 pixels.
+// The result, pixels x channels, is transposed back to (N, K, P, Q).
 //
 // Compiled for AVX-512, AVX2 and baseline x86-64, picked at run time with the direct kernels
 // (set_conv2d_direct_isa in conv2d_direct.h switches both).
@@ -42,12 +39,6 @@ void conv2d_small_forward(const Conv2dParams& params, const T* input, const T* w
 template <typename T>
 void conv2d_small_grad_input(const Conv2dParams& params, const T* grad_output, const T* weight,
                              T* grad_input);
-
-// grad_weight (K, C, R, S) from input (N, C, H, W) and grad_output (N, K, P, Q); overwritten.
-// Runs wherever conv2d_small_applies does.
-template <typename T>
-void conv2d_small_grad_weight(const Conv2dParams& params, const T* input, const T* grad_output,
-                              T* grad_weight);
 
 // The instruction set of the small-plane kernels: 0 baseline, 1 AVX2, 2 AVX-512, -1 the best this
 // CPU runs. False (nothing changed) when the CPU cannot run it. set_conv2d_direct_isa calls it.
