@@ -6,8 +6,6 @@
 // Every GPU test skips without a visible GPU; the pinned-memory error test runs everywhere else.
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +24,7 @@
 #include "runtime/cuda/device_guard.h"
 #include "runtime/cuda/event.h"
 #include "runtime/cuda/stream.h"
+#include "tests/cuda/stream_blocker.h"
 #endif
 
 namespace ember::testing {
@@ -76,27 +75,6 @@ SegmentSnapshot segment_of(const BlockAllocator& allocator, void* ptr) {
   ADD_FAILURE() << "no segment holds " << ptr;
   return {};
 }
-
-// Holds a stream back until release(): a host function on the stream spins on a flag, so work
-// queued after it is certainly still pending while the test looks. It gives up after 20 s, so a
-// call that wrongly synchronises the stream makes the test fail instead of hang.
-class StreamBlocker {
- public:
-  explicit StreamBlocker(cudaStream_t stream) {
-    EMBER_CUDA_CHECK(cudaLaunchHostFunc(stream, &StreamBlocker::wait, &released_));
-  }
-  ~StreamBlocker() { release(); }
-  void release() { released_.store(true); }
-
- private:
-  static void CUDART_CB wait(void* flag) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!static_cast<std::atomic<bool>*>(flag)->load() &&
-           std::chrono::steady_clock::now() < deadline) {
-    }
-  }
-  std::atomic<bool> released_{false};
-};
 
 TEST(CudaAllocator, SplitsASegmentAndMergesTheFreedBlocks) {
   EMBER_SKIP_WITHOUT_GPU();

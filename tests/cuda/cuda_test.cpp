@@ -18,13 +18,13 @@
 #include "tests/cuda/support.h"
 
 #if EMBER_WITH_CUDA
-#include <atomic>
 #include <chrono>
 #include <thread>
 
 #include "runtime/cuda/allocator.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/stream.h"
+#include "tests/cuda/stream_blocker.h"
 #endif
 
 namespace ember::testing {
@@ -350,15 +350,6 @@ TEST(Cuda, OpsRunOnTheirTensorsDeviceWhateverTheThreadSelected) {
   EXPECT_EQ(after, 0);
 }
 
-// Holds a stream until released, or for 10 s at most (a bound, so that a mistake here costs
-// seconds, not the session).
-void CUDART_CB hold_stream_until_released(void* flag) {
-  auto* released = static_cast<std::atomic<bool>*>(flag);
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!released->load() && std::chrono::steady_clock::now() < give_up) {
-  }
-}
-
 // Streams of two GPUs are not ordered with each other. A copy to cuda:1 of a tensor that cuda:0
 // is still computing must wait for cuda:0's stream (copied on cuda:1's stream alone, it read the
 // source before it was written: here, x instead of 2x), and must not make the host wait.
@@ -372,18 +363,13 @@ TEST(Cuda, ACopyToAnotherGpuWaitsForTheWorkThatWritesItsSource) {
   // copy the driver stages, say) waits for the held work by accident.
   const cuda::Stream stream(0, cuda::Stream::Kind::non_blocking);
   const cuda::StreamGuard on_stream(0, stream.get());
-  static std::atomic<bool> released;  // static: the host function may outlive a failed test
-  released = false;
-  struct ReleaseAtExit {  // before `stream` waits for its work in its destructor
-    ~ReleaseAtExit() { released = true; }
-  } release_at_exit;
-  EMBER_CUDA_CHECK(cudaLaunchHostFunc(stream.get(), hold_stream_until_released, &released));
+  StreamBlocker blocker(stream.get());  // released at the latest before `stream` waits for it
   y.mul_(2.0);  // queued behind the held host function: y still holds x's values
   const auto start = std::chrono::steady_clock::now();
   const Tensor moved = y.to(Device::cuda(1));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5))
       << "the copy waited on the host";
-  released = true;
+  blocker.release();
   EXPECT_EQ(moved.device(), Device::cuda(1));
   EXPECT_EQ(mismatch(moved.to(Device::cpu()), x.to(Device::cpu()) * 2.0, 0.0), "");
 }
