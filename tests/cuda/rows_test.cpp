@@ -23,60 +23,13 @@
 #include "runtime/ops.h"
 #include "runtime/random.h"
 #include "tests/common/op_cases.h"
+#include "tests/cuda/cpu_vs_cuda.h"
 #include "tests/cuda/support.h"
 
 namespace ember::testing {
 namespace {
 
-using Inputs = std::vector<Tensor>;
-using Fn = std::function<Tensor(const Inputs&)>;
-
 const std::vector<DType> kFloatDTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
-// fn's output and the gradients of the inputs marked in `wants_grad`, with the host inputs
-// copied to `device` and distinct_weights(out) as the cotangent.
-struct Run {
-  Tensor out;
-  std::vector<Tensor> grads;
-};
-
-Run run_on(Device device, const Fn& fn, const Inputs& host_inputs,
-           const std::vector<bool>& wants_grad) {
-  Inputs inputs;
-  for (size_t i = 0; i < host_inputs.size(); ++i) {
-    // A fresh leaf on each device (to() returns the same tensor when it is already there).
-    Tensor t = host_inputs[i].to(device).clone();
-    if (wants_grad[i]) t.requires_grad_(true);
-    inputs.push_back(t);
-  }
-  Run run;
-  run.out = fn(inputs);
-  run.out.backward(distinct_weights(run.out));
-  for (size_t i = 0; i < inputs.size(); ++i)
-    run.grads.push_back(wants_grad[i] ? inputs[i].grad() : Tensor());
-  return run;
-}
-
-// fn forward and backward on the CPU and on CUDA: outputs and gradients must agree.
-void expect_same_forward_and_backward(const std::string& what, const Fn& fn,
-                                      const Inputs& host_inputs,
-                                      const std::vector<bool>& wants_grad,
-                                      double tolerance_scale = 1.0) {
-  const Run cpu = run_on(Device::cpu(), fn, host_inputs, wants_grad);
-  const Run cuda = run_on(Device::cuda(0), fn, host_inputs, wants_grad);
-  ASSERT_TRUE(cuda.out.is_cuda()) << what;
-  const double tol = cuda_tolerance(cpu.out.dtype()) * tolerance_scale;
-  std::string error = mismatch(cuda.out, cpu.out, tol);
-  EXPECT_TRUE(error.empty()) << what << ", forward: " << error;
-  for (size_t i = 0; i < host_inputs.size(); ++i) {
-    if (!wants_grad[i]) continue;
-    ASSERT_TRUE(cpu.grads[i].defined()) << what << ": no CPU gradient for input " << i;
-    ASSERT_TRUE(cuda.grads[i].defined()) << what << ": no CUDA gradient for input " << i;
-    EXPECT_TRUE(cuda.grads[i].is_cuda()) << what << ": gradient " << i << " on the host";
-    error = mismatch(cuda.grads[i], cpu.grads[i], tol);
-    EXPECT_TRUE(error.empty()) << what << ", gradient of input " << i << ": " << error;
-  }
-}
 
 Tensor class_targets(int64_t count, int64_t classes, int64_t ignore_every) {
   std::vector<int64_t> values(static_cast<size_t>(count));
