@@ -202,6 +202,19 @@ int workspaces_for(int64_t batch) {
   return threads > 1 && batch >= threads ? threads : 1;
 }
 
+// grad_weight[0 .. size) = the sum of the workspaces' partial grad_weight, added in workspace
+// (thread) order: the result does not depend on timing.
+template <typename Workspace, typename T>
+void write_grad_weight(const std::vector<Workspace>& spaces, T* grad_weight, int64_t size) {
+  using Acc = typename decltype(Workspace::grad_weight)::value_type;
+  for (int64_t i = 0; i < size; ++i) {
+    Acc total = 0;
+    for (const Workspace& space : spaces)
+      total += space.grad_weight[static_cast<size_t>(i)];
+    grad_weight[i] = T(total);
+  }
+}
+
 template <typename T, typename Acc>
 const Acc* weights_in_compute_type(const T* weight, int64_t count, std::vector<Acc>& storage) {
   if constexpr (std::is_same_v<T, Acc>) {
@@ -422,15 +435,7 @@ void backward_image_groups(const Conv2dParams& p, const Geometry& g, int64_t per
       }
     }
   });
-  if (grad_weight != nullptr) {
-    // Per-thread partial sums added in thread order: the result does not depend on timing.
-    for (int64_t i = 0; i < weight_size; ++i) {
-      Acc total = 0;
-      for (const Workspace& space : spaces)
-        total += space.grad_weight[static_cast<size_t>(i)];
-      grad_weight[i] = T(total);
-    }
-  }
+  if (grad_weight != nullptr) write_grad_weight(spaces, grad_weight, weight_size);
 }
 
 }  // namespace
@@ -629,15 +634,7 @@ void conv2d_backward(const Conv2dParams& p, const T* input, const T* weight, con
     }
   });
 
-  if (grad_weight != nullptr) {
-    // Per-thread partial sums added in thread order: the result does not depend on timing.
-    for (int64_t i = 0; i < weight_size; ++i) {
-      Acc total = 0;
-      for (const Workspace& space : spaces)
-        total += space.grad_weight[static_cast<size_t>(i)];
-      grad_weight[i] = T(total);
-    }
-  }
+  if (grad_weight != nullptr) write_grad_weight(spaces, grad_weight, weight_size);
 }
 
 int64_t conv2d_images_per_gemm(const Conv2dParams& params) {
