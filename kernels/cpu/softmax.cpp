@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/common/convert.h"
+#include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/vector_math.h"
 
@@ -152,6 +153,123 @@ void softmax_columns(const T* in, T* out, int64_t outer, int64_t dim, int64_t in
   }
 }
 
+// ---- backward ----
+
+// One dense row: grad_in = y (g - sum(g y)) (softmax) or g - exp(y) sum(g) (log_softmax).
+// The sum is taken in f64 lanes: a sequential f32 sum drifts by ~2e-5 relative over 32K values,
+// and g - dot cancels where the row's gradient is nearly its weighted mean.
+template <typename Acc>
+[[gnu::always_inline]] inline void softmax_backward_row(const Acc* g, const Acc* y, Acc* grad_in,
+                                                        int64_t n, bool log) {
+  double dot_sum = 0;
+  if (log) {
+#pragma omp simd reduction(+ : dot_sum)
+    for (int64_t i = 0; i < n; ++i)
+      dot_sum += static_cast<double>(g[i]);
+  } else {
+#pragma omp simd reduction(+ : dot_sum)
+    for (int64_t i = 0; i < n; ++i)
+      dot_sum += static_cast<double>(g[i]) * static_cast<double>(y[i]);
+  }
+  const Acc dot = static_cast<Acc>(dot_sum);
+  if (log) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      grad_in[i] = g[i] - exp_vectorisable(y[i]) * dot;
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      grad_in[i] = y[i] * (g[i] - dot);
+  }
+}
+
+template <typename Acc>
+[[gnu::always_inline]] inline void softmax_backward_rows_native(const Acc* g, const Acc* y,
+                                                                Acc* grad_in, int64_t begin,
+                                                                int64_t end, int64_t n, bool log) {
+  for (int64_t r = begin; r < end; ++r)
+    softmax_backward_row(g + r * n, y + r * n, grad_in + r * n, n, log);
+}
+
+EMBER_CLONE_FOR_SIMD void softmax_backward_rows_f32(const float* g, const float* y, float* grad_in,
+                                                    int64_t begin, int64_t end, int64_t n,
+                                                    bool log) {
+  softmax_backward_rows_native(g, y, grad_in, begin, end, n, log);
+}
+
+// Dense rows (inner == 1), split across threads in whole rows like the forward.
+template <typename T>
+void softmax_backward_rows(const T* g, const T* y, T* grad_in, int64_t outer, int64_t dim,
+                           bool log) {
+  using Acc = acc_t<T>;
+  const int threads = threads_for(outer * dim * 2);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t chunk = (outer + nt - 1) / nt;
+    const int64_t begin = std::min(outer, chunk * t), end = std::min(outer, begin + chunk);
+    if constexpr (std::is_same_v<T, float>) {
+      softmax_backward_rows_f32(g, y, grad_in, begin, end, dim, log);
+    } else if constexpr (std::is_same_v<T, Acc>) {
+      softmax_backward_rows_native(g, y, grad_in, begin, end, dim, log);
+    } else {
+      // 16-bit rows go through f32 row buffers, one set per thread.
+      std::vector<float> g_row(static_cast<size_t>(dim)), y_row(g_row.size());
+      for (int64_t r = begin; r < end; ++r) {
+        widen_to_f32(g + r * dim, g_row.data(), dim);
+        widen_to_f32(y + r * dim, y_row.data(), dim);
+        softmax_backward_rows_f32(g_row.data(), y_row.data(), g_row.data(), 0, 1, dim, log);
+        narrow_from_f32(g_row.data(), grad_in + r * dim, dim);
+      }
+    }
+  }
+}
+
+// Strided lines (inner > 1): blocks of neighbouring lines as in the forward, one row of the block
+// at a time, so that the inner loops run along memory (and vectorise).
+template <typename T>
+void softmax_backward_columns(const T* g, const T* y, T* grad_in, int64_t outer, int64_t dim,
+                              int64_t inner, bool log) {
+  using Acc = acc_t<T>;
+  const int64_t blocks = (inner + kColumnBlock - 1) / kColumnBlock;
+  const int threads = threads_for(outer * dim * inner * 2);
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+  for (int64_t task = 0; task < outer * blocks; ++task) {
+    const int64_t o = task / blocks, begin = (task % blocks) * kColumnBlock;
+    const int64_t width = std::min(kColumnBlock, inner - begin);
+    const int64_t slab = o * dim * inner + begin;
+    double dot_sums[kColumnBlock] = {};  // f64, as for dense rows
+    for (int64_t r = 0; r < dim; ++r) {
+      const T* g_row = g + slab + r * inner;
+      const T* y_row = y + slab + r * inner;
+      if (log) {
+        for (int64_t l = 0; l < width; ++l)
+          dot_sums[l] += static_cast<double>(cast_to<Acc>(g_row[l]));
+      } else {
+        for (int64_t l = 0; l < width; ++l)
+          dot_sums[l] += static_cast<double>(cast_to<Acc>(g_row[l])) *
+                         static_cast<double>(cast_to<Acc>(y_row[l]));
+      }
+    }
+    Acc dot[kColumnBlock];
+    for (int64_t l = 0; l < width; ++l)
+      dot[l] = static_cast<Acc>(dot_sums[l]);
+    for (int64_t r = 0; r < dim; ++r) {
+      const T* g_row = g + slab + r * inner;
+      const T* y_row = y + slab + r * inner;
+      T* out_row = grad_in + slab + r * inner;
+      if (log) {
+        for (int64_t l = 0; l < width; ++l)
+          out_row[l] = cast_to<T>(cast_to<Acc>(g_row[l]) -
+                                  exp_vectorisable(cast_to<Acc>(y_row[l])) * dot[l]);
+      } else {
+        for (int64_t l = 0; l < width; ++l)
+          out_row[l] = cast_to<T>(cast_to<Acc>(y_row[l]) * (cast_to<Acc>(g_row[l]) - dot[l]));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -167,26 +285,12 @@ void softmax(const T* in, T* out, int64_t outer, int64_t dim, int64_t inner, boo
 template <typename T>
 void softmax_backward(const T* grad_out, const T* out, T* grad_in, int64_t outer, int64_t dim,
                       int64_t inner, bool log) {
-  using Acc = acc_t<T>;
-  const int threads = threads_for(outer * dim * inner * 2);
-  // Each line: dot = sum(g * y) (softmax) or sum(g) (log_softmax), then the elementwise pass.
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
-  for (int64_t line = 0; line < outer * inner; ++line) {
-    const int64_t o = line / inner, i = line % inner;
-    const int64_t base = o * dim * inner + i;
-    // A sequential f32 sum drifts by ~2e-5 relative over 32K values: accumulate in f64.
-    double dot_sum = 0;
-    for (int64_t r = 0; r < dim; ++r) {
-      const Acc g = cast_to<Acc>(grad_out[base + r * inner]);
-      dot_sum += log ? g : g * cast_to<Acc>(out[base + r * inner]);
-    }
-    const Acc dot = static_cast<Acc>(dot_sum);
-    for (int64_t r = 0; r < dim; ++r) {
-      const int64_t k = base + r * inner;
-      const Acc g = cast_to<Acc>(grad_out[k]), y = cast_to<Acc>(out[k]);
-      grad_in[k] = cast_to<T>(log ? g - exp_vectorisable(y) * dot : y * (g - dot));
-    }
+  if (outer == 0 || dim == 0 || inner == 0) return;
+  if (inner == 1) {
+    softmax_backward_rows(grad_out, out, grad_in, outer, dim, log);
+    return;
   }
+  softmax_backward_columns(grad_out, out, grad_in, outer, dim, inner, log);
 }
 
 #define EMBER_INSTANTIATE_SOFTMAX(T)                                       \
