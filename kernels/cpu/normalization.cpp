@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/common/convert.h"
+#include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/vector_math.h"
 
@@ -87,6 +88,68 @@ inline Chunk thread_chunk(int64_t n) {
   return {begin, std::min(n, begin + size)};
 }
 
+// Rows [begin, end) of the layer norm backward in f32 or f64: g, x, dx dense (rows, cols); w the
+// weight or null; dw, db this thread's partial parameter gradients (added to) or null; dx null
+// when grad_x is not wanted. With xhat = (x - mean) rstd and gw = g w:
+//   dx = rstd (gw - mean(gw) - xhat mean(gw xhat)),  dw += g xhat,  db += g.
+// The two row sums are taken in f64 lanes (a sequential f32 sum drifts at 32K values). dx may
+// alias g: each element is read before it is written.
+template <typename Acc>
+[[gnu::always_inline]] inline void layer_norm_backward_rows(const Acc* g_rows, const Acc* x_rows,
+                                                            const Acc* mean, const Acc* rstd,
+                                                            const Acc* w, Acc* dx_rows, Acc* dw,
+                                                            Acc* db, int64_t begin, int64_t end,
+                                                            int64_t cols) {
+  for (int64_t r = begin; r < end; ++r) {
+    const Acc* g = g_rows + r * cols;
+    const Acc* x = x_rows + r * cols;
+    const Acc m = mean[r], s = rstd[r];
+    double sum_gw = 0, sum_gw_xhat = 0;
+    if (w) {
+#pragma omp simd reduction(+ : sum_gw, sum_gw_xhat)
+      for (int64_t k = 0; k < cols; ++k) {
+        const Acc gw = g[k] * w[k];
+        sum_gw += static_cast<double>(gw);
+        sum_gw_xhat += static_cast<double>(gw * ((x[k] - m) * s));
+      }
+    } else {
+#pragma omp simd reduction(+ : sum_gw, sum_gw_xhat)
+      for (int64_t k = 0; k < cols; ++k) {
+        sum_gw += static_cast<double>(g[k]);
+        sum_gw_xhat += static_cast<double>(g[k] * ((x[k] - m) * s));
+      }
+    }
+    if (dw) {
+#pragma omp simd
+      for (int64_t k = 0; k < cols; ++k) {
+        dw[k] += g[k] * ((x[k] - m) * s);
+        db[k] += g[k];
+      }
+    }
+    if (!dx_rows) continue;
+    Acc* dx = dx_rows + r * cols;
+    const Acc mean_gw = static_cast<Acc>(sum_gw / static_cast<double>(cols));
+    const Acc mean_gw_xhat = static_cast<Acc>(sum_gw_xhat / static_cast<double>(cols));
+    if (w) {
+#pragma omp simd
+      for (int64_t k = 0; k < cols; ++k)
+        dx[k] = s * (g[k] * w[k] - mean_gw - ((x[k] - m) * s) * mean_gw_xhat);
+    } else {
+#pragma omp simd
+      for (int64_t k = 0; k < cols; ++k)
+        dx[k] = s * (g[k] - mean_gw - ((x[k] - m) * s) * mean_gw_xhat);
+    }
+  }
+}
+
+EMBER_CLONE_FOR_SIMD void layer_norm_backward_rows_f32(const float* g, const float* x,
+                                                       const float* mean, const float* rstd,
+                                                       const float* w, float* dx, float* dw,
+                                                       float* db, int64_t begin, int64_t end,
+                                                       int64_t cols) {
+  layer_norm_backward_rows(g, x, mean, rstd, w, dx, dw, db, begin, end, cols);
+}
+
 }  // namespace
 
 template <typename T>
@@ -111,44 +174,45 @@ void layer_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
   using Acc = acc_t<T>;
   const bool want_params = grad_weight || grad_bias;
   const int threads = threads_for(rows * cols * 4);
+  // 16-bit weights widened once for all rows.
+  std::vector<float> weight_f32;
+  if constexpr (is_reduced_float_v<T>) {
+    if (weight) {
+      weight_f32.resize(static_cast<size_t>(cols));
+      widen_to_f32(weight, weight_f32.data(), cols);
+    }
+  }
   // Per-thread partial sums of grad_weight / grad_bias, added up after the parallel region.
   std::vector<std::vector<Acc>> partial_weight(threads), partial_bias(threads);
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const int t = omp_get_thread_num();
     const Chunk c = thread_chunk(rows);
-    std::vector<Acc>& dw = partial_weight[t];
-    std::vector<Acc>& db = partial_bias[t];
+    Acc* dw = nullptr;
+    Acc* db = nullptr;
     if (want_params) {
-      dw.assign(static_cast<size_t>(cols), Acc(0));
-      db.assign(static_cast<size_t>(cols), Acc(0));
+      partial_weight[t].assign(static_cast<size_t>(cols), Acc(0));
+      partial_bias[t].assign(static_cast<size_t>(cols), Acc(0));
+      dw = partial_weight[t].data();
+      db = partial_bias[t].data();
     }
-    for (int64_t r = c.begin; r < c.end; ++r) {
-      const T* g = grad_out + r * cols;
-      const T* in = x + r * cols;
-      const Acc m = mean[r], s = rstd[r];
-      double sum_gw = 0, sum_gw_xhat = 0;  // f64: a sequential f32 sum drifts at 32K values
-      for (int64_t k = 0; k < cols; ++k) {
-        const Acc gk = convert<Acc>(g[k]);
-        const Acc xhat = (convert<Acc>(in[k]) - m) * s;
-        const Acc gw = weight ? gk * convert<Acc>(weight[k]) : gk;
-        sum_gw += gw;
-        sum_gw_xhat += gw * xhat;
-        if (want_params) {
-          dw[k] += gk * xhat;
-          db[k] += gk;
-        }
-      }
-      const Acc mean_gw = static_cast<Acc>(sum_gw / static_cast<double>(cols));
-      const Acc mean_gw_xhat = static_cast<Acc>(sum_gw_xhat / static_cast<double>(cols));
-      if (grad_x) {
-        T* out = grad_x + r * cols;
-        for (int64_t k = 0; k < cols; ++k) {
-          const Acc gk = convert<Acc>(g[k]);
-          const Acc xhat = (convert<Acc>(in[k]) - m) * s;
-          const Acc gw = weight ? gk * convert<Acc>(weight[k]) : gk;
-          out[k] = convert<T>(s * (gw - mean_gw - xhat * mean_gw_xhat));
-        }
+    if constexpr (std::is_same_v<T, float>) {
+      layer_norm_backward_rows_f32(grad_out, x, mean, rstd, weight, grad_x, dw, db, c.begin, c.end,
+                                   cols);
+    } else if constexpr (std::is_same_v<T, Acc>) {
+      layer_norm_backward_rows(grad_out, x, mean, rstd, weight, grad_x, dw, db, c.begin, c.end,
+                               cols);
+    } else {
+      // 16-bit rows go through f32 row buffers, one set per thread.
+      std::vector<float> g_row(static_cast<size_t>(cols)), x_row(g_row.size());
+      for (int64_t r = c.begin; r < c.end; ++r) {
+        widen_to_f32(grad_out + r * cols, g_row.data(), cols);
+        widen_to_f32(x + r * cols, x_row.data(), cols);
+        // The row's grad_x overwrites its grad_out buffer (each element is read before written).
+        layer_norm_backward_rows_f32(g_row.data(), x_row.data(), mean + r, rstd + r,
+                                     weight ? weight_f32.data() : nullptr,
+                                     grad_x ? g_row.data() : nullptr, dw, db, 0, 1, cols);
+        if (grad_x) narrow_from_f32(g_row.data(), grad_x + r * cols, cols);
       }
     }
   }
