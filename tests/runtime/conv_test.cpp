@@ -258,6 +258,78 @@ TEST(Conv2d, SmallPlaneKernelsMatchTheDefinitionOnEveryInstructionSet) {
   check_on_every_instruction_set(small_cases(), 31, "small-plane");
 }
 
+// The small-plane kernels at their edges: planes of one pixel (in and out), kernels larger than
+// the plane, 5x5 and Nx1 kernels, padding 0 and padding beyond what the kernel needs, non-square
+// planes, 1, 3 and 7 input channels, 65 and 100 output channels, batches of 1 to 7.
+std::vector<ConvCase> small_edge_cases() {
+  return {
+      {{3, 32, 3, 3}, {33, 32, 3, 3}, {.padding = 0}, true},             // 1 output pixel
+      {{4, 33, 1, 1}, {40, 33, 3, 3}, {.padding = 1}, false},            // 1 input and output pixel
+      {{2, 32, 4, 4}, {65, 32, 5, 5}, {.padding = 2}, true},             // 5x5 on 4x4
+      {{2, 48, 3, 2}, {34, 48, 5, 4}, {.padding = Size2(2, 3)}, false},  // kernel > plane
+      {{5, 1, 8, 8}, {64, 1, 3, 3}, {.padding = 1}, true},     // grad_input: 1 channel, GEMM
+      {{7, 3, 8, 7}, {100, 3, 3, 3}, {.padding = 1}, false},   // grad_input: 3 channels, GEMM
+      {{1, 7, 5, 6}, {97, 7, 2, 2}, {.padding = 0}, true},     // grad_input: 7 channels, GEMM
+      {{3, 64, 6, 10}, {65, 64, 3, 3}, {.padding = 0}, true},  // 4x8 outputs
+      {{2, 32, 2, 3}, {32, 32, 2, 2}, {.padding = Size2(3, 1)}, false},  // grad_input: GEMM
+      {{3, 40, 5, 1}, {40, 40, 3, 1}, {.padding = Size2(1, 0)}, true},   // 5x1 planes
+  };
+}
+
+TEST(Conv2d, SmallPlaneKernelsAtTheirEdgesMatchTheDefinition) {
+  int small_grad_input = 0;
+  for (const ConvCase& c : small_edge_cases()) {
+    ASSERT_TRUE(kernels::cpu::conv2d_small_applies(params_of(c))) << case_name(c);
+    small_grad_input += kernels::cpu::conv2d_small_applies_to_grad_input(params_of(c));
+  }
+  EXPECT_EQ(small_grad_input, 6);
+  check_on_every_instruction_set(small_edge_cases(), 34, "small-plane");
+}
+
+// Batches whose channels-last copies do not fit one chunk of the workspace (about 4M floats): the
+// forward with 512 output channels of 64 pixels (127 images a chunk) and grad_input with 512 input
+// channels of 64 pixels (likewise), 130 images: a chunk and a short one. Each pixel is accumulated
+// alone, in the same order whatever the batch: each image must get the bits it gets alone.
+TEST(Conv2d, SmallPlaneKernelsOverSeveralChunksMatchOneImageAtATime) {
+  std::mt19937 random(36);
+  std::uniform_real_distribution<float> uniform_values(-1.0f, 1.0f);
+  auto random_values = [&](int64_t count) {
+    std::vector<float> values(static_cast<size_t>(count));
+    for (float& v : values)
+      v = uniform_values(random);
+    return values;
+  };
+  kernels::Conv2dParams forward =
+      params_of({{130, 1, 7, 7}, {512, 1, 2, 2}, {.padding = 1}, false});
+  ASSERT_TRUE(kernels::cpu::conv2d_small_applies(forward));
+  {
+    const int64_t in_image = 1 * 7 * 7, out_image = 512 * 8 * 8;
+    const std::vector<float> x = random_values(130 * in_image), w = random_values(512 * 4),
+                             b = random_values(512);
+    std::vector<float> y(static_cast<size_t>(130 * out_image)), alone(y.size());
+    kernels::cpu::conv2d_small_forward(forward, x.data(), w.data(), b.data(), y.data());
+    forward.batch = 1;
+    for (int64_t n = 0; n < 130; ++n)
+      kernels::cpu::conv2d_small_forward(forward, x.data() + n * in_image, w.data(), b.data(),
+                                         alone.data() + n * out_image);
+    EXPECT_TRUE(y == alone) << "forward";
+  }
+  kernels::Conv2dParams backward =
+      params_of({{130, 512, 8, 8}, {1, 512, 2, 2}, {.padding = 1}, false});
+  ASSERT_TRUE(kernels::cpu::conv2d_small_applies_to_grad_input(backward));
+  {
+    const int64_t in_image = 512 * 8 * 8, out_image = 1 * 9 * 9;
+    const std::vector<float> dy = random_values(130 * out_image), w = random_values(512 * 4);
+    std::vector<float> dx(static_cast<size_t>(130 * in_image)), alone(dx.size());
+    kernels::cpu::conv2d_small_grad_input(backward, dy.data(), w.data(), dx.data());
+    backward.batch = 1;
+    for (int64_t n = 0; n < 130; ++n)
+      kernels::cpu::conv2d_small_grad_input(backward, dy.data() + n * out_image, w.data(),
+                                            alone.data() + n * in_image);
+    EXPECT_TRUE(dx == alone) << "grad_input";
+  }
+}
+
 // Every output is computed by one thread in one order: the same bits whatever the thread count.
 TEST(Conv2d, SmallPlaneKernelsWithOneThreadAndTwoThreadsAgree) {
   Generator g(32);
