@@ -132,6 +132,7 @@ int64_t round_up(int64_t value, int64_t multiple) {
 template <typename T>
 void run(const StrideOneConv& g, const KernelSet& set, int64_t batch, const T* input,
          const float* packed, int64_t Kp, const float* bias, T* output) {
+  if (batch == 0) return;  // (std::clamp below needs batch >= 1)
   const int64_t image_pixels = g.P * g.Q, padded_image = g.Hp * g.Wp * g.Cin;
   const int64_t in_image = g.Cin * g.H * g.W, out_image = g.Kout * image_pixels;
   const int64_t chunk =

@@ -330,6 +330,18 @@ TEST(Conv2d, SmallPlaneKernelsOverSeveralChunksMatchOneImageAtATime) {
   }
 }
 
+// An empty batch passes conv2d_small_applies; the kernels must return without reading or writing
+// anything (before, the workspace sizing called std::clamp(v, 1, 0), whose precondition
+// hi >= lo a build with _GLIBCXX_ASSERTIONS checks: it aborted).
+TEST(Conv2d, SmallPlaneKernelsTakeAnEmptyBatch) {
+  const kernels::Conv2dParams p = params_of({{0, 32, 4, 4}, {32, 32, 3, 3}, {.padding = 1}, false});
+  ASSERT_TRUE(kernels::cpu::conv2d_small_applies(p));
+  ASSERT_TRUE(kernels::cpu::conv2d_small_applies_to_grad_input(p));
+  const std::vector<float> w(32 * 32 * 9, 1.0f);
+  kernels::cpu::conv2d_small_forward<float>(p, nullptr, w.data(), nullptr, nullptr);
+  kernels::cpu::conv2d_small_grad_input<float>(p, nullptr, w.data(), nullptr);
+}
+
 // Every output is computed by one thread in one order: the same bits whatever the thread count.
 TEST(Conv2d, SmallPlaneKernelsWithOneThreadAndTwoThreadsAgree) {
   Generator g(32);
