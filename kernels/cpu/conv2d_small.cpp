@@ -36,11 +36,15 @@ struct TileArgs {
   const float* packed;  // (R S, Cin, Kp)
   float* out;           // (pixels, Kp)
   const int64_t* taps;  // (r Wp + s) Cin for each (r, s)
-  int64_t ntaps, Cin, Kp, pixels, image_pixels, Q, Hp, Wp;
+  int64_t ntaps, Cin, Kp;
+  int64_t pixels;        // the chunk's output pixels: images x P Q
+  int64_t image_pixels;  // P Q
+  int64_t Q, Hp, Wp;     // the output rows' width; xp's padded planes
   int64_t item_begin, item_end;
 };
 
-// acc (6 pixels, KV vectors of channels) = sum over taps and c of x * w, stored to out.
+// One item: acc (6 pixels from pixel `first`, KV vectors of channels from block `block`) = sum
+// over taps and c of x * w, stored to out.
 template <typename V, int KV>
 [[gnu::always_inline]] inline void tile(const TileArgs& a, int64_t block, int64_t first) {
   constexpr int lanes = sizeof(V) / sizeof(float);
@@ -145,8 +149,8 @@ void run(const StrideOneConv& g, const KernelSet& set, int64_t batch, const T* i
       taps.push_back((r * g.Wp + s) * g.Cin);
   const int threads = omp_get_max_threads();
 
-  for (int64_t first = 0; first < batch; first += chunk) {
-    const int64_t images = std::min(chunk, batch - first);
+  for (int64_t first_image = 0; first_image < batch; first_image += chunk) {
+    const int64_t images = std::min(chunk, batch - first_image);
     // input (images, Cin, H, W) -> xp (images, Hp, Wp, Cin), zero borders: each pixel's
     // channels gathered from the image (in L1 or L2) and written in one contiguous run.
 #pragma omp parallel num_threads(threads) if (threads > 1 && images > 1)
@@ -157,7 +161,7 @@ void run(const StrideOneConv& g, const KernelSet& set, int64_t batch, const T* i
         float* dst = xp.data() + n * padded_image;
         std::fill(dst, dst + padded_image, 0.0f);
         const float* image =
-            accumulate_run(input + (first + n) * in_image, widened.data(), in_image);
+            accumulate_run(input + (first_image + n) * in_image, widened.data(), in_image);
         for (int64_t h = 0; h < g.H; ++h)
           for (int64_t w = 0; w < g.W; ++w) {
             const float* from = image + h * g.W + w;
@@ -174,9 +178,20 @@ void run(const StrideOneConv& g, const KernelSet& set, int64_t batch, const T* i
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
       const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const TileArgs args{xp.data(), packed, out.data(),     taps.data(),         g.R * g.S,
-                          g.Cin,     Kp,     pixels,         image_pixels,        g.Q,
-                          g.Hp,      g.Wp,   items * t / nt, items * (t + 1) / nt};
+      const TileArgs args{.xp = xp.data(),
+                          .packed = packed,
+                          .out = out.data(),
+                          .taps = taps.data(),
+                          .ntaps = g.R * g.S,
+                          .Cin = g.Cin,
+                          .Kp = Kp,
+                          .pixels = pixels,
+                          .image_pixels = image_pixels,
+                          .Q = g.Q,
+                          .Hp = g.Hp,
+                          .Wp = g.Wp,
+                          .item_begin = items * t / nt,
+                          .item_end = items * (t + 1) / nt};
       set.fn(args);
     }
     // out (images, P Q, Kp) -> output (images, Kout, P Q), plus the bias, converted to T: each
@@ -190,7 +205,7 @@ void run(const StrideOneConv& g, const KernelSet& set, int64_t batch, const T* i
         for (int64_t i = 0; i < image_pixels; ++i)
           for (int64_t k = 0; k < g.Kout; ++k)
             planes[static_cast<size_t>(k * image_pixels + i)] = from[i * Kp + k];
-        T* dst = output + (first + n) * out_image;
+        T* dst = output + (first_image + n) * out_image;
         for (int64_t k = 0; k < g.Kout; ++k)
           store_plus_bias(planes.data() + k * image_pixels, bias != nullptr ? bias + k : nullptr,
                           dst + k * image_pixels, image_pixels);
