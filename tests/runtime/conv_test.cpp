@@ -330,6 +330,45 @@ TEST(Conv2d, SmallPlaneKernelsOverSeveralChunksMatchOneImageAtATime) {
   }
 }
 
+// What the small-plane kernels do not compute, each one step past what they do: they must decline
+// (the results are the other paths', checked against the definition). The first list declines
+// grad_input too (strides, dilation, groups, 1x1; or fewer than 32 input channels).
+TEST(Conv2d, SmallPlaneKernelsDeclineWhatTheyDoNotCompute) {
+  const std::vector<ConvCase> forward_declined = {
+      {{2, 32, 8, 8}, {32, 32, 3, 3}, {.stride = Size2(1, 2), .padding = 1}, true},
+      {{2, 32, 8, 8}, {32, 32, 3, 3}, {.padding = Size2(2, 1), .dilation = Size2(2, 1)}, false},
+      {{2, 32, 4, 4}, {64, 16, 3, 3}, {.padding = 1, .groups = 2}, true},
+      {{2, 32, 4, 4}, {32, 32, 1, 1}, {}, false},              // 1x1: a GEMM
+      {{2, 16, 4, 4}, {31, 16, 3, 3}, {.padding = 1}, false},  // 31 output channels
+      {{2, 8, 5, 13}, {32, 8, 3, 3}, {.padding = 1}, true},    // 65 output pixels
+  };
+  for (const ConvCase& c : forward_declined) {
+    kernels::Conv2dParams p = params_of(c);
+    p.stride_h = c.options.stride.h;
+    p.stride_w = c.options.stride.w;
+    p.dilation_h = c.options.dilation.h;
+    p.dilation_w = c.options.dilation.w;
+    p.groups = c.options.groups;
+    EXPECT_FALSE(kernels::cpu::conv2d_small_applies(p)) << case_name(c);
+    EXPECT_FALSE(kernels::cpu::conv2d_small_applies_to_grad_input(p)) << case_name(c);
+  }
+  // The forward is theirs, grad_input is not.
+  const std::vector<ConvCase> grad_input_declined = {
+      {{2, 31, 4, 4}, {32, 31, 3, 3}, {.padding = 1}, false},             // 31 input channels
+      {{2, 32, 5, 13}, {32, 32, 3, 9}, {.padding = Size2(0, 1)}, false},  // 65 input pixels
+      {{2, 32, 2, 2}, {32, 32, 2, 2}, {.padding = Size2(2, 1)}, false},   // pad_h > R - 1
+      {{2, 32, 2, 2}, {32, 32, 2, 2}, {.padding = Size2(1, 2)}, false},   // pad_w > S - 1
+  };
+  for (const ConvCase& c : grad_input_declined) {
+    EXPECT_TRUE(kernels::cpu::conv2d_small_applies(params_of(c))) << case_name(c);
+    EXPECT_FALSE(kernels::cpu::conv2d_small_applies_to_grad_input(params_of(c))) << case_name(c);
+  }
+  Generator g(37);
+  for (const std::vector<ConvCase>* cases : {&forward_declined, &grad_input_declined})
+    for (const ConvCase& c : *cases)
+      check_against_definition(c, g, "declined ");
+}
+
 // An empty batch passes conv2d_small_applies; the kernels must return without reading or writing
 // anything (before, the workspace sizing called std::clamp(v, 1, 0), whose precondition
 // hi >= lo a build with _GLIBCXX_ASSERTIONS checks: it aborted).
