@@ -248,14 +248,21 @@ std::vector<ConvCase> small_cases() {
   };
 }
 
-TEST(Conv2d, SmallPlaneKernelsMatchTheDefinitionOnEveryInstructionSet) {
-  int small_grad_input = 0;
-  for (const ConvCase& c : small_cases()) {
+// check_on_every_instruction_set on cases whose forward all take the small-plane kernels, and
+// whose grad_input does in `small_grad_input` of them.
+void check_small_plane_cases(const std::vector<ConvCase>& cases, int small_grad_input,
+                             uint64_t seed) {
+  int taken = 0;
+  for (const ConvCase& c : cases) {
     ASSERT_TRUE(kernels::cpu::conv2d_small_applies(params_of(c))) << case_name(c);
-    small_grad_input += kernels::cpu::conv2d_small_applies_to_grad_input(params_of(c));
+    taken += kernels::cpu::conv2d_small_applies_to_grad_input(params_of(c));
   }
-  EXPECT_EQ(small_grad_input, 6);
-  check_on_every_instruction_set(small_cases(), 31, "small-plane");
+  EXPECT_EQ(taken, small_grad_input);
+  check_on_every_instruction_set(cases, seed, "small-plane");
+}
+
+TEST(Conv2d, SmallPlaneKernelsMatchTheDefinitionOnEveryInstructionSet) {
+  check_small_plane_cases(small_cases(), 6, 31);
 }
 
 // The small-plane kernels at their edges: planes of one pixel (in and out), kernels larger than
@@ -277,13 +284,7 @@ std::vector<ConvCase> small_edge_cases() {
 }
 
 TEST(Conv2d, SmallPlaneKernelsAtTheirEdgesMatchTheDefinition) {
-  int small_grad_input = 0;
-  for (const ConvCase& c : small_edge_cases()) {
-    ASSERT_TRUE(kernels::cpu::conv2d_small_applies(params_of(c))) << case_name(c);
-    small_grad_input += kernels::cpu::conv2d_small_applies_to_grad_input(params_of(c));
-  }
-  EXPECT_EQ(small_grad_input, 6);
-  check_on_every_instruction_set(small_edge_cases(), 34, "small-plane");
+  check_small_plane_cases(small_edge_cases(), 6, 34);
 }
 
 // Batches whose channels-last copies do not fit one chunk of the workspace (about 4M floats): the
