@@ -8,12 +8,14 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/common/convert.h"
 #include "kernels/common/scalar_types.h"
 #include "kernels/cpu/conv2d_small.h"
+#include "kernels/cpu/conv2d_stride_one.h"
 #include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/float_vectors.h"
 
@@ -31,22 +33,15 @@ constexpr int64_t kBlockChannels = 8;   // output channels per packed weight blo
 constexpr int64_t kTilePositions = 48;  // positions per tile (3 AVX-512 vectors)
 
 // One direct convolution, stride 1: in (Cin, H, W) -> out (Kout, P, Q), weights packed.
-struct Plan {
-  int64_t Cin, Kout, H, W, R, S, pad_h, pad_w, P, Q;
-  int64_t Wp, Hp, plane;      // padded input rows, the padded plane Hp Wp
+struct Plan : StrideOneConv {
+  int64_t plane;              // the padded plane Hp Wp
   int64_t tiles;              // ceil(P Wp / kTilePositions)
   int64_t positions;          // tiles * kTilePositions: the row length of the f32 output
   int64_t blocks;             // ceil(Kout / kBlockChannels)
   int64_t input_floats;       // the padded copy, with slack for the last tiles' reads
   std::vector<int64_t> taps;  // r Wp + s for each (r, s)
 
-  Plan(int64_t cin, int64_t kout, int64_t h, int64_t w, int64_t r, int64_t s, int64_t ph,
-       int64_t pw)
-      : Cin(cin), Kout(kout), H(h), W(w), R(r), S(s), pad_h(ph), pad_w(pw) {
-    P = H + 2 * pad_h - R + 1;
-    Q = W + 2 * pad_w - S + 1;
-    Wp = W + 2 * pad_w;
-    Hp = H + 2 * pad_h;
+  explicit Plan(const StrideOneConv& conv) : StrideOneConv(conv) {
     plane = Hp * Wp;
     tiles = (P * Wp + kTilePositions - 1) / kTilePositions;
     positions = tiles * kTilePositions;
@@ -202,8 +197,7 @@ void weight_baseline(const WeightArgs& a) {
   weight_body<v4, 2>(a);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define EMBER_HAS_ISA_CLONES 1
+#ifdef EMBER_HAS_ISA_CLONES
 __attribute__((target("avx2,fma"))) void block_avx2(const BlockArgs& a) {
   block_body<v8, 4, 3>(a);  // 12 of the 16 ymm registers accumulate
 }
@@ -220,17 +214,11 @@ __attribute__((target("avx512f,fma"))) void weight_avx512(const WeightArgs& a) {
 
 // The kernels for `isa`, or null members when this CPU cannot run them.
 KernelSet kernels_for(DirectConvIsa isa) {
+  const std::optional<DirectConvIsa> runnable = runnable_isa(isa);
+  if (!runnable) return {};
 #ifdef EMBER_HAS_ISA_CLONES
-  __builtin_cpu_init();
-  const bool avx512 = __builtin_cpu_supports("avx512f");
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (isa == DirectConvIsa::best)
-    isa = avx512 ? DirectConvIsa::avx512 : avx2 ? DirectConvIsa::avx2 : DirectConvIsa::baseline;
-  if (isa == DirectConvIsa::avx512)
-    return avx512 ? KernelSet{block_avx512, weight_avx512} : KernelSet{};
-  if (isa == DirectConvIsa::avx2) return avx2 ? KernelSet{block_avx2, weight_avx2} : KernelSet{};
-#else
-  if (isa != DirectConvIsa::best && isa != DirectConvIsa::baseline) return {};
+  if (*runnable == DirectConvIsa::avx512) return {block_avx512, weight_avx512};
+  if (*runnable == DirectConvIsa::avx2) return {block_avx2, weight_avx2};
 #endif
   return {block_baseline, weight_baseline};
 }
@@ -362,32 +350,17 @@ void run_plan(const Plan& plan, int64_t batch, const T* input, const float* pack
   }
 }
 
-template <typename T>
-std::vector<float> bias_in_f32(const T* bias, int64_t count) {
-  std::vector<float> out;
-  if (bias != nullptr) {
-    out.resize(static_cast<size_t>(count));
-    for (int64_t k = 0; k < count; ++k)
-      out[static_cast<size_t>(k)] = static_cast<float>(bias[k]);
-  }
-  return out;
-}
-
 }  // namespace
 
 bool conv2d_direct_applies(const Conv2dParams& p) {
-  if (p.stride_h != 1 || p.stride_w != 1 || p.dilation_h != 1 || p.dilation_w != 1 ||
-      p.groups != 1 || p.kernel_height * p.kernel_width == 1 || p.in_channels == 0 ||
-      p.out_channels == 0)
-    return false;
+  if (!is_stride_one_single_group(p)) return false;
   const int64_t Q = p.out_width(), padded_width = p.in_width + 2 * p.pad_w;
   // Below these the dropped positions or the per-image overheads outweigh the GEMM's unfolding.
   return Q >= 8 && 2 * Q >= padded_width && p.out_height() * Q >= 64;
 }
 
 bool conv2d_direct_applies_to_grad_input(const Conv2dParams& p) {
-  if (!conv2d_direct_applies(p)) return false;
-  if (p.pad_h > p.kernel_height - 1 || p.pad_w > p.kernel_width - 1) return false;
+  if (!conv2d_direct_applies(p) || !grad_input_is_a_convolution(p)) return false;
   // The gradient's convolution reads grad_output rows padded to Q + 2 (S - 1 - pad_w).
   const int64_t padded_width = p.out_width() + 2 * (p.kernel_width - 1 - p.pad_w);
   return 2 * p.in_width >= padded_width;
@@ -403,8 +376,7 @@ bool conv2d_direct_applies_to_grad_weight(const Conv2dParams& p) {
 template <typename T>
 void conv2d_direct_forward(const Conv2dParams& p, const T* input, const T* weight, const T* bias,
                            T* output) {
-  const Plan plan(p.in_channels, p.out_channels, p.in_height, p.in_width, p.kernel_height,
-                  p.kernel_width, p.pad_h, p.pad_w);
+  const Plan plan(StrideOneConv::forward(p));
   // weight (K, C, R, S) -> (blocks, C, R S, 8); missing channels of the last block are zero.
   const int64_t C = plan.Cin, K = plan.Kout, taps = plan.R * plan.S;
   std::vector<float> packed(static_cast<size_t>(plan.blocks * kBlockChannels * C * taps), 0.0f);
@@ -421,12 +393,10 @@ void conv2d_direct_forward(const Conv2dParams& p, const T* input, const T* weigh
 template <typename T>
 void conv2d_direct_grad_input(const Conv2dParams& p, const T* grad_output, const T* weight,
                               T* grad_input) {
-  // grad_input[c][h][w] = sum over k, r, s of dy[k][h + pad_h - r][w + pad_w - s] w[k][c][r][s]:
-  // a convolution of dy (K, P, Q) padded by (R - 1 - pad_h, S - 1 - pad_w) with the weights
-  // flipped in r and s and transposed to (C, K, R, S).
-  const int64_t C = p.in_channels, K = p.out_channels, R = p.kernel_height, S = p.kernel_width;
-  const Plan plan(K, C, p.out_height(), p.out_width(), R, S, R - 1 - p.pad_h, S - 1 - p.pad_w);
-  const int64_t taps = R * S;
+  // The convolution of grad_output with the weights flipped and transposed
+  // (StrideOneConv::grad_input): weight (K, C, R, S) -> (blocks of C, K, R S, 8), flipped in r, s.
+  const Plan plan(StrideOneConv::grad_input(p));
+  const int64_t C = p.in_channels, K = p.out_channels, R = plan.R, S = plan.S, taps = R * S;
   std::vector<float> packed(static_cast<size_t>(plan.blocks * kBlockChannels * K * taps), 0.0f);
   for (int64_t c = 0; c < C; ++c)
     for (int64_t k = 0; k < K; ++k)
@@ -533,12 +503,8 @@ bool set_conv2d_direct_isa(DirectConvIsa isa) {
   const KernelSet set = kernels_for(isa);
   if (set.block == nullptr) return false;
   use_kernels(set);
-  // The small-plane kernels (conv2d_small.h) follow: every CPU that runs one family runs both.
-  const int small_isa = isa == DirectConvIsa::avx512     ? 2
-                        : isa == DirectConvIsa::avx2     ? 1
-                        : isa == DirectConvIsa::baseline ? 0
-                                                         : -1;
-  static_cast<void>(set_conv2d_small_isa(small_isa));
+  // The small-plane kernels (conv2d_small.h) follow: both take runnable_isa's answer.
+  static_cast<void>(set_conv2d_small_isa(isa));
   return true;
 }
 

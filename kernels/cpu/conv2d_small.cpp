@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/common/scalar_types.h"
+#include "kernels/cpu/conv2d_stride_one.h"
 #include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/float_vectors.h"
 
@@ -27,19 +29,6 @@ constexpr int kTilePixels = 6;  // output pixels per register tile
 // hold about this many floats, so that a large batch does not need a batch-sized workspace.
 constexpr int64_t kChunkFloats = int64_t{4} << 20;
 
-// One stride-1 convolution per image: in (Cin, H, W) -> out (Kout, P, Q).
-struct Geometry {
-  int64_t Cin, Kout, H, W, R, S, pad_h, pad_w, P, Q, Hp, Wp;
-  Geometry(int64_t cin, int64_t kout, int64_t h, int64_t w, int64_t r, int64_t s, int64_t ph,
-           int64_t pw)
-      : Cin(cin), Kout(kout), H(h), W(w), R(r), S(s), pad_h(ph), pad_w(pw) {
-    P = H + 2 * pad_h - R + 1;
-    Q = W + 2 * pad_w - S + 1;
-    Hp = H + 2 * pad_h;
-    Wp = W + 2 * pad_w;
-  }
-};
-
 // What one call of a kernel needs: the work items [item_begin, item_end) of a chunk, an item
 // being one (channel block, pixel tile) pair, block-major.
 struct TileArgs {
@@ -47,11 +36,15 @@ struct TileArgs {
   const float* packed;  // (R S, Cin, Kp)
   float* out;           // (pixels, Kp)
   const int64_t* taps;  // (r Wp + s) Cin for each (r, s)
-  int64_t ntaps, Cin, Kp, pixels, image_pixels, Q, Hp, Wp;
+  int64_t ntaps, Cin, Kp;
+  int64_t pixels;        // the chunk's output pixels: images x P Q
+  int64_t image_pixels;  // P Q
+  int64_t Q, Hp, Wp;     // the output rows' width; xp's padded planes
   int64_t item_begin, item_end;
 };
 
-// acc (6 pixels, KV vectors of channels) = sum over taps and c of x * w, stored to out.
+// One item: acc (6 pixels from pixel `first`, KV vectors of channels from block `block`) = sum
+// over taps and c of x * w, stored to out.
 template <typename V, int KV>
 [[gnu::always_inline]] inline void tile(const TileArgs& a, int64_t block, int64_t first) {
   constexpr int lanes = sizeof(V) / sizeof(float);
@@ -104,8 +97,7 @@ void tiles_baseline(const TileArgs& a) {
 }
 constexpr KernelSet kBaseline{tiles_baseline, 8};
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define EMBER_HAS_ISA_CLONES 1
+#ifdef EMBER_HAS_ISA_CLONES
 __attribute__((target("avx2,fma"))) void tiles_avx2(const TileArgs& a) {
   body<v8, 2>(a);  // 12 of the 16 ymm registers accumulate
 }
@@ -116,25 +108,22 @@ constexpr KernelSet kAvx2{tiles_avx2, 16};
 constexpr KernelSet kAvx512{tiles_avx512, 64};
 #endif
 
-// isa: 0 baseline, 1 AVX2, 2 AVX-512, -1 the best; null when the CPU cannot run it.
-const KernelSet* kernels_for(int isa) {
+// The kernels for `isa`; null when this CPU cannot run them.
+const KernelSet* kernels_for(DirectConvIsa isa) {
+  const std::optional<DirectConvIsa> runnable = runnable_isa(isa);
+  if (!runnable) return nullptr;
 #ifdef EMBER_HAS_ISA_CLONES
-  __builtin_cpu_init();
-  const bool avx512 = __builtin_cpu_supports("avx512f");
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (isa < 0) isa = avx512 ? 2 : avx2 ? 1 : 0;
-  if (isa == 2) return avx512 ? &kAvx512 : nullptr;
-  if (isa == 1) return avx2 ? &kAvx2 : nullptr;
-#else
-  if (isa < 0) isa = 0;
+  if (*runnable == DirectConvIsa::avx512) return &kAvx512;
+  if (*runnable == DirectConvIsa::avx2) return &kAvx2;
 #endif
-  return isa == 0 ? &kBaseline : nullptr;
+  return &kBaseline;
 }
 
 std::atomic<const KernelSet*> g_kernels{nullptr};
 
 const KernelSet& kernels() {
-  if (g_kernels.load(std::memory_order_relaxed) == nullptr) set_conv2d_small_isa(-1);
+  if (g_kernels.load(std::memory_order_relaxed) == nullptr)
+    set_conv2d_small_isa(DirectConvIsa::best);
   return *g_kernels.load(std::memory_order_relaxed);
 }
 
@@ -145,8 +134,9 @@ int64_t round_up(int64_t value, int64_t multiple) {
 // Runs `g` on `batch` images: in (batch, Cin, H, W) -> out (batch, Kout, P, Q), with the weights
 // packed (R S, Cin, Kp) for `set` and an f32 bias per output channel (or null).
 template <typename T>
-void run(const Geometry& g, const KernelSet& set, int64_t batch, const T* input,
+void run(const StrideOneConv& g, const KernelSet& set, int64_t batch, const T* input,
          const float* packed, int64_t Kp, const float* bias, T* output) {
+  if (batch == 0) return;  // (std::clamp below needs batch >= 1)
   const int64_t image_pixels = g.P * g.Q, padded_image = g.Hp * g.Wp * g.Cin;
   const int64_t in_image = g.Cin * g.H * g.W, out_image = g.Kout * image_pixels;
   const int64_t chunk =
@@ -159,8 +149,8 @@ void run(const Geometry& g, const KernelSet& set, int64_t batch, const T* input,
       taps.push_back((r * g.Wp + s) * g.Cin);
   const int threads = omp_get_max_threads();
 
-  for (int64_t first = 0; first < batch; first += chunk) {
-    const int64_t images = std::min(chunk, batch - first);
+  for (int64_t first_image = 0; first_image < batch; first_image += chunk) {
+    const int64_t images = std::min(chunk, batch - first_image);
     // input (images, Cin, H, W) -> xp (images, Hp, Wp, Cin), zero borders: each pixel's
     // channels gathered from the image (in L1 or L2) and written in one contiguous run.
 #pragma omp parallel num_threads(threads) if (threads > 1 && images > 1)
@@ -171,7 +161,7 @@ void run(const Geometry& g, const KernelSet& set, int64_t batch, const T* input,
         float* dst = xp.data() + n * padded_image;
         std::fill(dst, dst + padded_image, 0.0f);
         const float* image =
-            accumulate_run(input + (first + n) * in_image, widened.data(), in_image);
+            accumulate_run(input + (first_image + n) * in_image, widened.data(), in_image);
         for (int64_t h = 0; h < g.H; ++h)
           for (int64_t w = 0; w < g.W; ++w) {
             const float* from = image + h * g.W + w;
@@ -188,9 +178,20 @@ void run(const Geometry& g, const KernelSet& set, int64_t batch, const T* input,
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
       const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const TileArgs args{xp.data(), packed, out.data(),     taps.data(),         g.R * g.S,
-                          g.Cin,     Kp,     pixels,         image_pixels,        g.Q,
-                          g.Hp,      g.Wp,   items * t / nt, items * (t + 1) / nt};
+      const TileArgs args{.xp = xp.data(),
+                          .packed = packed,
+                          .out = out.data(),
+                          .taps = taps.data(),
+                          .ntaps = g.R * g.S,
+                          .Cin = g.Cin,
+                          .Kp = Kp,
+                          .pixels = pixels,
+                          .image_pixels = image_pixels,
+                          .Q = g.Q,
+                          .Hp = g.Hp,
+                          .Wp = g.Wp,
+                          .item_begin = items * t / nt,
+                          .item_end = items * (t + 1) / nt};
       set.fn(args);
     }
     // out (images, P Q, Kp) -> output (images, Kout, P Q), plus the bias, converted to T: each
@@ -204,7 +205,7 @@ void run(const Geometry& g, const KernelSet& set, int64_t batch, const T* input,
         for (int64_t i = 0; i < image_pixels; ++i)
           for (int64_t k = 0; k < g.Kout; ++k)
             planes[static_cast<size_t>(k * image_pixels + i)] = from[i * Kp + k];
-        T* dst = output + (first + n) * out_image;
+        T* dst = output + (first_image + n) * out_image;
         for (int64_t k = 0; k < g.Kout; ++k)
           store_plus_bias(planes.data() + k * image_pixels, bias != nullptr ? bias + k : nullptr,
                           dst + k * image_pixels, image_pixels);
@@ -213,28 +214,22 @@ void run(const Geometry& g, const KernelSet& set, int64_t batch, const T* input,
   }
 }
 
-bool stride_one_single_group(const Conv2dParams& p) {
-  return p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
-         p.groups == 1 && p.kernel_height * p.kernel_width > 1 && p.in_channels > 0 &&
-         p.out_channels > 0 && p.out_height() > 0 && p.out_width() > 0;
-}
-
 }  // namespace
 
 bool conv2d_small_applies(const Conv2dParams& p) {
-  return stride_one_single_group(p) && p.out_height() * p.out_width() <= 64 && p.out_channels >= 32;
+  return is_stride_one_single_group(p) && p.out_height() * p.out_width() <= 64 &&
+         p.out_channels >= 32;
 }
 
 bool conv2d_small_applies_to_grad_input(const Conv2dParams& p) {
-  return stride_one_single_group(p) && p.pad_h <= p.kernel_height - 1 &&
-         p.pad_w <= p.kernel_width - 1 && p.in_height * p.in_width <= 64 && p.in_channels >= 32;
+  return is_stride_one_single_group(p) && grad_input_is_a_convolution(p) &&
+         p.in_height * p.in_width <= 64 && p.in_channels >= 32;
 }
 
 template <typename T>
 void conv2d_small_forward(const Conv2dParams& p, const T* input, const T* weight, const T* bias,
                           T* output) {
-  const Geometry g(p.in_channels, p.out_channels, p.in_height, p.in_width, p.kernel_height,
-                   p.kernel_width, p.pad_h, p.pad_w);
+  const StrideOneConv g = StrideOneConv::forward(p);
   const KernelSet& set = kernels();
   // weight (K, C, R, S) -> (R S, C, Kp); the channels past K are zero.
   const int64_t C = g.Cin, K = g.Kout, taps = g.R * g.S, Kp = round_up(K, set.block_channels);
@@ -245,22 +240,19 @@ void conv2d_small_forward(const Conv2dParams& p, const T* input, const T* weight
       for (int64_t k = 0; k < K; ++k)
         packed[static_cast<size_t>((t * C + c) * Kp + k)] =
             static_cast<float>(weight[(k * C + c) * taps + t]);
-  std::vector<float> b;
-  if (bias != nullptr)
-    for (int64_t k = 0; k < K; ++k)
-      b.push_back(static_cast<float>(bias[k]));
+  const std::vector<float> b = bias_in_f32(bias, K);
   run(g, set, p.batch, input, packed.data(), Kp, bias != nullptr ? b.data() : nullptr, output);
 }
 
 template <typename T>
 void conv2d_small_grad_input(const Conv2dParams& p, const T* grad_output, const T* weight,
                              T* grad_input) {
-  // grad_input[c][h][w] = sum over k, r, s of dy[k][h + pad_h - r][w + pad_w - s] w[k][c][r][s]:
-  // a convolution of dy (K, P, Q) padded by (R - 1 - pad_h, S - 1 - pad_w) with the weights
-  // flipped in r and s and transposed to (C, K, R, S).
-  const int64_t C = p.in_channels, K = p.out_channels, R = p.kernel_height, S = p.kernel_width;
-  const Geometry g(K, C, p.out_height(), p.out_width(), R, S, R - 1 - p.pad_h, S - 1 - p.pad_w);
+  // The convolution of grad_output with the weights flipped and transposed
+  // (StrideOneConv::grad_input): weight (K, C, R, S) -> (R S, K, Cp), flipped in r and s; the
+  // channels past C are zero.
+  const StrideOneConv g = StrideOneConv::grad_input(p);
   const KernelSet& set = kernels();
+  const int64_t C = p.in_channels, K = p.out_channels, R = g.R, S = g.S;
   const int64_t Cp = round_up(C, set.block_channels);
   std::vector<float> packed(static_cast<size_t>(R * S * K * Cp), 0.0f);
 #pragma omp parallel for schedule(static) if (R * S * K * C >= 16384)
@@ -273,7 +265,7 @@ void conv2d_small_grad_input(const Conv2dParams& p, const T* grad_output, const 
   run(g, set, p.batch, grad_output, packed.data(), Cp, nullptr, grad_input);
 }
 
-bool set_conv2d_small_isa(int isa) {
+bool set_conv2d_small_isa(DirectConvIsa isa) {
   const KernelSet* set = kernels_for(isa);
   if (set == nullptr) return false;
   g_kernels.store(set, std::memory_order_relaxed);

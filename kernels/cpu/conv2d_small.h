@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/common/conv_params.h"
+#include "kernels/cpu/conv2d_direct.h"
 
 namespace ember::kernels::cpu {
 
@@ -40,8 +41,8 @@ template <typename T>
 void conv2d_small_grad_input(const Conv2dParams& params, const T* grad_output, const T* weight,
                              T* grad_input);
 
-// The instruction set of the small-plane kernels: 0 baseline, 1 AVX2, 2 AVX-512, -1 the best this
-// CPU runs. False (nothing changed) when the CPU cannot run it. set_conv2d_direct_isa calls it.
-bool set_conv2d_small_isa(int isa);
+// The instruction set of the small-plane kernels; false (nothing changed) when the CPU cannot run
+// it. set_conv2d_direct_isa calls it.
+bool set_conv2d_small_isa(DirectConvIsa isa);
 
 }  // namespace ember::kernels::cpu

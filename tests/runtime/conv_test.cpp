@@ -248,14 +248,138 @@ std::vector<ConvCase> small_cases() {
   };
 }
 
-TEST(Conv2d, SmallPlaneKernelsMatchTheDefinitionOnEveryInstructionSet) {
-  int small_grad_input = 0;
-  for (const ConvCase& c : small_cases()) {
+// check_on_every_instruction_set on cases whose forward all take the small-plane kernels, and
+// whose grad_input does in `small_grad_input` of them.
+void check_small_plane_cases(const std::vector<ConvCase>& cases, int small_grad_input,
+                             uint64_t seed) {
+  int taken = 0;
+  for (const ConvCase& c : cases) {
     ASSERT_TRUE(kernels::cpu::conv2d_small_applies(params_of(c))) << case_name(c);
-    small_grad_input += kernels::cpu::conv2d_small_applies_to_grad_input(params_of(c));
+    taken += kernels::cpu::conv2d_small_applies_to_grad_input(params_of(c));
   }
-  EXPECT_EQ(small_grad_input, 6);
-  check_on_every_instruction_set(small_cases(), 31, "small-plane");
+  EXPECT_EQ(taken, small_grad_input);
+  check_on_every_instruction_set(cases, seed, "small-plane");
+}
+
+TEST(Conv2d, SmallPlaneKernelsMatchTheDefinitionOnEveryInstructionSet) {
+  check_small_plane_cases(small_cases(), 6, 31);
+}
+
+// The small-plane kernels at their edges: planes of one pixel (in and out), kernels larger than
+// the plane, 5x5 and Nx1 kernels, padding 0 and padding beyond what the kernel needs, non-square
+// planes, 1, 3 and 7 input channels, 65 and 100 output channels, batches of 1 to 7.
+std::vector<ConvCase> small_edge_cases() {
+  return {
+      {{3, 32, 3, 3}, {33, 32, 3, 3}, {.padding = 0}, true},             // 1 output pixel
+      {{4, 33, 1, 1}, {40, 33, 3, 3}, {.padding = 1}, false},            // 1 input and output pixel
+      {{2, 32, 4, 4}, {65, 32, 5, 5}, {.padding = 2}, true},             // 5x5 on 4x4
+      {{2, 48, 3, 2}, {34, 48, 5, 4}, {.padding = Size2(2, 3)}, false},  // kernel > plane
+      {{5, 1, 8, 8}, {64, 1, 3, 3}, {.padding = 1}, true},     // grad_input: 1 channel, GEMM
+      {{7, 3, 8, 7}, {100, 3, 3, 3}, {.padding = 1}, false},   // grad_input: 3 channels, GEMM
+      {{1, 7, 5, 6}, {97, 7, 2, 2}, {.padding = 0}, true},     // grad_input: 7 channels, GEMM
+      {{3, 64, 6, 10}, {65, 64, 3, 3}, {.padding = 0}, true},  // 4x8 outputs
+      {{2, 32, 2, 3}, {32, 32, 2, 2}, {.padding = Size2(3, 1)}, false},  // grad_input: GEMM
+      {{3, 40, 5, 1}, {40, 40, 3, 1}, {.padding = Size2(1, 0)}, true},   // 5x1 planes
+  };
+}
+
+TEST(Conv2d, SmallPlaneKernelsAtTheirEdgesMatchTheDefinition) {
+  check_small_plane_cases(small_edge_cases(), 6, 34);
+}
+
+// Batches whose channels-last copies do not fit one chunk of the workspace (about 4M floats): the
+// forward with 512 output channels of 64 pixels (127 images a chunk) and grad_input with 512 input
+// channels of 64 pixels (likewise), 130 images: a chunk and a short one. Each pixel is accumulated
+// alone, in the same order whatever the batch: each image must get the bits it gets alone.
+TEST(Conv2d, SmallPlaneKernelsOverSeveralChunksMatchOneImageAtATime) {
+  std::mt19937 random(36);
+  std::uniform_real_distribution<float> uniform_values(-1.0f, 1.0f);
+  auto random_values = [&](int64_t count) {
+    std::vector<float> values(static_cast<size_t>(count));
+    for (float& v : values)
+      v = uniform_values(random);
+    return values;
+  };
+  kernels::Conv2dParams forward =
+      params_of({{130, 1, 7, 7}, {512, 1, 2, 2}, {.padding = 1}, false});
+  ASSERT_TRUE(kernels::cpu::conv2d_small_applies(forward));
+  {
+    const int64_t in_image = 1 * 7 * 7, out_image = 512 * 8 * 8;
+    const std::vector<float> x = random_values(130 * in_image), w = random_values(512 * 4),
+                             b = random_values(512);
+    std::vector<float> y(static_cast<size_t>(130 * out_image)), alone(y.size());
+    kernels::cpu::conv2d_small_forward(forward, x.data(), w.data(), b.data(), y.data());
+    forward.batch = 1;
+    for (int64_t n = 0; n < 130; ++n)
+      kernels::cpu::conv2d_small_forward(forward, x.data() + n * in_image, w.data(), b.data(),
+                                         alone.data() + n * out_image);
+    EXPECT_TRUE(y == alone) << "forward";
+  }
+  kernels::Conv2dParams backward =
+      params_of({{130, 512, 8, 8}, {1, 512, 2, 2}, {.padding = 1}, false});
+  ASSERT_TRUE(kernels::cpu::conv2d_small_applies_to_grad_input(backward));
+  {
+    const int64_t in_image = 512 * 8 * 8, out_image = 1 * 9 * 9;
+    const std::vector<float> dy = random_values(130 * out_image), w = random_values(512 * 4);
+    std::vector<float> dx(static_cast<size_t>(130 * in_image)), alone(dx.size());
+    kernels::cpu::conv2d_small_grad_input(backward, dy.data(), w.data(), dx.data());
+    backward.batch = 1;
+    for (int64_t n = 0; n < 130; ++n)
+      kernels::cpu::conv2d_small_grad_input(backward, dy.data() + n * out_image, w.data(),
+                                            alone.data() + n * in_image);
+    EXPECT_TRUE(dx == alone) << "grad_input";
+  }
+}
+
+// What the small-plane kernels do not compute, each one step past what they do: they must decline
+// (the results are the other paths', checked against the definition). The first list declines
+// grad_input too (strides, dilation, groups, 1x1; or fewer than 32 input channels).
+TEST(Conv2d, SmallPlaneKernelsDeclineWhatTheyDoNotCompute) {
+  const std::vector<ConvCase> forward_declined = {
+      {{2, 32, 8, 8}, {32, 32, 3, 3}, {.stride = Size2(1, 2), .padding = 1}, true},
+      {{2, 32, 8, 8}, {32, 32, 3, 3}, {.padding = Size2(2, 1), .dilation = Size2(2, 1)}, false},
+      {{2, 32, 4, 4}, {64, 16, 3, 3}, {.padding = 1, .groups = 2}, true},
+      {{2, 32, 4, 4}, {32, 32, 1, 1}, {}, false},              // 1x1: a GEMM
+      {{2, 16, 4, 4}, {31, 16, 3, 3}, {.padding = 1}, false},  // 31 output channels
+      {{2, 8, 5, 13}, {32, 8, 3, 3}, {.padding = 1}, true},    // 65 output pixels
+  };
+  for (const ConvCase& c : forward_declined) {
+    kernels::Conv2dParams p = params_of(c);
+    p.stride_h = c.options.stride.h;
+    p.stride_w = c.options.stride.w;
+    p.dilation_h = c.options.dilation.h;
+    p.dilation_w = c.options.dilation.w;
+    p.groups = c.options.groups;
+    EXPECT_FALSE(kernels::cpu::conv2d_small_applies(p)) << case_name(c);
+    EXPECT_FALSE(kernels::cpu::conv2d_small_applies_to_grad_input(p)) << case_name(c);
+  }
+  // The forward is theirs, grad_input is not.
+  const std::vector<ConvCase> grad_input_declined = {
+      {{2, 31, 4, 4}, {32, 31, 3, 3}, {.padding = 1}, false},             // 31 input channels
+      {{2, 32, 5, 13}, {32, 32, 3, 9}, {.padding = Size2(0, 1)}, false},  // 65 input pixels
+      {{2, 32, 2, 2}, {32, 32, 2, 2}, {.padding = Size2(2, 1)}, false},   // pad_h > R - 1
+      {{2, 32, 2, 2}, {32, 32, 2, 2}, {.padding = Size2(1, 2)}, false},   // pad_w > S - 1
+  };
+  for (const ConvCase& c : grad_input_declined) {
+    EXPECT_TRUE(kernels::cpu::conv2d_small_applies(params_of(c))) << case_name(c);
+    EXPECT_FALSE(kernels::cpu::conv2d_small_applies_to_grad_input(params_of(c))) << case_name(c);
+  }
+  Generator g(37);
+  for (const std::vector<ConvCase>* cases : {&forward_declined, &grad_input_declined})
+    for (const ConvCase& c : *cases)
+      check_against_definition(c, g, "declined ");
+}
+
+// An empty batch passes conv2d_small_applies; the kernels must return without reading or writing
+// anything (before, the workspace sizing called std::clamp(v, 1, 0), whose precondition
+// hi >= lo a build with _GLIBCXX_ASSERTIONS checks: it aborted).
+TEST(Conv2d, SmallPlaneKernelsTakeAnEmptyBatch) {
+  const kernels::Conv2dParams p = params_of({{0, 32, 4, 4}, {32, 32, 3, 3}, {.padding = 1}, false});
+  ASSERT_TRUE(kernels::cpu::conv2d_small_applies(p));
+  ASSERT_TRUE(kernels::cpu::conv2d_small_applies_to_grad_input(p));
+  const std::vector<float> w(32 * 32 * 9, 1.0f);
+  kernels::cpu::conv2d_small_forward<float>(p, nullptr, w.data(), nullptr, nullptr);
+  kernels::cpu::conv2d_small_grad_input<float>(p, nullptr, w.data(), nullptr);
 }
 
 // Every output is computed by one thread in one order: the same bits whatever the thread count.
