@@ -25,6 +25,21 @@
 namespace ember {
 namespace {
 
+// The OpenMP thread count set for a scope, and the caller's restored after it (also when a
+// failed assertion or an exception leaves the scope early).
+class ThreadCount {
+ public:
+  explicit ThreadCount(int threads) : previous_(omp_get_max_threads()) {
+    omp_set_num_threads(threads);
+  }
+  ~ThreadCount() { omp_set_num_threads(previous_); }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
+
+ private:
+  int previous_;
+};
+
 struct ConvCase {
   Shape input, weight;
   Conv2dOptions options;
@@ -205,11 +220,12 @@ void expect_one_and_all_threads_agree(const Tensor& x, const Tensor& w, double r
   Tensor x_one = x.detach(), x_many = x.detach();
   x_one.requires_grad_();
   x_many.requires_grad_();
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const Tensor one = conv2d(x_one, w, Tensor(), {.padding = 1});
-  sum(one * one).backward();
-  omp_set_num_threads(threads);
+  Tensor one;
+  {
+    ThreadCount single(1);
+    one = conv2d(x_one, w, Tensor(), {.padding = 1});
+    sum(one * one).backward();
+  }
   const Tensor many = conv2d(x_many, w, Tensor(), {.padding = 1});
   sum(many * many).backward();
   EXPECT_TRUE(allclose(one, many, rtol, atol)) << what;
@@ -396,10 +412,11 @@ TEST(Conv2d, OneThreadAndTwoThreadsAgree) {
   Generator g(22);
   const Tensor x = uniform({3, 4, 10, 9}, -1.0, 1.0, DType::f32, &g);
   const Tensor w = uniform({5, 4, 3, 3}, -1.0, 1.0, DType::f32, &g);
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const Tensor one = conv2d(x, w, Tensor(), {.padding = 1});
-  omp_set_num_threads(threads);
+  Tensor one;
+  {
+    ThreadCount single(1);
+    one = conv2d(x, w, Tensor(), {.padding = 1});
+  }
   const Tensor many = conv2d(x, w, Tensor(), {.padding = 1});
   EXPECT_TRUE(allclose(one, many, 1e-5, 1e-6));
 }
@@ -480,6 +497,8 @@ std::vector<ConvCase> grouped_cases() {
 
 TEST(Conv2d, SmallImagesInGroupsMatchTheDefinition) {
   Generator g(27);
+  // How many images a GEMM takes depends on the thread count (a group per thread at least).
+  const ThreadCount two(2);
   for (const ConvCase& c : grouped_cases()) {
     kernels::Conv2dParams p = params_of(c);
     p.stride_h = c.options.stride.h;
@@ -498,11 +517,12 @@ TEST(Conv2d, SmallImagesInGroupsWithOneThreadAndTwoThreadsAgree) {
     Tensor x_one = x.detach(), x_many = x.detach(), w_one = w.detach(), w_many = w.detach();
     for (Tensor* t : {&x_one, &x_many, &w_one, &w_many})
       t->requires_grad_();
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(1);
-    const Tensor one = conv2d(x_one, w_one, Tensor(), {.padding = 1});
-    sum(one * one).backward();
-    omp_set_num_threads(threads);
+    Tensor one;
+    {
+      ThreadCount single(1);
+      one = conv2d(x_one, w_one, Tensor(), {.padding = 1});
+      sum(one * one).backward();
+    }
     const Tensor many = conv2d(x_many, w_many, Tensor(), {.padding = 1});
     sum(many * many).backward();
     EXPECT_TRUE(allclose(one, many, 1e-5, 1e-6)) << batch;
