@@ -4,9 +4,22 @@
 #include <string>
 
 #include "apps/commands.h"
+#include "distributed/world.h"
 #include "runtime/error.h"
 
 namespace {
+
+// Prints a command's error. Under a launcher with several processes the other ranks cannot know
+// of an error on this one (they wait in their next collective), so the whole job ends here.
+int fail(const std::string& command, const char* what) {
+  std::cerr << "ember " << command << ": error: " << what << "\n";
+  if (ember::dist::is_initialized() && ember::dist::world()->size() > 1) {
+    std::cerr << "ember " << command << ": ending the other " << ember::dist::world()->size() - 1
+              << " processes of this job (rank " << ember::dist::world()->rank() << " failed)\n";
+    ember::dist::abort_job(1);
+  }
+  return 1;
+}
 
 void print_usage(std::ostream& os) {
   os << "usage: ember <command> [options]\n"
@@ -36,8 +49,9 @@ int main(int argc, char** argv) {
     if (command == "train") return ember::apps::run_train(argc - 1, argv + 1);
     if (command == "report") return ember::apps::run_report(argc - 1, argv + 1);
   } catch (const ember::Error& e) {
-    std::cerr << "ember " << command << ": error: " << e.what() << "\n";
-    return 1;
+    return fail(command, e.what());
+  } catch (const std::exception& e) {  // from the standard library: files, memory
+    return fail(command, e.what());
   }
   std::cerr << "ember: unknown command '" << command << "'\n\n";
   print_usage(std::cerr);

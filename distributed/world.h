@@ -42,4 +42,10 @@ ProcessGroupPtr cross_node_group();
 // since the peers may wait forever.
 void finalize();
 
+// Ends every process of the job at once with `exit_code` (MPI_Abort; without a launcher, this
+// process exits). For an error on one rank that its peers cannot learn of: they would otherwise
+// wait in their next collective until EMBER_COLLECTIVE_TIMEOUT, and MPI_Finalize would wait for
+// them. Flushes stdout and stderr first, so that the error message is not lost.
+[[noreturn]] void abort_job(int exit_code);
+
 }  // namespace ember::dist

@@ -13,10 +13,15 @@ std::shared_ptr<data::DataLoader> shard_over_ranks(std::shared_ptr<data::DataLoa
   EMBER_CHECK(loader != nullptr, "shard_loader: the loader is empty");
   if (dynamic_cast<dist::DistributedSampler*>(&loader->sampler()) != nullptr) return loader;
   const data::DataLoaderOptions& options = loader->options();
+  // The ranks' shards partition one permutation, so the sampler keeps the shared seed; with a
+  // sampler given, the loader's own seed only drives the random transforms, and each rank gets
+  // its own (seed + rank), as PyTorch's workers seeded per rank draw different augmentations.
   auto sampler = std::make_shared<dist::DistributedSampler>(
       loader->dataset().size(), group.size(), group.rank(),
       dist::DistributedSamplerOptions{.shuffle = options.shuffle, .seed = options.seed});
-  return std::make_shared<data::DataLoader>(loader->dataset_ptr(), options, std::move(sampler));
+  data::DataLoaderOptions sharded = options;
+  sharded.seed = options.seed + static_cast<uint64_t>(group.rank());
+  return std::make_shared<data::DataLoader>(loader->dataset_ptr(), sharded, std::move(sampler));
 }
 
 namespace {
@@ -81,6 +86,11 @@ void DistributedDataParallelEngine<Base>::unpack_checkpoint(const Checkpoint& ch
 template <typename Base>
 void DistributedDataParallelEngine<Base>::deinit_components() {
   group_->barrier()->wait();
+  abandon_components();
+}
+
+template <typename Base>
+void DistributedDataParallelEngine<Base>::abandon_components() {
   reducers_.clear();
   Base::deinit_components();
 }
@@ -216,6 +226,10 @@ void DasoEngine::on_epoch_end(std::optional<double> train_loss) {
 
 void DasoEngine::deinit_components() {
   groups_.world->barrier()->wait();
+  abandon_components();
+}
+
+void DasoEngine::abandon_components() {
   daso_.reset();
   DeviceEngine::deinit_components();
 }

@@ -61,6 +61,7 @@ class DistributedDataParallelEngine : public Base {
   void unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* model,
                          optim::Optimizer* optimizer, optim::LRScheduler* scheduler) override;
   void deinit_components() override;
+  void abandon_components() override;
 
   dist::Reducer* reducer_of(const nn::Module& module) const;
 
@@ -128,6 +129,7 @@ class DasoEngine : public DeviceEngine {
   void on_train_loader_start(int64_t num_batches) override;
   void on_epoch_end(std::optional<double> train_loss) override;
   void deinit_components() override;
+  void abandon_components() override;
 
   dist::Daso* daso() { return daso_.get(); }
 

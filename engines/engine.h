@@ -21,6 +21,7 @@
 //   backward_loss / no_sync     run backward through the reducer; suspend its reduction in no_sync
 //   shard_loader                rebuild the loader over a DistributedSampler(rank, world size)
 //   deinit_components           a barrier before the process group is released
+//   abandon_components          the same release without the barrier (after an error)
 // and fills in its `make` in engine_table() (engines/factory.cpp). The runner, callbacks, loggers
 // and Accelerator need no change.
 //
@@ -125,6 +126,9 @@ class IEngine {
                                      const SchedulerFn& scheduler_fn);
   // Releases what init_components set up across processes; nothing for one process.
   virtual void deinit_components() {}
+  // The same after an error: no collective (the peers of a rank that failed alone never reach
+  // deinit_components' barrier, and waiting there would hide the error until the timeout).
+  virtual void abandon_components() { deinit_components(); }
 
   // ---- one step ----
   virtual void zero_grad(nn::Module& model, optim::Optimizer& optimizer);

@@ -92,7 +92,7 @@ void IRunner::run() {
     }
     for (auto& [name, logger] : loggers)
       logger->close();
-    engine->deinit_components();
+    engine->abandon_components();  // no barrier: the other ranks may never get there
     throw;
   }
   for (auto& [name, logger] : loggers)

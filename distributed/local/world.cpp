@@ -1,4 +1,5 @@
 // The world without MPI (EMBER_MPI=OFF): one process, whose collectives are copies.
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
@@ -111,5 +112,11 @@ ProcessGroupPtr cross_node_group() {
   return world();
 }
 void finalize() {}
+
+void abort_job(int exit_code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(exit_code);
+}
 
 }  // namespace ember::dist

@@ -139,6 +139,16 @@ ProcessGroupPtr cross_node_group() {
   return g_cross_node_group;
 }
 
+void abort_job(int exit_code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
+
 void finalize() {
   std::unique_lock lock(g_mutex);
   if (g_finalized) return;
