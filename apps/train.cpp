@@ -43,7 +43,10 @@ constexpr const char* kUsage =
     "  --limit-valid N     use the first N test images (default all 10000)\n"
     "  --data DIR          Fashion-MNIST's IDX .gz files (default "
     "/usr/share/datasets/fashion-mnist)\n"
-    "  --quiet             no progress line, only the per-epoch summaries\n";
+    "  --quiet             no progress line, only the per-epoch summaries\n"
+    "  --daso-warmup N     --engine daso: epochs of blocking averaging first (default 4, Heat's)\n"
+    "  --daso-cooldown N   --engine daso: and last (default 4); DASO skips global averages only\n"
+    "                      in the epochs between\n";
 
 std::string format_duration(double seconds) {
   char buffer[32];
@@ -59,10 +62,11 @@ int run_train(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
-  const Flags flags(argc, argv,
-                    {"epochs", "batch-size", "lr", "model-size", "engine", "amp", "device",
-                     "logdir", "seed", "limit-train", "limit-valid", "data", "stop-after"},
-                    {"resume", "quiet"});
+  const Flags flags(
+      argc, argv,
+      {"epochs", "batch-size", "lr", "model-size", "engine", "amp", "device", "logdir", "seed",
+       "limit-train", "limit-valid", "data", "stop-after", "daso-warmup", "daso-cooldown"},
+      {"resume", "quiet"});
   EMBER_CHECK(flags.positional().empty(), "train: unexpected argument '", flags.positional()[0],
               "' (see `ember train --help`)");
   TrainConfig config;
@@ -82,6 +86,10 @@ int run_train(int argc, char** argv) {
   config.limit_train = flags.integer("limit-train", 0, 1, INT64_MAX);
   config.limit_valid = flags.integer("limit-valid", 0, 1, INT64_MAX);
   config.data_dir = flags.text("data", data::kFashionMnistDefaultDir);
+  config.daso_warmup = static_cast<int>(flags.integer("daso-warmup", 4, 0, 1000));
+  config.daso_cooldown = static_cast<int>(flags.integer("daso-cooldown", 4, 0, 1000));
+  EMBER_CHECK(config.engine == "daso" || (!flags.has("daso-warmup") && !flags.has("daso-cooldown")),
+              "train: --daso-warmup and --daso-cooldown go with --engine daso only");
   config.progress = !flags.has("quiet") && ::isatty(STDOUT_FILENO) ? Progress::live
                     : flags.has("quiet")                           ? Progress::none
                                                                    : Progress::lines;

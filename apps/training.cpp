@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "data/fashion_mnist.h"
 #include "data/loader.h"
+#include "distributed/world.h"
 #include "engines/device_engines.h"
 #include "engines/factory.h"
 #include "engines/loggers.h"
@@ -14,6 +16,7 @@
 #include "nn/nn.h"
 #include "optim/adam.h"
 #include "optim/schedulers.h"
+#include "runtime/io/checkpoint.h"
 #include "runtime/ops.h"
 
 namespace ember::apps {
@@ -69,6 +72,23 @@ class StopAfterEpochs : public engines::ICallback {
   int64_t last_ = 0;
 };
 
+// A checkpoint written by another number of processes: the model, optimizer and schedule are the
+// same on every rank, and the run resumes between epochs, so the next epoch is simply sharded
+// over this run's ranks (the global batch stays --batch-size). Says so, on rank 0.
+void note_a_change_of_world_size(const std::string& checkpoint_path, const engines::IEngine& engine,
+                                 int64_t batch_size, std::ostream& out) {
+  const Checkpoint checkpoint = load_checkpoint(checkpoint_path);
+  if (!checkpoint.metadata.count("world_size") || !engine.is_master_process()) return;
+  const int64_t written_by = std::stoll(checkpoint.meta("world_size"));
+  const int64_t ranks = engine.world_size();
+  if (written_by == ranks) return;
+  out << "resuming a run of " << written_by << (written_by == 1 ? " process" : " processes")
+      << " (engine " << (checkpoint.metadata.count("engine") ? checkpoint.meta("engine") : "?")
+      << ") with " << ranks << " (engine " << engine.name()
+      << "): the remaining epochs are sharded over " << ranks << " ranks, a global batch of "
+      << batch_size / ranks * ranks << " (" << batch_size / ranks << " per rank)\n";
+}
+
 }  // namespace
 
 namespace {
@@ -108,6 +128,8 @@ engines::EnginePtr make_train_engine(const TrainConfig& config) {
   }
   engines::EngineOptions options;
   options.total_epochs = config.epochs;  // daso plans its schedule over the whole run
+  options.daso.warmup_epochs = config.daso_warmup;
+  options.daso.cooldown_epochs = config.daso_cooldown;
   // ddp engines: gradients are views of the buckets, so no copy back after each allreduce
   // (PyTorch's gradient_as_bucket_view; the library default stays off, as there).
   options.ddp.gradient_as_bucket_view = true;
@@ -140,7 +162,29 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
   EMBER_CHECK(!config.resume || std::filesystem::exists(last_path),
               "train: --resume: no checkpoint at '", last_path,
               "' (train without --resume first, or pass --logdir)");
+  // Made (or checked) first, so that a logdir that cannot be one fails now, with the reason, and
+  // not after the first epoch.
+  std::error_code logdir_error;
+  std::filesystem::create_directories(config.logdir, logdir_error);
+  EMBER_CHECK(!logdir_error && std::filesystem::is_directory(config.logdir), "train: --logdir ",
+              config.logdir, ": cannot make it a directory (",
+              logdir_error ? logdir_error.message() : "a file has that name",
+              "); pass another --logdir");
   const engines::EnginePtr engine = make_train_engine(config);
+  EMBER_CHECK(engine->world_size() > 1 || !dist::launched_with_several_processes(),
+              "train: --engine ", config.engine, " (", engine->name(),
+              ") trains in one process, but a launcher started several: each would train on all "
+              "the data as rank 0 and write the same logdir. Use --engine ddp, ddp-amp, ddp-o2 or "
+              "daso under mpirun (auto picks ddp), or start one process");
+  const bool daso = engines::resolve_engine_name(config.engine) == "daso";
+  if (daso && config.daso_warmup + config.daso_cooldown >= config.epochs &&
+      engine->is_master_process()) {
+    out << "note: DASO with " << config.epochs << " epochs, warm-up " << config.daso_warmup
+        << " and cool-down " << config.daso_cooldown
+        << " averages every batch, blocking, for the whole run: it skips global averages only "
+           "in the epochs between (pass e.g. --daso-warmup 1 --daso-cooldown 1, or more "
+           "epochs)\n";
+  }
 
   // ---- data ----
   auto train_set =
@@ -169,6 +213,7 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
           .pin_memory = engine->device().is_cuda(),
           .transforms = {data::pad(2), data::random_crop(32, 2), data::random_horizontal_flip(),
                          data::normalize({0.5}, {0.5})}}));
+  if (config.resume) note_a_change_of_world_size(last_path, *engine, batch_size, out);
   auto valid_loader = engine->shard_loader(std::make_shared<data::DataLoader>(
       valid_set,
       data::DataLoaderOptions{.batch_size = std::max<int64_t>(1, 512 / ranks),
@@ -182,19 +227,27 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
   const double lr = config.lr;
 
   // ---- callbacks and loggers ----
-  auto checkpoint = std::make_shared<engines::CheckpointCallback>(engines::CheckpointOptions{
-      .logdir = config.logdir,
-      .loader_key = "valid",
-      .metric_key = "accuracy",
-      .minimize = false,
-      .resume = config.resume ? last_path : "",
-      .run_identity = {{"model_size", std::to_string(config.model_size)},
-                       {"batch_size", std::to_string(batch_size)},
-                       {"seed", std::to_string(config.seed)},
-                       {"amp", config.amp},
-                       {"epochs", std::to_string(config.epochs)},
-                       {"limit_train", std::to_string(config.limit_train)}},
-      .out = &out});
+  // What a resumed run must share with the run that wrote the checkpoint (the engine and the
+  // number of processes may change: see note_a_change_of_world_size).
+  std::map<std::string, std::string> run_identity = {
+      {"model_size", std::to_string(config.model_size)},
+      {"batch_size", std::to_string(batch_size)},
+      {"seed", std::to_string(config.seed)},
+      {"amp", config.amp},
+      {"epochs", std::to_string(config.epochs)},
+      {"limit_train", std::to_string(config.limit_train)}};
+  if (daso) {
+    run_identity["daso_warmup"] = std::to_string(config.daso_warmup);
+    run_identity["daso_cooldown"] = std::to_string(config.daso_cooldown);
+  }
+  auto checkpoint = std::make_shared<engines::CheckpointCallback>(
+      engines::CheckpointOptions{.logdir = config.logdir,
+                                 .loader_key = "valid",
+                                 .metric_key = "accuracy",
+                                 .minimize = false,
+                                 .resume = config.resume ? last_path : "",
+                                 .run_identity = run_identity,
+                                 .out = &out});
   engines::Callbacks callbacks = {
       {"accuracy", std::make_shared<engines::AccuracyCallback>()},
       {"checkpoint", checkpoint},

@@ -29,6 +29,8 @@ struct TrainConfig {
   int64_t limit_valid = 0;
   std::string data_dir;
   Progress progress = Progress::lines;
+  int daso_warmup = 4;  // --engine daso: blocking epochs first and last (Heat's defaults)
+  int daso_cooldown = 4;
 };
 
 struct TrainResult {

@@ -143,7 +143,8 @@ const std::vector<EngineEntry>& engine_table() {
        "(DasoEngine)",
        [](const EngineOptions& options) -> EnginePtr {
          const Ranks ranks = ranks_for("daso", /*with_nccl=*/false);
-         return std::make_shared<DasoEngine>(ranks.device, static_cast<int>(options.total_epochs));
+         return std::make_shared<DasoEngine>(ranks.device, static_cast<int>(options.total_epochs),
+                                             options.daso);
        }},
   };
   return table;

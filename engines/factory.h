@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed/daso.h"
 #include "distributed/ddp.h"
 #include "engines/engine.h"
 
@@ -30,6 +31,7 @@ struct EngineOptions {
   std::optional<DType> precision = {};  // amp, o2 and their data-parallel forms: f16 or bf16
   dist::DdpOptions ddp = {};            // ddp, ddp-amp, ddp-o2: buckets, unused parameters
   int64_t total_epochs = 0;             // daso: the schedule's length (required)
+  dist::DasoOptions daso = {};          // daso: warm-up, cool-down, skips, chunks (Heat's defaults)
 };
 
 // Throws for an unknown name (listing the known ones) and for an engine this machine or build

@@ -85,6 +85,27 @@ cp "$work/straight/last.ckpt" "$work/damaged.ckpt"
 printf '\x7f' | dd of="$work/damaged.ckpt" bs=1 seek=5000 conv=notrunc status=none
 check "damaged checkpoint refused" fails_saying "refused" "$ember" ckpt inspect "$work/damaged.ckpt"
 
+# Under mpirun (OpenMPI installed): a one-process engine is refused; an error on rank 0 alone
+# ends the job at once, not after EMBER_COLLECTIVE_TIMEOUT (600 s: `timeout 120` would cut a hang);
+# a one-process run resumes on two ranks, saying so; DASO says when a run is too short to skip.
+if command -v mpirun >/dev/null; then
+  mpi=(env OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np 2)
+  few=(--data "$data" --limit-train 192 --limit-valid 64 --batch-size 32 --model-size 4 --quiet)
+  check "one-process engine under mpirun refused" \
+    fails_saying "trains in one process, but a launcher started several" \
+    "${mpi[@]}" "$ember" train "${few[@]}" --epochs 1 --engine cpu --logdir "$work/mpi_cpu"
+  mkdir -p "$work/mpi_badlog/metrics.csv"
+  check "an error on rank 0 alone ends the job" fails_saying "ending the other 1 processes" \
+    timeout 120 "${mpi[@]}" "$ember" train "${few[@]}" --epochs 1 --engine ddp --logdir "$work/mpi_badlog"
+  check "one process, 1 of 2 epochs" "$ember" train "${few[@]}" --epochs 2 --stop-after 1 --engine cpu \
+    --logdir "$work/mpi_grow"
+  check "resumed on 2 ranks, saying so" bash -c "${mpi[*]} '$ember' train ${few[*]} --epochs 2 --resume \
+    --engine ddp --logdir '$work/mpi_grow' | grep -q 'resuming a run of 1 process (engine cpu) with 2'"
+  check "the resumed run logged both epochs" bash -c "[ \$(wc -l < '$work/mpi_grow/metrics.csv') -eq 3 ]"
+  check "daso says a short run never skips" bash -c "${mpi[*]} '$ember' train ${few[*]} --epochs 2 \
+    --engine daso --logdir '$work/mpi_daso' | grep -q 'averages every batch, blocking, for the whole run'"
+fi
+
 # On a GPU: each single-GPU engine trains an epoch, stops, and resumes for a second one from a
 # checkpoint whose tensors went through the host (saved) and back to the device (loaded). cuDNN's
 # backward may sum with atomics, so a resumed GPU run is not compared byte for byte with a
