@@ -4,8 +4,11 @@
 // only, and seed each rank with seed + rank, without any change to their code.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "engines/accelerator.h"
 #include "engines/device_engines.h"
+#include "engines/distributed_engines.h"
 #include "tests/common/expect_error.h"
 #include "tests/engines/fixtures.h"
 
@@ -169,6 +172,41 @@ TEST(ProcessGroupSeam, GatherForMetricsPutsRowsInTheSamplersOrder) {
   const Tensor gathered = accelerator.gather_for_metrics(local);
   EXPECT_TRUE(testing::identical(
       gathered, from_vector(std::vector<float>{1, 2, 1, 2, 3, 4, 3, 4, 5, 6, 5, 6}, {6, 2})));
+}
+
+// shard_over_ranks: the ranks' shards partition one shuffled permutation (the sampler's seed is
+// shared), while each rank draws its own augmentations (the transforms' seed is seed + rank).
+// Every image is the same ramp, so a batch's pixels differ between ranks only by augmentation.
+TEST(ProcessGroupSeam, ShardsPartitionOnePermutationWithAugmentationsPerRank) {
+  const int64_t n = 16;
+  const Tensor ramp = arange(0, 36, 1, DType::f32).reshape({1, 1, 6, 6});
+  const Tensor images = ramp.expand({n, 1, 6, 6}).contiguous();
+  auto dataset = std::make_shared<data::TensorDataset>(images, arange(0, n, 1, DType::i64));
+  auto loader = std::make_shared<data::DataLoader>(
+      dataset, data::DataLoaderOptions{
+                   .batch_size = n / 2,
+                   .shuffle = true,
+                   .seed = 5,
+                   .prefetch_batches = 0,
+                   .transforms = {data::random_crop(6, 2), data::random_horizontal_flip()}});
+  std::vector<int64_t> labels;
+  std::vector<Tensor> pixels;
+  for (int rank : {0, 1}) {
+    MirrorGroup group(rank);
+    auto shard = shard_over_ranks(loader, group);
+    shard->set_epoch(3);
+    for (const data::Batch& batch : *shard) {
+      for (int64_t label : to_vector<int64_t>(batch.targets))
+        labels.push_back(label);
+      pixels.push_back(batch.inputs);
+    }
+  }
+  std::sort(labels.begin(), labels.end());
+  EXPECT_EQ(labels, to_vector<int64_t>(arange(0, n, 1, DType::i64)))
+      << "the two shards are not one permutation of the dataset";
+  ASSERT_EQ(pixels.size(), 2u);
+  EXPECT_FALSE(allclose(pixels[0], pixels[1], 0, 0))
+      << "both ranks drew the same crops and flips for their batch";
 }
 
 }  // namespace
