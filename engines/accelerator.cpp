@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "engines/device_engines.h"
+#include "engines/distributed_engines.h"
 #include "engines/factory.h"
 #include "optim/grad_clip.h"
 #include "runtime/error.h"
@@ -23,9 +24,32 @@ EnginePtr engine_for(const AcceleratorOptions& options) {
     const Device device = base == "cpu" ? Device::cpu() : Device::parse(base);
     return std::make_shared<AMPEngine>(device, dtype);
   }
-  EMBER_CHECK(base == "ddp" || base == "dp", "Accelerator: engine '", options.engine,
-              "' has no mixed-precision form; use cpu, cuda, dp or ddp with mixed_precision");
+  EMBER_CHECK(base == "ddp", "Accelerator: engine '", options.engine,
+              "' has no mixed-precision form here; use cpu, cuda or ddp with mixed_precision");
   return make_engine(base + "-amp", {.precision = dtype});
+}
+
+// The engines the Accelerator can drive: a model the user built, placed and wrapped by
+// sync_device. DataParallel makes its replicas, DASO its optimizer wrapper and O2 its 16-bit model
+// with f32 master weights in init_components, which only the runner calls: prepared here they
+// would train on one device without a word, fail at the first step, or convert the model after
+// its optimizer was made.
+EnginePtr checked_for_accelerator(EnginePtr engine) {
+  const char* reason = nullptr;
+  if (dynamic_cast<const DataParallelEngine<DeviceEngine>*>(engine.get()) ||
+      dynamic_cast<const DataParallelEngine<AMPEngine>*>(engine.get()) ||
+      dynamic_cast<const DataParallelEngine<O2Engine>*>(engine.get())) {
+    reason = "DataParallel makes its replicas";
+  } else if (dynamic_cast<const DasoEngine*>(engine.get())) {
+    reason = "DASO wraps the optimizer";
+  } else if (dynamic_cast<const O2Engine*>(engine.get())) {
+    reason = "O2 converts the model and keeps f32 master weights";
+  }
+  EMBER_CHECK(reason == nullptr, "Accelerator: engine ", engine->name(),
+              " is not supported: ", reason,
+              " in init_components, which only the runner calls. Use cpu, cuda or ddp (with "
+              "mixed_precision fp16 or bf16 for autocast), or SupervisedRunner with this engine");
+  return engine;
 }
 
 }  // namespace
@@ -98,7 +122,7 @@ PreparedLoader::Iterator PreparedLoader::begin() {
 // ---- Accelerator ----
 
 Accelerator::Accelerator(AcceleratorOptions options)
-    : options_(std::move(options)), engine_(engine_for(options_)) {
+    : options_(std::move(options)), engine_(checked_for_accelerator(engine_for(options_))) {
   EMBER_CHECK(options_.gradient_accumulation_steps >= 1,
               "Accelerator: gradient_accumulation_steps must be 1 or more, got ",
               options_.gradient_accumulation_steps);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "engines/accelerator.h"
+#include "engines/device_engines.h"
 #include "tests/common/expect_error.h"
 #include "tests/engines/fixtures.h"
 
@@ -94,10 +95,15 @@ TEST(Accelerator, MixedPrecisionWrapsTheForward) {
   EXPECT_EQ(accelerator.unwrap_model(model).get(), setup.model.get());
 }
 
+// The model, the optimizer's state (SGD momentum), the schedule and the GradScaler come back.
 TEST(Accelerator, SaveAndLoadStateRoundTrip) {
   const std::string dir = fresh_dir("accelerator_state");
   Accelerator accelerator({.mixed_precision = "fp16"});
-  Parts setup = make_parts();
+  manual_seed(12);
+  Parts setup;
+  setup.model = testing::mlp(/*dropout=*/false);
+  setup.optimizer = std::make_shared<optim::SGD>(setup.model->named_parameters(),
+                                                 optim::SGDOptions{.lr = 0.5, .momentum = 0.9});
   auto [model, optimizer, loader, none] =
       accelerator.prepare(setup.model, setup.optimizer, testing::loader(8, 4, false));
   EXPECT_EQ(none, nullptr);
@@ -109,12 +115,36 @@ TEST(Accelerator, SaveAndLoadStateRoundTrip) {
   }
   accelerator.save_state(dir);
   const auto saved = setup.model->state_dict();
+  optim::StateDict saved_optimizer = setup.optimizer->state_dict();
+  for (auto& [name, buffer] : saved_optimizer.tensors)
+    buffer = buffer.clone();  // the state dict shares the live buffers
+  const auto& scaler = dynamic_cast<AMPEngine&>(accelerator.engine()).scaler();
+  const double saved_scale = scaler.get_scale();
+  ASSERT_FALSE(saved_optimizer.tensors.empty()) << "SGD with momentum keeps a buffer per parameter";
+  // One more step changes every part; load_state must bring each back.
+  for (const data::Batch& batch : *loader) {
+    accelerator.backward(cross_entropy((*model)(batch.inputs), batch.targets) * 1e6);
+    optimizer->step();  // an overflow at this scale: the step is skipped and the scale drops
+    optimizer->zero_grad();
+    break;
+  }
+  ASSERT_NE(scaler.get_scale(), saved_scale);
   for (const Tensor& p : setup.model->parameters())
     NoGradGuard(), p.detach().zero_();
+  for (const auto& [name, buffer] : setup.optimizer->state_dict().tensors)
+    NoGradGuard(), buffer.detach().zero_();
   accelerator.load_state(dir);
   const auto loaded = setup.model->state_dict();
   for (size_t i = 0; i < saved.size(); ++i)
     EXPECT_TRUE(testing::identical(saved[i].second, loaded[i].second)) << saved[i].first;
+  const optim::StateDict loaded_optimizer = setup.optimizer->state_dict();
+  ASSERT_EQ(loaded_optimizer.tensors.size(), saved_optimizer.tensors.size());
+  for (size_t i = 0; i < saved_optimizer.tensors.size(); ++i) {
+    EXPECT_TRUE(
+        testing::identical(saved_optimizer.tensors[i].second, loaded_optimizer.tensors[i].second))
+        << "optimizer " << saved_optimizer.tensors[i].first;
+  }
+  EXPECT_EQ(scaler.get_scale(), saved_scale);
   EXPECT_ERROR_WITH(accelerator.load_state(dir + "/nowhere"), "no ", "state.ckpt");
   std::filesystem::remove_all(dir);
 }
@@ -125,6 +155,14 @@ TEST(Accelerator, BadInputSaysWhatToDo) {
   EXPECT_ERROR_WITH(Accelerator({.gradient_accumulation_steps = 0}),
                     "gradient_accumulation_steps must be 1 or more");
   EXPECT_ERROR_WITH(Accelerator({.engine = "ddp"}), "engine 'ddp'", "mpirun -np 2");
+  // Engines whose setup lives in init_components (the runner's), not in prepare().
+  EXPECT_ERROR_WITH(Accelerator({.engine = "dp"}), "engine dp-cpu x2 is not supported",
+                    "DataParallel makes its replicas", "SupervisedRunner");
+  EXPECT_ERROR_WITH(Accelerator({.engine = "dp-amp"}),
+                    "engine dp-amp-bf16 cpu x2 is not supported");
+  EXPECT_ERROR_WITH(Accelerator({.engine = "o2"}), "O2 converts the model");
+  EXPECT_ERROR_WITH(Accelerator({.mixed_precision = "bf16", .engine = "dp"}),
+                    "engine 'dp' has no mixed-precision form here");
   Accelerator accelerator;
   EXPECT_ERROR_WITH(accelerator.backward(scalar_tensor(1.0)), "call prepare(model, optimizer");
 }
