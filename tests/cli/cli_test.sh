@@ -57,7 +57,8 @@ if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
 fi
 
 # On the CPU, GPU or not (byte-identical resumes; a GPU's engines are the section below).
-small=(--data "$data" --limit-train 192 --limit-valid 64 --batch-size 32 --model-size 4 --quiet --device cpu)
+few=(--data "$data" --limit-train 192 --limit-valid 64 --batch-size 32 --model-size 4 --quiet)
+small=("${few[@]}" --device cpu)
 check "train 2 epochs" "$ember" train "${small[@]}" --epochs 2 --logdir "$work/straight"
 check "train 1 of 2 epochs" "$ember" train "${small[@]}" --epochs 2 --stop-after 1 --logdir "$work/resumed"
 check "resume" "$ember" train "${small[@]}" --epochs 2 --resume --logdir "$work/resumed"
@@ -74,6 +75,16 @@ check "o2 train 2 epochs" "$ember" train "${small[@]}" --epochs 2 --engine o2 --
 check "o2 train 1 of 2 epochs" "$ember" train "${small[@]}" --epochs 2 --engine o2 --stop-after 1 --logdir "$work/o2_resumed"
 check "o2 resume" "$ember" train "${small[@]}" --epochs 2 --engine o2 --resume --logdir "$work/o2_resumed"
 check "o2 resumed run is byte-identical" cmp "$work/o2_straight/last.ckpt" "$work/o2_resumed/last.ckpt"
+# dp picks the GPUs when there are some (cuDNN's backward may then differ between runs).
+if "$ember" version 2>&1 | grep -q "CUDA devices visible: 0"; then
+  check "dp fp16 train 2 epochs" "$ember" train "${few[@]}" --epochs 2 --engine dp --amp fp16 \
+    --logdir "$work/dp_straight"
+  check "dp fp16 train 1 of 2 epochs" "$ember" train "${few[@]}" --epochs 2 --engine dp --amp fp16 \
+    --stop-after 1 --logdir "$work/dp_resumed"
+  check "dp fp16 resume" "$ember" train "${few[@]}" --epochs 2 --engine dp --amp fp16 --resume \
+    --logdir "$work/dp_resumed"
+  check "dp fp16 resumed run is byte-identical" cmp "$work/dp_straight/last.ckpt" "$work/dp_resumed/last.ckpt"
+fi
 check "--engine o2 --device cpu runs O2 on the CPU" bash -c "'$ember' train ${small[*]} --epochs 1 --engine o2 --device cpu --amp bf16 --logdir '$work/o2_cpu' | grep -q 'engine o2-bf16 cpu'"
 check "--engine amp --device cpu without --amp is bf16" bash -c "'$ember' train ${small[*]} --epochs 1 --engine amp --device cpu --logdir '$work/amp_cpu' | grep -q 'engine amp-bf16 cpu'"
 if "$ember" version 2>&1 | grep -q "CUDA devices visible: 0"; then
@@ -90,7 +101,6 @@ check "damaged checkpoint refused" fails_saying "refused" "$ember" ckpt inspect 
 # a one-process run resumes on two ranks, saying so; DASO says when a run is too short to skip.
 if command -v mpirun >/dev/null; then
   mpi=(env OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np 2)
-  few=(--data "$data" --limit-train 192 --limit-valid 64 --batch-size 32 --model-size 4 --quiet)
   check "one-process engine under mpirun refused" \
     fails_saying "trains in one process, but a launcher started several" \
     "${mpi[@]}" "$ember" train "${few[@]}" --epochs 1 --engine cpu --logdir "$work/mpi_cpu"
@@ -102,6 +112,16 @@ if command -v mpirun >/dev/null; then
   check "resumed on 2 ranks, saying so" bash -c "${mpi[*]} '$ember' train ${few[*]} --epochs 2 --resume \
     --engine ddp --logdir '$work/mpi_grow' | grep -q 'resuming a run of 1 process (engine cpu) with 2'"
   check "the resumed run logged both epochs" bash -c "[ \$(wc -l < '$work/mpi_grow/metrics.csv') -eq 3 ]"
+  if "$ember" version 2>&1 | grep -q "CUDA devices visible: 0"; then  # byte-identical on the CPU
+    check "ddp-amp fp16 train 2 epochs" "${mpi[@]}" "$ember" train "${few[@]}" --epochs 2 --engine ddp-amp \
+      --amp fp16 --logdir "$work/mpi_amp_straight"
+    check "ddp-amp fp16 train 1 of 2 epochs" "${mpi[@]}" "$ember" train "${few[@]}" --epochs 2 \
+      --engine ddp-amp --amp fp16 --stop-after 1 --logdir "$work/mpi_amp_resumed"
+    check "ddp-amp fp16 resume" "${mpi[@]}" "$ember" train "${few[@]}" --epochs 2 --engine ddp-amp \
+      --amp fp16 --resume --logdir "$work/mpi_amp_resumed"
+    check "ddp-amp fp16 resumed run is byte-identical" \
+      cmp "$work/mpi_amp_straight/last.ckpt" "$work/mpi_amp_resumed/last.ckpt"
+  fi
   check "daso says a short run never skips" bash -c "${mpi[*]} '$ember' train ${few[*]} --epochs 2 \
     --engine daso --logdir '$work/mpi_daso' | grep -q 'averages every batch, blocking, for the whole run'"
 fi
