@@ -65,15 +65,21 @@ libtorch_images_per_second() {
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
 # case: NP ENGINE [ENV...]  (the LibTorch run of the same NP goes alongside each ember run)
+# (dp-o2 has no `ember train` flag: the library's engine table has it.)
 cases=(
   "1 cpu"
   "1 amp"
   "1 amp:fp16"
+  "1 o2"
   "1 dp"
+  "1 dp:bf16"
   "2 ddp"
   "2 ddp-amp"
   "2 ddp-amp:fp16"
+  "2 ddp-o2"
+  "2 daso EMBER_LOCAL_SIZE=1"
   "4 ddp"
+  "4 ddp-amp"
   "4 daso EMBER_LOCAL_SIZE=2"
 )
 declare -A torch_runs
