@@ -33,6 +33,34 @@
 // once; its wait() sleeps until that time, so computation overlaps the simulated transfer exactly
 // as it would overlap a real one, and a blocking average costs the full delay. Chunks queue on the
 // link one after another.
+//
+// Where ember departs from Heat (each explained where it is done):
+// - No `scheduler` argument: Heat's step() calls scheduler.step() *instead of* the optimizer's
+//   step when one is given, so its parameters never move. Here the caller (or the runner) steps
+//   its LR scheduler after step(), as with any optimizer.
+// - Parameters larger than a chunk: Heat's merge reassembles whole parameters from the chunks
+//   received so far and reads past them when a parameter spans more than two; ember merges chunk
+//   by chunk on the flat buffer (daso.cpp, start_send).
+// - Every global send is cast to downcast_type (Heat sends f32 while cycling), and the received
+//   sum is converted to f32 before dividing (daso.cpp, start_send).
+// - The schedule (daso_schedule.cpp): warmup_epochs 0 starts cycling at once (Heat never leaves
+//   blocking averages); the first cycling skip is capped at max_global_skips; batches_to_wait is
+//   capped at global_skip and a merge comes exactly that many batches after its send; epochs are
+//   counted per epoch_loss_logic call, which refuses a call in mid-epoch; the plateau test treats
+//   a negative best loss as Heat does.
+// - One node (num_nodes() == 1) makes no global sends (an average of one only rounds).
+//
+// Limits, on the MPI backend (found by review, not yet changed):
+// - One communication thread per process makes every MPI call, one at a time, as blocking calls
+//   (distributed/mpi/mpi_worker.h). A global average in flight therefore overlaps the local
+//   computation, but the next node-local gradient average (and anything else queued on the
+//   thread) waits behind it. On a real slow link a global send longer than a batch stalls the
+//   node; Heat's torch.distributed non-blocking calls let the local average go first.
+// - The simulated link delays only wait(), while the real MPI call is fast: the simulation models
+//   a link that never holds up the local averages, so it flatters DASO against DDP by the stall
+//   above.
+// - The node-local average is one blocking allreduce of all gradients after backward, not DDP's
+//   bucketed overlap; local_skip (Heat's local skipping) is computed by the schedule but unused.
 #pragma once
 
 #include <chrono>
