@@ -44,6 +44,8 @@ constexpr const char* kUsage =
     "  --data DIR          Fashion-MNIST's IDX .gz files (default "
     "/usr/share/datasets/fashion-mnist)\n"
     "  --quiet             no progress line, only the per-epoch summaries\n"
+    "  --sync-bn           ddp engines: batch norm statistics over the global batch\n"
+    "                      (SyncBatchNorm) instead of each rank's share\n"
     "  --daso-warmup N     --engine daso: epochs of blocking averaging first (default 4, Heat's)\n"
     "  --daso-cooldown N   --engine daso: and last (default 4); DASO skips global averages only\n"
     "                      in the epochs between\n";
@@ -66,7 +68,7 @@ int run_train(int argc, char** argv) {
       argc, argv,
       {"epochs", "batch-size", "lr", "model-size", "engine", "amp", "device", "logdir", "seed",
        "limit-train", "limit-valid", "data", "stop-after", "daso-warmup", "daso-cooldown"},
-      {"resume", "quiet"});
+      {"resume", "quiet", "sync-bn"});
   EMBER_CHECK(flags.positional().empty(), "train: unexpected argument '", flags.positional()[0],
               "' (see `ember train --help`)");
   TrainConfig config;
@@ -86,6 +88,7 @@ int run_train(int argc, char** argv) {
   config.limit_train = flags.integer("limit-train", 0, 1, INT64_MAX);
   config.limit_valid = flags.integer("limit-valid", 0, 1, INT64_MAX);
   config.data_dir = flags.text("data", data::kFashionMnistDefaultDir);
+  config.sync_bn = flags.has("sync-bn");
   config.daso_warmup = static_cast<int>(flags.integer("daso-warmup", 4, 0, 1000));
   config.daso_cooldown = static_cast<int>(flags.integer("daso-cooldown", 4, 0, 1000));
   EMBER_CHECK(config.engine == "daso" || (!flags.has("daso-warmup") && !flags.has("daso-cooldown")),

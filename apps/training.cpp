@@ -8,6 +8,7 @@
 
 #include "data/fashion_mnist.h"
 #include "data/loader.h"
+#include "distributed/sync_batch_norm.h"
 #include "distributed/world.h"
 #include "engines/device_engines.h"
 #include "engines/factory.h"
@@ -162,14 +163,6 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
   EMBER_CHECK(!config.resume || std::filesystem::exists(last_path),
               "train: --resume: no checkpoint at '", last_path,
               "' (train without --resume first, or pass --logdir)");
-  // Made (or checked) first, so that a logdir that cannot be one fails now, with the reason, and
-  // not after the first epoch.
-  std::error_code logdir_error;
-  std::filesystem::create_directories(config.logdir, logdir_error);
-  EMBER_CHECK(!logdir_error && std::filesystem::is_directory(config.logdir), "train: --logdir ",
-              config.logdir, ": cannot make it a directory (",
-              logdir_error ? logdir_error.message() : "a file has that name",
-              "); pass another --logdir");
   const engines::EnginePtr engine = make_train_engine(config);
   EMBER_CHECK(engine->world_size() > 1 || !dist::launched_with_several_processes(),
               "train: --engine ", config.engine, " (", engine->name(),
@@ -177,6 +170,10 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
               "the data as rank 0 and write the same logdir. Use --engine ddp, ddp-amp, ddp-o2 or "
               "daso under mpirun (auto picks ddp), or start one process");
   const bool daso = engines::resolve_engine_name(config.engine) == "daso";
+  EMBER_CHECK(!config.sync_bn || (engine->is_ddp() && !daso),
+              "train: --sync-bn goes with the ddp "
+              "engines (ddp, ddp-amp, ddp-o2 under mpirun); engine ",
+              engine->name(), " has no batch to share");
   if (daso && config.daso_warmup + config.daso_cooldown >= config.epochs &&
       engine->is_master_process()) {
     out << "note: DASO with " << config.epochs << " epochs, warm-up " << config.daso_warmup
@@ -191,6 +188,14 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
       std::make_shared<data::FashionMnist>(config.data_dir, data::Split::train, config.limit_train);
   auto valid_set =
       std::make_shared<data::FashionMnist>(config.data_dir, data::Split::test, config.limit_valid);
+  // Made (or checked) once the data is there, so that a logdir that cannot be one fails before
+  // training, with the reason, and not after the first epoch.
+  std::error_code logdir_error;
+  std::filesystem::create_directories(config.logdir, logdir_error);
+  EMBER_CHECK(!logdir_error && std::filesystem::is_directory(config.logdir), "train: --logdir ",
+              config.logdir, ": cannot make it a directory (",
+              logdir_error ? logdir_error.message() : "a file has that name",
+              "); pass another --logdir");
   EMBER_CHECK(train_set->size() >= 2,
               "train: need at least 2 training images (batch norm needs "
               "two per batch), got ",
@@ -257,9 +262,10 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
 
   const auto announce = [&](int64_t parameters) {
     if (!engine->is_master_process()) return;
-    out << "ember train: resnet9(size " << config.model_size << ", " << parameters
-        << " parameters) on " << engine->name() << ", Fashion-MNIST " << train_set->size()
-        << " train / " << valid_set->size() << " valid images, batch " << batch_size
+    out << "ember train: resnet9(size " << config.model_size << ", " << parameters << " parameters"
+        << (config.sync_bn ? ", SyncBatchNorm" : "") << ") on " << engine->name()
+        << ", Fashion-MNIST " << train_set->size() << " train / " << valid_set->size()
+        << " valid images, batch " << batch_size
         << (ranks > 1 ? detail::concat(" (", rank_batch_size, " per rank x ", ranks, ")") : "")
         << ", Adam lr " << config.lr << ", " << config.epochs << " epochs\n"
         << std::flush;
@@ -268,7 +274,8 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
   engines::SupervisedRunner runner;
   runner.train({
       .model_fn = [&]() -> nn::ModulePtr {
-        auto model = nn::resnet9(1, 10, model_size);
+        nn::ModulePtr model = nn::resnet9(1, 10, model_size);
+        if (config.sync_bn) model = dist::convert_sync_batchnorm(model, engine->process_group());
         announce(model->num_parameters());
         return model;
       },

@@ -29,7 +29,8 @@ struct TrainConfig {
   int64_t limit_valid = 0;
   std::string data_dir;
   Progress progress = Progress::lines;
-  int daso_warmup = 4;  // --engine daso: blocking epochs first and last (Heat's defaults)
+  bool sync_bn = false;  // ddp engines: batch norm over the global batch (SyncBatchNorm)
+  int daso_warmup = 4;   // --engine daso: blocking epochs first and last (Heat's defaults)
   int daso_cooldown = 4;
 };
 

@@ -43,6 +43,8 @@ if "$ember" version 2>&1 | grep -q "CUDA devices visible: 0"; then
 fi
 check "ddp engine without a launcher" fails_saying "start it under a launcher, e.g. mpirun -np 2" \
   "$ember" train --engine ddp --data "$work/nowhere"
+check "--sync-bn without ddp is refused" fails_saying "--sync-bn goes with the ddp engines" \
+  "$ember" train --engine cpu --sync-bn --data "$work/nowhere"
 check "device contradicts engine" fails_saying "contradicts --engine" \
   "$ember" train --engine cpu --device cuda --data "$work/nowhere"
 check "--help after other flags" bash -c "'$ember' train --epochs 2 --help | grep -q -- --resume"
@@ -122,6 +124,8 @@ if command -v mpirun >/dev/null; then
     check "ddp-amp fp16 resumed run is byte-identical" \
       cmp "$work/mpi_amp_straight/last.ckpt" "$work/mpi_amp_resumed/last.ckpt"
   fi
+  check "ddp --sync-bn trains with SyncBatchNorm" bash -c "${mpi[*]} '$ember' train ${few[*]} --epochs 1 \
+    --engine ddp --sync-bn --logdir '$work/mpi_syncbn' | grep -q 'parameters, SyncBatchNorm) on ddp-cpu'"
   check "daso says a short run never skips" bash -c "${mpi[*]} '$ember' train ${few[*]} --epochs 2 \
     --engine daso --logdir '$work/mpi_daso' | grep -q 'averages every batch, blocking, for the whole run'"
 fi
