@@ -91,5 +91,114 @@ TEST(DdpBuckets, CustomCapsApplyToTheFirstBucketAndToTheRest) {
   };
   EXPECT_EQ(layout_of(*ddp), want);
 }
+
+// Layers registered as c, a, b but applied a -> b -> c: backward produces c's gradients first,
+// then b's, then a's, which is not the reverse of registration (b, a, c).
+class RegisteredOutOfOrder : public nn::Module {
+ public:
+  explicit RegisteredOutOfOrder(int64_t hidden = 16) {
+    c = register_module("c", nn::make<nn::Linear>(12, 3));
+    a = register_module("a", nn::make<nn::Linear>(8, hidden));
+    b = register_module("b", nn::make<nn::Linear>(hidden, 12));
+  }
+  Tensor forward(const Tensor& x) override { return (*c)(tanh((*b)(tanh((*a)(x))))); }
+  std::string type_name() const override { return "RegisteredOutOfOrder"; }
+  std::shared_ptr<nn::Linear> c, a, b;
+};
+
+// The layout the reducer's rules give for parameters taken in `order`: a bucket closes once it
+// holds `first_bucket_bytes` (the first) or `bucket_bytes` (the others), the parameter that
+// crosses the capacity included. All f32 on the CPU here, so no dtype or device splits.
+Layout reference_layout(const NamedTensors& named, const std::vector<size_t>& order,
+                        int64_t first_bucket_bytes, int64_t bucket_bytes) {
+  Layout layout;
+  int64_t bytes = 0;
+  for (size_t index : order) {
+    const int64_t capacity = layout.size() == 1 ? first_bucket_bytes : bucket_bytes;
+    if (layout.empty() || bytes >= capacity) {
+      layout.emplace_back();
+      bytes = 0;
+    }
+    layout.back().push_back(named[index].first);
+    bytes += static_cast<int64_t>(named[index].second.nbytes());
+  }
+  return layout;
+}
+
+DdpOptions small_buckets() {
+  DdpOptions options;
+  options.bucket_cap_mb = 200.0 / (1024 * 1024);
+  options.first_bucket_cap_mb = 100.0 / (1024 * 1024);
+  return options;
+}
+
+// Records, for each gradient as it arrives, which parameter it belongs to and how many buckets
+// the reducer had launched in this pass just before it. The hooks are registered before DDP's,
+// so each runs before the reducer has seen that gradient.
+struct ArrivalLog {
+  const Reducer* reducer = nullptr;
+  std::vector<size_t> order;
+  std::vector<int> launched_before;
+  void clear() {
+    order.clear();
+    launched_before.clear();
+  }
+};
+
+std::shared_ptr<ArrivalLog> log_arrivals(nn::Module& model) {
+  auto log = std::make_shared<ArrivalLog>();
+  const auto parameters = model.parameters();
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    parameters[i].register_post_accumulate_grad_hook([log, i](const Tensor&) {
+      int launched = 0;
+      // Before the first gradient the timeline still holds the previous pass (the reducer starts
+      // a pass when it sees that gradient): nothing of this pass can have launched yet.
+      if (!log->order.empty()) {
+        for (const ReducerEvent& event : log->reducer->timeline())
+          launched += event.kind == ReducerEvent::Kind::bucket_launched;
+      }
+      log->order.push_back(i);
+      log->launched_before.push_back(launched);
+    });
+  }
+  return log;
+}
+
+TEST(DdpBuckets, RebuiltBucketsFollowTheGradientsArrivalOrder) {
+  auto group = world();
+  auto model = nn::make<RegisteredOutOfOrder>();
+  auto log = log_arrivals(*model);
+  const DdpOptions options = small_buckets();
+  auto ddp = nn::make<DistributedDataParallel>(model, group, options);
+  log->reducer = &ddp->reducer();
+  const auto named = model->named_parameters();
+  const auto first_bytes = static_cast<int64_t>(options.first_bucket_cap_mb * 1024 * 1024);
+  const auto bytes = static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024);
+
+  std::vector<size_t> reverse_registration;
+  for (size_t i = named.size(); i-- > 0;)
+    reverse_registration.push_back(i);
+  EXPECT_EQ(layout_of(*ddp), reference_layout(named, reverse_registration, first_bytes, bytes))
+      << "before the first pass: reverse registration order";
+
+  Generator generator(5);
+  Tensor x = randn({4, 8}, {}, &generator);
+  Tensor y = randn({4, 3}, {}, &generator);
+  mse_loss((*ddp)(x), y).backward();
+  ASSERT_EQ(log->order.size(), named.size());
+  ASSERT_NE(log->order, reverse_registration) << "the model must make arrival differ";
+  ASSERT_TRUE(ddp->reducer().rebuilt());
+  // Every rank arrives in the same order here, so rank 0's order (the one broadcast) is ours.
+  EXPECT_EQ(layout_of(*ddp), reference_layout(named, log->order, first_bytes, bytes));
+
+  // And the next pass arrives in bucket order: each bucket fills in turn.
+  log->clear();
+  model->zero_grad();
+  mse_loss((*ddp)(x), y).backward();
+  std::vector<size_t> bucket_order;
+  for (const auto& bucket : ddp->reducer().bucket_parameters())
+    bucket_order.insert(bucket_order.end(), bucket.begin(), bucket.end());
+  EXPECT_EQ(log->order, bucket_order);
+}
 }  // namespace
 }  // namespace ember::dist
