@@ -200,5 +200,66 @@ TEST(DdpBuckets, RebuiltBucketsFollowTheGradientsArrivalOrder) {
     bucket_order.insert(bucket_order.end(), bucket.begin(), bucket.end());
   EXPECT_EQ(log->order, bucket_order);
 }
+
+// How many buckets, from the first, hold only parameters among `arrived`: those that the
+// reducer can have launched (in order) once these gradients are in.
+int launchable_prefix(const std::vector<std::vector<size_t>>& buckets,
+                      const std::vector<size_t>& arrived) {
+  int prefix = 0;
+  for (const auto& bucket : buckets) {
+    for (size_t index : bucket) {
+      if (std::find(arrived.begin(), arrived.end(), index) == arrived.end()) return prefix;
+    }
+    ++prefix;
+  }
+  return prefix;
+}
+
+// Each bucket leaves as soon as it and the buckets before it are full, while backward is still
+// producing the earlier layers' gradients: when the last gradient arrives (the first layer's),
+// every bucket that does not wait for it has already been launched. A reducer that launched
+// everything at the end of backward, or in the last gradient's hook, fails here.
+TEST(DdpBuckets, BucketsLaunchBeforeTheLastGradientArrives) {
+  auto group = world();
+  auto model = nn::make<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      nn::make<nn::Linear>(8, 64), nn::make<nn::Tanh>(), nn::make<nn::Linear>(64, 12),
+      nn::make<nn::Tanh>(), nn::make<nn::Linear>(12, 3)});
+  auto log = log_arrivals(*model);
+  auto ddp = nn::make<DistributedDataParallel>(model, group, small_buckets());
+  log->reducer = &ddp->reducer();
+  const size_t parameter_count = model->parameters().size();
+  for (int step = 0; step < 2; ++step) {  // the second pass uses the rebuilt buckets
+    const auto buckets = ddp->reducer().bucket_parameters();  // this pass's (a rebuild follows)
+    ASSERT_GE(buckets.size(), 4u);
+    log->clear();
+    Generator generator(20 + step);
+    Tensor x = randn({4, 8}, {}, &generator);
+    Tensor y = randn({4, 3}, {}, &generator);
+    mse_loss((*ddp)(x), y).backward();
+    ASSERT_EQ(log->order.size(), parameter_count);
+    std::vector<size_t> arrived;
+    for (size_t k = 0; k < log->order.size(); ++k) {
+      EXPECT_EQ(log->launched_before[k], launchable_prefix(buckets, arrived))
+          << "step " << step << ": buckets launched before gradient " << k << " (parameter "
+          << log->order[k] << ") arrived";
+      arrived.push_back(log->order[k]);
+    }
+    // The last gradient to arrive is the first layer's (parameter 0 or 1): only the buckets from
+    // the first one holding a first-layer parameter on may still wait.
+    const size_t last = log->order.back();
+    EXPECT_LE(last, 1u) << "step " << step;
+    size_t first_layer_bucket = buckets.size();
+    for (size_t b = 0; b < buckets.size() && first_layer_bucket == buckets.size(); ++b) {
+      for (size_t index : buckets[b]) {
+        if (index <= 1) first_layer_bucket = b;
+      }
+    }
+    EXPECT_GE(log->launched_before.back(), static_cast<int>(first_layer_bucket))
+        << "step " << step << ": buckets without a first-layer parameter must have left";
+    EXPECT_GE(log->launched_before.back(), static_cast<int>(buckets.size()) - 2) << "step " << step;
+    model->zero_grad();
+  }
+}
+
 }  // namespace
 }  // namespace ember::dist

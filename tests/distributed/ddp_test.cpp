@@ -101,7 +101,8 @@ TEST(Ddp, BucketsLaunchInOrderBeforeBackwardEnds) {
     ASSERT_EQ(launched.size(), buckets);
     for (size_t k = 0; k < launched.size(); ++k)
       EXPECT_EQ(launched[k], static_cast<int>(k));
-    // Every bucket but the one holding the first layer leaves while backward still runs.
+    // Every bucket is launched by the time backward's final callback runs (that they leave
+    // while backward still runs: DdpBuckets.BucketsLaunchBeforeTheLastGradientArrives).
     ASSERT_LT(backward_end, timeline.size());
     EXPECT_EQ(timeline[0].kind, ReducerEvent::Kind::bucket_launched);
     int launched_before_end = 0;
