@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <sstream>
 
 #include "distributed/ddp.h"
 #include "distributed/world.h"
@@ -132,6 +133,56 @@ TEST(Ddp, RebuiltBucketsAreTheSameOnEveryRank) {
   group->allgather(everyone, mine)->wait();
   for (int r = 0; r < group->size(); ++r) {
     EXPECT_TRUE(same(everyone.select(0, r), mine)) << "rank " << r << "'s buckets differ";
+  }
+}
+
+// Linear -> BatchNorm1d -> Linear: running_mean, running_var and num_batches_tracked are
+// buffers, which training forwards update from each rank's own rows.
+std::shared_ptr<nn::Sequential> make_batch_norm_mlp() {
+  return nn::make<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      nn::make<nn::Linear>(8, 16), nn::make<nn::BatchNorm1d>(16), nn::make<nn::Tanh>(),
+      nn::make<nn::Linear>(16, 3)});
+}
+
+// Rank `rank`'s own buffer values (positive, integral: valid as variances and as counts).
+void fill_buffers_for_rank(nn::Module& model, int rank) {
+  for (Tensor& buffer : model.buffers())
+    buffer.fill_(Scalar(3 + 2 * rank));
+}
+
+void expect_same_buffers(const nn::Module& model, const nn::Module& reference,
+                         const std::string& when) {
+  const auto mine = model.named_buffers();
+  const auto theirs = reference.named_buffers();
+  ASSERT_EQ(mine.size(), theirs.size());
+  for (size_t i = 0; i < mine.size(); ++i)
+    EXPECT_TRUE(same(mine[i].second, theirs[i].second)) << mine[i].first << " " << when;
+}
+
+TEST(Ddp, BuffersAreRankZerosAfterConstructionAndAtEachTrainingForward) {
+  auto group = world();
+  auto model = make_batch_norm_mlp();
+  ASSERT_EQ(model->buffers().size(), 3u);
+  fill_buffers_for_rank(*model, group->rank());
+  auto ddp = nn::make<DistributedDataParallel>(model, group);
+  // Rank 0's model as every rank knows it: the broadcast parameters, rank 0's buffers.
+  auto rank_zeros = std::dynamic_pointer_cast<nn::Sequential>(model->clone());
+  fill_buffers_for_rank(*rank_zeros, 0);
+  expect_same_buffers(*model, *rank_zeros, "after construction");
+
+  // The buffers drift apart (as they would without the broadcast); the next training forward
+  // starts from rank 0's again, then updates them from this rank's rows only.
+  for (int step = 0; step < 2; ++step) {
+    fill_buffers_for_rank(*model, group->rank());
+    fill_buffers_for_rank(*rank_zeros, 0);
+    auto [x, y] = global_batch(group->size(), step);
+    const Tensor rows = rows_of_rank(x, group->rank());
+    mse_loss((*ddp)(rows), rows_of_rank(y, group->rank())).backward();
+    (*rank_zeros)(rows);
+    std::ostringstream when;
+    when << "after training forward " << step;
+    expect_same_buffers(*model, *rank_zeros, when.str());
+    model->zero_grad();
   }
 }
 
