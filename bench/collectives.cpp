@@ -1,13 +1,20 @@
 // Collective benchmarks in the manner of nccl-tests, for ember's process groups next to the raw
 // MPI call on the same buffers, in one run:
 //
-//   mpirun -np 4 build/bin/ember_collectives [--max-bytes 268435456] [--iterations 20]
+//   mpirun -np 4 build/bin/ember_collectives [--max-bytes 67108864] [--factor 4] [--iterations 20]
+//   mpirun -np 4 build/bin/ember_collectives --max-bytes 268435456 --factor 2   # nccl-tests' sweep
 //
-// For each collective and message size (8 B ... 256 MiB, x4): the median time over the
-// iterations (after warm-up), algbw = bytes / time and busbw = algbw x the collective's factor
-// (allreduce 2(n-1)/n, allgather and reduce_scatter (n-1)/n, broadcast 1), as nccl-tests
-// defines them; and ember's busbw as a fraction of the raw MPI call's. Rank 0 prints a
-// Markdown table. With NCCL built and a GPU present, ember's NCCL group is timed too.
+// Message sizes: 8 B, then the powers of two from 16 B to --max-bytes (default 64 MiB, a run of
+// seconds) that are 1 MiB times a power of --factor (default 4: 16 B, 64 B, ..., 1 MiB, 4 MiB,
+// ...). Anchored at 1 MiB so that every factor has the 1 MiB row (DDP's first bucket); with
+// --max-bytes 268435456, factors 2, 4 and 16 end at 256 MiB (and with --factor 2 the sizes are
+// nccl-tests' -b 8 -e 256M -f 2).
+//
+// For each collective and message size: the median time over the iterations (after warm-up),
+// algbw = bytes / time and busbw = algbw x the collective's factor (allreduce 2(n-1)/n,
+// allgather and reduce_scatter (n-1)/n, broadcast 1), as nccl-tests defines them; and ember's
+// busbw as a fraction of the raw MPI call's. Rank 0 prints a Markdown table. With NCCL built
+// and a GPU present, ember's NCCL group is timed too.
 #include <mpi.h>
 
 #include <algorithm>
@@ -73,6 +80,33 @@ std::pair<double, double> time_side_by_side(MPI_Comm comm, int iterations,
   return {median(a_times), median(b_times)};
 }
 
+bool is_power_of_two(double value) {
+  const auto integer = static_cast<int64_t>(value);
+  return integer == value && integer > 0 && (integer & (integer - 1)) == 0;
+}
+
+// The messages' f32 element counts: 8 B, then every 1 MiB x factor^k (k of either sign) in
+// [16 B, max_bytes], ascending. A count is at least `ranks` and a multiple of it (every rank's
+// chunk the same); a size that rounds to the one before it is left out (8 B and 16 B on 4 ranks).
+std::vector<int64_t> message_counts(int64_t max_bytes, int64_t factor, int ranks) {
+  constexpr int64_t kAnchor = 1 << 20;
+  int64_t smallest = kAnchor;
+  while (smallest / factor >= 16)
+    smallest /= factor;
+  std::vector<int64_t> bytes{8};
+  for (int64_t size = smallest; size <= max_bytes; size *= factor) {
+    bytes.push_back(size);
+    if (size > max_bytes / factor) break;  // the next would pass max_bytes (or overflow)
+  }
+  std::vector<int64_t> counts;
+  for (int64_t size : bytes) {
+    const int64_t count = std::max<int64_t>(size / 4, ranks);
+    if (counts.empty() || counts.back() != count - count % ranks)
+      counts.push_back(count - count % ranks);
+  }
+  return counts;
+}
+
 struct Collective {
   const char* name;
   double bus_factor;  // busbw / algbw
@@ -86,22 +120,29 @@ struct Collective {
 }  // namespace
 
 int main(int argc, char** argv) {
-  double max_bytes_flag = 256 << 20, iterations_flag = 20;
-  const bench::FlagParse parse = bench::parse_number_flags(
-      argc, argv, {{"--max-bytes", &max_bytes_flag, 8}, {"--iterations", &iterations_flag, 1}});
+  double max_bytes_flag = 64 << 20, factor_flag = 4, iterations_flag = 20;
+  bench::FlagParse parse = bench::parse_number_flags(argc, argv,
+                                                     {{"--max-bytes", &max_bytes_flag, 8},
+                                                      {"--factor", &factor_flag, 2},
+                                                      {"--iterations", &iterations_flag, 1}});
+  if (parse.ok && !is_power_of_two(factor_flag)) {
+    parse = {false, false, "--factor must be a power of two (2, 4, 8, ...)"};
+  }
   auto world = dist::init();
   if (!parse.ok) {
     if (world->rank() == 0)
       std::fprintf(stderr,
-                   "%s%susage: mpirun -np N %s [--max-bytes B >= 8] [--iterations K >= 1]\n",
+                   "%s%susage: mpirun -np N %s [--max-bytes B >= 8] [--factor 2|4|8|...] "
+                   "[--iterations K >= 1]\n",
                    parse.message.c_str(), parse.message.empty() ? "" : "\n", argv[0]);
     world.reset();
     dist::finalize();
     return parse.help ? 0 : 2;
   }
-  const auto max_bytes = static_cast<int64_t>(max_bytes_flag);
   const auto iterations = static_cast<int>(iterations_flag);
   const int ranks = world->size();
+  const std::vector<int64_t> counts = message_counts(static_cast<int64_t>(max_bytes_flag),
+                                                     static_cast<int64_t>(factor_flag), ranks);
   const double n = ranks;
   // The raw calls use their own duplicate of MPI_COMM_WORLD. They are made on this thread only
   // while ember's communication thread is idle (every ember call below is waited for first), so
@@ -156,16 +197,15 @@ int main(int argc, char** argv) {
         "| raw MPI busbw (GB/s) | ember / raw |\n|---|---:|---:|---:|---:|---:|---:|\n");
   }
   for (const Collective& collective : collectives) {
-    for (int64_t bytes = 8; bytes <= max_bytes; bytes *= 4) {
-      const int64_t count = std::max<int64_t>(bytes / 4, ranks);
-      const auto [in_count, out_count] = collective.buffer_sizes(count - count % ranks, ranks);
+    for (int64_t count : counts) {
+      const auto [in_count, out_count] = collective.buffer_sizes(count, ranks);
       Tensor in = ones({in_count});
       Tensor out = zeros({out_count});
-      const int iters = bytes >= (64 << 20) ? std::max(5, iterations / 4) : iterations;
+      const int iters = count * 4 >= (64 << 20) ? std::max(5, iterations / 4) : iterations;
       const auto [ember_seconds, raw_seconds] = time_side_by_side(
           raw, iters, [&] { collective.ember_call(*world, in, out); },
           [&] { collective.raw_call(raw, in, out); });
-      const double message = static_cast<double>((count - count % ranks) * 4);
+      const double message = static_cast<double>(count * 4);
       const double ember_busbw = message / ember_seconds * collective.bus_factor / 1e9;
       const double raw_busbw = message / raw_seconds * collective.bus_factor / 1e9;
       // The busbw ratio, as the ratio of times: it holds at 1 rank too, where busbw is 0.
@@ -187,14 +227,13 @@ int main(int argc, char** argv) {
           ranks);
     }
     for (const Collective& collective : collectives) {
-      for (int64_t bytes = 8; bytes <= max_bytes; bytes *= 4) {
-        const int64_t count = std::max<int64_t>(bytes / 4, ranks);
-        const auto [in_count, out_count] = collective.buffer_sizes(count - count % ranks, ranks);
+      for (int64_t count : counts) {
+        const auto [in_count, out_count] = collective.buffer_sizes(count, ranks);
         Tensor in = ones({in_count}, TensorOptions(DType::f32, Device::cuda(device)));
         Tensor out = zeros({out_count}, TensorOptions(DType::f32, Device::cuda(device)));
         const double seconds =
             time_collective(raw, iterations, [&] { collective.ember_call(*nccl, in, out); });
-        const double message = static_cast<double>((count - count % ranks) * 4);
+        const double message = static_cast<double>(count * 4);
         if (world->rank() == 0) {
           std::printf("| %s | %lld | %.1f | %.3f | %.3f |\n", collective.name,
                       static_cast<long long>(message), seconds * 1e6, message / seconds / 1e9,

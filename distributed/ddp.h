@@ -56,6 +56,7 @@ class DistributedDataParallel : public nn::Module {
 
   // Inside the scope, backward passes accumulate gradients locally; the first backward after
   // it averages the accumulated sum (gradient accumulation without a collective per micro-batch).
+  // What counts is where backward runs, not forward (PyTorch: forward; see reducer.h).
   class NoSync {
    public:
     explicit NoSync(Reducer& reducer) : reducer_(reducer), previous_(reducer.sync()) {

@@ -1,8 +1,10 @@
 // The DDP reducer: averages gradients across ranks while backward is still running.
 //
 //   parameters (registration order 0..P-1)
-//     -> buckets, in reverse order (the last layers' gradients are ready first):
-//        bucket 0 holds up to first_bucket_bytes (1 MiB), the others up to bucket_bytes (25 MiB)
+//     -> buckets, in reverse order (the last layers' gradients are ready first): bucket 0
+//        closes once it holds first_bucket_bytes (1 MiB), the others once they hold
+//        bucket_bytes (25 MiB), the parameter that crosses the capacity included; a change of
+//        dtype or device also starts a new bucket
 //   backward: each parameter's post-accumulate hook copies its gradient, divided by the world
 //     size, into its slot of the bucket's flat buffer; a bucket whose last slot is filled is
 //     allreduced (sum) asynchronously, buckets launched strictly in order (MPI and NCCL need
@@ -12,8 +14,29 @@
 //     of the buckets)
 //
 // After the first iteration the buckets are rebuilt once, in the order the gradients actually
-// arrived (rank 0's order, broadcast, so every rank agrees): the first bucket fills and leaves
-// as early as possible. This is PyTorch's reducer (torch/csrc/distributed/c10d/reducer.cpp).
+// arrived (rank 0's order, broadcast, so every rank agrees; parameters that got no gradient
+// go last): the first bucket fills and leaves as early as possible.
+//
+// This follows PyTorch's reducer (torch/csrc/distributed/c10d/reducer.cpp), except:
+//   - First iteration: ember buckets by the capacities above from the start, the order
+//     reversed first (its 1 MiB bucket holds the last parameters and leaves first). PyTorch,
+//     with find_unused_parameters off, puts every parameter in one bucket (per dtype and
+//     device) for the first iteration: one allreduce once every gradient is in; it buckets by
+//     capacity only when it rebuilds. With it on, PyTorch fills buckets in registration order
+//     and then reverses the list of buckets: its 1 MiB bucket holds the first parameters and
+//     leaves last.
+//   - find_unused_parameters on: ember still rebuilds after the first iteration; PyTorch never
+//     rebuilds then (unless static_graph) and keeps its initial buckets.
+//   - Mixed dtypes or devices: ember closes a bucket when the dtype or device changes; PyTorch
+//     keeps one bucket filling per (dtype, device) as it goes through the parameters.
+//   - Unused parameters: PyTorch finds them when forward ends (walking the graph from the
+//     outputs) and marks them ready at the first gradient hook, so their buckets can leave
+//     during backward. ember finds them only when backward ends (the final callback): a
+//     bucket holding an unused parameter, and every bucket after it (launches are in order),
+//     is launched after backward.
+//   - no_sync: ember reads it in each gradient hook, i.e. where backward runs; PyTorch reads it
+//     in forward. A forward inside no_sync whose backward runs outside it is synchronised here
+//     and not in PyTorch (and the other way round).
 #pragma once
 
 #include <chrono>

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <sstream>
 
 #include "distributed/ddp.h"
 #include "distributed/world.h"
@@ -101,7 +102,8 @@ TEST(Ddp, BucketsLaunchInOrderBeforeBackwardEnds) {
     ASSERT_EQ(launched.size(), buckets);
     for (size_t k = 0; k < launched.size(); ++k)
       EXPECT_EQ(launched[k], static_cast<int>(k));
-    // Every bucket but the one holding the first layer leaves while backward still runs.
+    // Every bucket is launched by the time backward's final callback runs (that they leave
+    // while backward still runs: DdpBuckets.BucketsLaunchBeforeTheLastGradientArrives).
     ASSERT_LT(backward_end, timeline.size());
     EXPECT_EQ(timeline[0].kind, ReducerEvent::Kind::bucket_launched);
     int launched_before_end = 0;
@@ -131,6 +133,56 @@ TEST(Ddp, RebuiltBucketsAreTheSameOnEveryRank) {
   group->allgather(everyone, mine)->wait();
   for (int r = 0; r < group->size(); ++r) {
     EXPECT_TRUE(same(everyone.select(0, r), mine)) << "rank " << r << "'s buckets differ";
+  }
+}
+
+// Linear -> BatchNorm1d -> Linear: running_mean, running_var and num_batches_tracked are
+// buffers, which training forwards update from each rank's own rows.
+std::shared_ptr<nn::Sequential> make_batch_norm_mlp() {
+  return nn::make<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      nn::make<nn::Linear>(8, 16), nn::make<nn::BatchNorm1d>(16), nn::make<nn::Tanh>(),
+      nn::make<nn::Linear>(16, 3)});
+}
+
+// Rank `rank`'s own buffer values (positive, integral: valid as variances and as counts).
+void fill_buffers_for_rank(nn::Module& model, int rank) {
+  for (Tensor& buffer : model.buffers())
+    buffer.fill_(Scalar(3 + 2 * rank));
+}
+
+void expect_same_buffers(const nn::Module& model, const nn::Module& reference,
+                         const std::string& when) {
+  const auto mine = model.named_buffers();
+  const auto theirs = reference.named_buffers();
+  ASSERT_EQ(mine.size(), theirs.size());
+  for (size_t i = 0; i < mine.size(); ++i)
+    EXPECT_TRUE(same(mine[i].second, theirs[i].second)) << mine[i].first << " " << when;
+}
+
+TEST(Ddp, BuffersAreRankZerosAfterConstructionAndAtEachTrainingForward) {
+  auto group = world();
+  auto model = make_batch_norm_mlp();
+  ASSERT_EQ(model->buffers().size(), 3u);
+  fill_buffers_for_rank(*model, group->rank());
+  auto ddp = nn::make<DistributedDataParallel>(model, group);
+  // Rank 0's model as every rank knows it: the broadcast parameters, rank 0's buffers.
+  auto rank_zeros = std::dynamic_pointer_cast<nn::Sequential>(model->clone());
+  fill_buffers_for_rank(*rank_zeros, 0);
+  expect_same_buffers(*model, *rank_zeros, "after construction");
+
+  // The buffers drift apart (as they would without the broadcast); the next training forward
+  // starts from rank 0's again, then updates them from this rank's rows only.
+  for (int step = 0; step < 2; ++step) {
+    fill_buffers_for_rank(*model, group->rank());
+    fill_buffers_for_rank(*rank_zeros, 0);
+    auto [x, y] = global_batch(group->size(), step);
+    const Tensor rows = rows_of_rank(x, group->rank());
+    mse_loss((*ddp)(rows), rows_of_rank(y, group->rank())).backward();
+    (*rank_zeros)(rows);
+    std::ostringstream when;
+    when << "after training forward " << step;
+    expect_same_buffers(*model, *rank_zeros, when.str());
+    model->zero_grad();
   }
 }
 
@@ -308,6 +360,35 @@ TEST(Ddp, Bf16CompressionStaysCloseToTheExactAverage) {
     const double scale = max(abs(exact)).item<double>();
     expect_close(mine[i].second.grad(), exact, 2e-2 * scale + 1e-6, mine[i].first);
   }
+}
+
+// The buckets travel as f16: every average is an f16 value (the wire's, widened), some need
+// f16's mantissa (more than bf16's 8 bits), and all are within f16's rounding of the exact
+// average (about 2^-11 of each contribution, a few roundings deep: 4e-4 of the largest seen).
+TEST(Ddp, F16CompressionTravelsAsF16AndStaysCloseToTheExactAverage) {
+  auto group = world();
+  auto model = make_mlp();
+  DdpOptions options = small_buckets();
+  options.compression = DType::f16;
+  auto ddp = nn::make<DistributedDataParallel>(model, group, options);
+  auto reference = make_mlp();
+  reference->load_state_dict(model->state_dict());
+  auto [x, y] = global_batch(group->size(), 0);
+  mse_loss((*ddp)(rows_of_rank(x, group->rank())), rows_of_rank(y, group->rank())).backward();
+  mse_loss((*reference)(x), y).backward();
+  const auto mine = model->named_parameters();
+  const auto theirs = reference->named_parameters();
+  bool needs_more_than_bf16 = false;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const Tensor grad = mine[i].second.grad();
+    const Tensor exact = theirs[i].second.grad();
+    const double scale = max(abs(exact)).item<double>();
+    expect_close(grad, exact, 2e-3 * scale + 1e-6, mine[i].first);
+    EXPECT_TRUE(same(grad, grad.to(DType::f16).to(grad.dtype())))
+        << mine[i].first << ": not every value is an f16 value";
+    needs_more_than_bf16 |= !same(grad, grad.to(DType::bf16).to(grad.dtype()));
+  }
+  EXPECT_TRUE(needs_more_than_bf16) << "every average fits bf16: was the wire f16?";
 }
 
 TEST(Ddp, BadOptionsSayWhatWasExpected) {

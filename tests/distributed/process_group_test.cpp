@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "distributed/mpi/mpi_worker.h"
@@ -113,7 +114,7 @@ TEST_P(Collectives, ReduceScatterGivesRankRTheReductionOfChunkR) {
   const DType dtype = GetParam();
   auto group = world();
   const int64_t n = 9;
-  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
     if (op == ReduceOp::avg && !is_floating(dtype)) continue;
     Tensor input = filled(dtype, group->rank(), n * group->size());
     Tensor output = full({n}, 99, dtype);
@@ -124,6 +125,24 @@ TEST_P(Collectives, ReduceScatterGivesRankRTheReductionOfChunkR) {
       EXPECT_NEAR(got[static_cast<size_t>(i)], want, tolerance(dtype) * (1 + std::abs(want)))
           << reduce_op_name(op) << " i=" << i;
     }
+  }
+}
+
+// Every rank sends to the next and receives from the previous: lengths from one element to
+// past MPI's eager limit, the received values exactly the sender's.
+TEST_P(Collectives, SendAndReceiveAroundARingDeliverTheSendersValues) {
+  const DType dtype = GetParam();
+  auto group = world();
+  if (group->size() < 2) GTEST_SKIP() << "needs 2 ranks (run under mpirun -np 2)";
+  const int next = (group->rank() + 1) % group->size();
+  const int previous = (group->rank() + group->size() - 1) % group->size();
+  for (int64_t n : {1, 1003, 100003}) {
+    Tensor incoming = full({n}, 99, dtype);  // poisoned
+    auto received = group->recv(incoming, previous, 3);
+    auto sent = group->send(filled(dtype, group->rank(), n), next, 3);
+    sent->wait();
+    received->wait();
+    EXPECT_EQ(as_doubles(incoming), as_doubles(filled(dtype, previous, n))) << "n=" << n;
   }
 }
 
@@ -329,6 +348,25 @@ TEST(ProcessGroup, BarrierCompletes) {
   auto work = group->barrier();
   work->wait();
   EXPECT_TRUE(work->is_completed());
+}
+
+// Rank 1 reaches the barrier 300 ms late: no rank may leave it before then. The margin (100 ms)
+// covers how far apart the ranks leave the starting allreduce on a loaded machine; a barrier
+// that does not wait returns within a few milliseconds.
+TEST(ProcessGroup, BarrierWaitsForTheLastRankToArrive) {
+  auto group = world();
+  if (group->size() < 2) GTEST_SKIP() << "needs 2 ranks (run under mpirun -np 2)";
+  constexpr auto kLate = std::chrono::milliseconds(300);
+  // The starting line: an allreduce, not the barrier under test.
+  group->allreduce(zeros({1}))->wait();
+  const auto start = std::chrono::steady_clock::now();
+  if (group->rank() == 1) std::this_thread::sleep_for(kLate);
+  group->barrier()->wait();
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  EXPECT_GE(waited.count(), (kLate - std::chrono::milliseconds(100)).count())
+      << "rank " << group->rank() << " left the barrier after " << waited.count()
+      << " ms, before rank 1 (" << kLate.count() << " ms late) arrived";
 }
 
 }  // namespace
