@@ -1,10 +1,14 @@
 #include "engines/loggers.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <ostream>
 #include <sstream>
@@ -46,6 +50,31 @@ std::ofstream open_or_fail(const std::string& path, std::ios::openmode mode) {
   EMBER_CHECK(file.good(), "logger: cannot write '", path,
               "' (is the logdir writable and on a disk with space?)");
   return file;
+}
+
+// A new event file's name, created empty: events.out.tfevents.<seconds, 10 digits>.<host>.<pid>.
+// <counter>, as TensorBoard's own writers name theirs. The seconds alone would repeat when a run
+// is resumed within the second it stopped (or two loggers start together), and the earlier file
+// would be lost; O_EXCL claims the name atomically, so an existing file (another process that
+// had this pid, on a shared logdir) is never reused: the counter moves on instead.
+std::string claim_event_file(const std::string& directory, double now) {
+  static std::atomic<int64_t> counter{0};
+  char host[256] = "localhost";
+  ::gethostname(host, sizeof(host) - 1);
+  for (;;) {
+    char name[512];
+    std::snprintf(name, sizeof(name), "/events.out.tfevents.%010lld.%s.%lld.%lld",
+                  static_cast<long long>(now), host, static_cast<long long>(::getpid()),
+                  static_cast<long long>(counter++));
+    const std::string path = directory + name;
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      return path;
+    }
+    EMBER_CHECK(errno == EEXIST, "TensorboardLogger: cannot create '", path,
+                "': ", std::strerror(errno), " (is the logdir writable?)");
+  }
 }
 
 }  // namespace
@@ -151,12 +180,9 @@ void TensorboardLogger::start(const IRunner&) {
   if (file_.is_open()) return;
   const std::string directory = logdir_ + "/tensorboard";
   std::filesystem::create_directories(directory);
-  char host[256] = "localhost";
-  ::gethostname(host, sizeof(host) - 1);
   const double now = wall_time();
-  path_ =
-      directory + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) + "." + host;
-  file_ = open_or_fail(path_, std::ios::binary | std::ios::trunc);
+  path_ = claim_event_file(directory, now);
+  file_ = open_or_fail(path_, std::ios::binary | std::ios::app);
   file_ << tensorboard::frame_record(tensorboard::file_version_event(now)) << std::flush;
 }
 

@@ -47,8 +47,10 @@ class JsonlLogger : public ILogger {
   std::string path_;
 };
 
-// logdir/tensorboard/events.out.tfevents.<seconds>.<host>: scalars "<loader>/<metric>" at step
-// = epoch (`tensorboard --logdir LOGDIR/tensorboard`).
+// logdir/tensorboard/events.out.tfevents.<seconds>.<host>.<pid>.<counter>: scalars
+// "<loader>/<metric>" at step = epoch (`tensorboard --logdir LOGDIR/tensorboard`). Each run
+// (a resumed one too) writes a new file and never touches an earlier one: TensorBoard reads every
+// file of the directory.
 class TensorboardLogger : public ILogger {
  public:
   explicit TensorboardLogger(std::string logdir);
