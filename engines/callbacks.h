@@ -97,18 +97,22 @@ struct CheckpointOptions {
   std::string loader_key = "valid";
   std::string metric_key = "loss";
   bool minimize = true;
-  // best.ckpt always holds the best epoch; with topk > 1 the topk best epochs are also kept as
-  // epoch-NNNN.ckpt. last.ckpt holds the latest epoch.
+  // best.ckpt always holds the best epoch (of the running stage); with topk > 1 the topk best
+  // epochs are also kept as epoch-NNNN.ckpt (<stage>.epoch-NNNN.ckpt with several stages).
+  // last.ckpt holds the latest epoch.
   int64_t topk = 1;
-  // A checkpoint to continue from (its epoch, components, RNG and best list), or a logdir (its
-  // last.ckpt).
+  // A checkpoint to continue from (its stage and epoch, components, RNG and best list), or a
+  // logdir (its last.ckpt). The stages before the checkpoint's are skipped, the checkpoint's
+  // continues after its epoch (or ends, when it had stopped early) and the later ones run.
   std::string resume = {};
   // Recorded in every checkpoint; a resume whose values differ is refused (same flags needed).
   Metadata run_identity = {};
   std::ostream* out = nullptr;  // "resuming from ..." (master only)
 };
 
-// Saves after each epoch (master only) and resumes at stage start.
+// Saves after each epoch (master only) and resumes at stage start. Besides the components, a
+// checkpoint records "checkpoint.stage" (and its index), "checkpoint.epoch" (in the stage),
+// "checkpoint.global_epoch", "checkpoint.need_early_stop" and the best list.
 class CheckpointCallback : public ICallback {
  public:
   explicit CheckpointCallback(CheckpointOptions options);
@@ -122,7 +126,7 @@ class CheckpointCallback : public ICallback {
 
  private:
   bool better(double a, double b) const { return options_.minimize ? a < b : a > b; }
-  std::string topk_file(int64_t epoch) const;
+  std::string topk_file(const IRunner& runner, int64_t epoch) const;
 
   CheckpointOptions options_;
   std::vector<std::pair<int64_t, double>> best_;  // (epoch, value), best first; at most topk

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -38,6 +39,22 @@ std::vector<std::pair<std::string, double>> flat(const LoaderMetrics& metrics) {
       columns.emplace_back(loader + "_" + key, value);
   }
   return columns;
+}
+
+// The names of the columns a row starts with: the epoch, and the stage with several.
+std::vector<std::string> leading_columns(const IRunner& runner) {
+  if (runner.num_stages > 1) return {"epoch", "stage", "stage_epoch"};
+  return {"epoch"};
+}
+
+// `text` as a JSON string, quotes included.
+std::string json_string(const std::string& text) {
+  std::string quoted = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
 }
 
 void make_parent(const std::string& path) {
@@ -92,6 +109,7 @@ void keep_first_lines(const std::string& path, int64_t lines) {
 
 void ConsoleLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& runner) {
   std::ostringstream line;
+  if (runner.num_stages > 1) line << "stage " << runner.stage << " ";
   line << "epoch " << runner.epoch << "/" << runner.stage_len;
   bool first = true;
   for (const auto& [loader, values] : metrics) {
@@ -113,17 +131,19 @@ CSVLogger::CSVLogger(std::string logdir, std::string file_name) : path_(logdir +
 void CSVLogger::start(const IRunner& runner) {
   make_parent(path_);
   columns_.clear();
-  if (runner.epoch > 0 && std::filesystem::exists(path_)) {
-    // Resumed: the header names the columns; keep the epochs the checkpoint covers.
+  if (runner.global_epoch > 0 && std::filesystem::exists(path_)) {
+    // Resumed, or a later stage: the header names the columns; keep the epochs done.
     std::ifstream file(path_);
     std::string header;
     std::getline(file, header);
     std::istringstream names(header);
+    const std::vector<std::string> leading = leading_columns(runner);
     std::string name;
     while (std::getline(names, name, ','))
-      if (name != "epoch") columns_.push_back(name);
+      if (std::find(leading.begin(), leading.end(), name) == leading.end())
+        columns_.push_back(name);
     file.close();
-    keep_first_lines(path_, runner.epoch + 1);
+    keep_first_lines(path_, runner.global_epoch + 1);
   } else {
     open_or_fail(path_, std::ios::trunc);
   }
@@ -133,14 +153,17 @@ void CSVLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& runner) {
   const auto values = flat(metrics);
   std::ofstream file = open_or_fail(path_, std::ios::app);
   if (columns_.empty()) {
-    file << "epoch";
+    const std::vector<std::string> leading = leading_columns(runner);
+    for (size_t i = 0; i < leading.size(); ++i)
+      file << (i > 0 ? "," : "") << leading[i];
     for (const auto& [name, value] : values) {
       columns_.push_back(name);
       file << "," << name;
     }
     file << "\n";
   }
-  file << runner.epoch;
+  file << runner.global_epoch;
+  if (runner.num_stages > 1) file << "," << runner.stage << "," << runner.epoch;
   for (const std::string& column : columns_) {
     file << ",";
     for (const auto& [name, value] : values)
@@ -156,15 +179,18 @@ JsonlLogger::JsonlLogger(std::string logdir, std::string file_name)
 
 void JsonlLogger::start(const IRunner& runner) {
   make_parent(path_);
-  if (runner.epoch > 0 && std::filesystem::exists(path_))
-    keep_first_lines(path_, runner.epoch);
+  if (runner.global_epoch > 0 && std::filesystem::exists(path_))
+    keep_first_lines(path_, runner.global_epoch);
   else
     open_or_fail(path_, std::ios::trunc);
 }
 
 void JsonlLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& runner) {
   std::ofstream file = open_or_fail(path_, std::ios::app);
-  file << "{\"epoch\": " << runner.epoch;
+  file << "{\"epoch\": " << runner.global_epoch;
+  if (runner.num_stages > 1) {
+    file << ", \"stage\": " << json_string(runner.stage) << ", \"stage_epoch\": " << runner.epoch;
+  }
   for (const auto& [name, value] : flat(metrics)) {
     // JSON has no Inf or NaN: written as null.
     file << ", \"" << name << "\": " << (std::isfinite(value) ? exact(value) : "null");
@@ -192,7 +218,8 @@ void TensorboardLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& r
     for (const auto& [key, value] : values)
       scalars.emplace_back(loader + "/" + key, static_cast<float>(value));
   }
-  file_ << tensorboard::frame_record(tensorboard::scalars_event(wall_time(), runner.epoch, scalars))
+  file_ << tensorboard::frame_record(
+               tensorboard::scalars_event(wall_time(), runner.global_epoch, scalars))
         << std::flush;
 }
 
