@@ -2,6 +2,10 @@
 // rules, checkpoints' top-k and early stopping, and the errors a user meets.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <set>
+#include <sstream>
+
 #include "engines/callbacks.h"
 #include "engines/device_engines.h"
 #include "engines/factory.h"
@@ -385,6 +389,66 @@ TEST(Runner, AccuracyTopKAndCheckpointTopKAndEarlyStopping) {
   const Checkpoint best = load_checkpoint(logdir + "/best.ckpt");
   EXPECT_EQ(best.meta("checkpoint.epoch"), std::to_string(checkpoint->best_epoch()));
   std::filesystem::remove_all(logdir);
+}
+
+// The valid loader's "score" of epoch e is per_epoch[e - 1]: a metric that improves and worsens.
+class ScriptedScore : public ICallback {
+ public:
+  explicit ScriptedScore(std::vector<double> per_epoch)
+      : ICallback(CallbackOrder::metric), per_epoch_(std::move(per_epoch)) {}
+  void on_batch_end(IRunner& runner) override {
+    if (runner.loader_key == "valid")
+      runner.batch_metrics["score"] =
+          scalar_tensor(per_epoch_.at(static_cast<size_t>(runner.epoch - 1)), DType::f64);
+  }
+
+ private:
+  std::vector<double> per_epoch_;
+};
+
+// Seven epochs, top 3: each epoch's file is written, and dropped once three better ones exist.
+// What remains is the 3 best epochs' files (plus best and last), and the best list in the last
+// checkpoint ranks them by the metric, in the direction `minimize` says.
+TEST(Runner, CheckpointTopKKeepsTheBestEpochsFiles) {
+  const std::vector<double> scores = {0.5, 0.9, 0.3, 0.7, 0.8, 0.1, 0.6};
+  for (const bool minimize : {false, true}) {
+    SCOPED_TRACE(minimize);
+    const std::string logdir = fresh_dir("topk_eviction");
+    auto checkpoint = std::make_shared<CheckpointCallback>(CheckpointOptions{
+        .logdir = logdir, .metric_key = "score", .minimize = minimize, .topk = 3});
+    SupervisedRunner runner;
+    runner.train({.model = testing::mlp(),
+                  .loaders = {{"train", testing::loader(8, 4, false)},
+                              {"valid", testing::loader(4, 4, false)}},
+                  .logdir = logdir,
+                  .num_epochs = static_cast<int64_t>(scores.size()),
+                  .engine = "cpu",
+                  .callbacks = {{"score", std::make_shared<ScriptedScore>(scores)},
+                                {"checkpoint", checkpoint}}});
+    // Highest first: 0.9 (epoch 2), 0.8 (5), 0.7 (4); lowest first: 0.1 (6), 0.3 (3), 0.5 (1).
+    const std::vector<int64_t> best_epochs =
+        minimize ? std::vector<int64_t>{6, 3, 1} : std::vector<int64_t>{2, 5, 4};
+    std::set<std::string> expected_files = {"best.ckpt", "last.ckpt"};
+    for (const int64_t epoch : best_epochs) {
+      char name[32];
+      std::snprintf(name, sizeof(name), "epoch-%04lld.ckpt", static_cast<long long>(epoch));
+      expected_files.insert(name);
+      const Checkpoint kept = load_checkpoint(logdir + "/" + name);
+      EXPECT_EQ(kept.meta("checkpoint.epoch"), std::to_string(epoch));
+      EXPECT_EQ(std::stod(kept.meta("checkpoint.value")), scores[static_cast<size_t>(epoch - 1)]);
+    }
+    EXPECT_EQ(testing::checkpoint_files(logdir), expected_files);
+    // "epoch:value,...", best first.
+    std::vector<int64_t> ranked;
+    std::istringstream list(load_checkpoint(logdir + "/last.ckpt").meta("checkpoint.best"));
+    for (std::string item; std::getline(list, item, ',');)
+      ranked.push_back(std::stoll(item.substr(0, item.find(':'))));
+    EXPECT_EQ(ranked, best_epochs);
+    EXPECT_EQ(checkpoint->best_epoch(), best_epochs[0]);
+    EXPECT_EQ(load_checkpoint(logdir + "/best.ckpt").meta("checkpoint.epoch"),
+              std::to_string(best_epochs[0]));
+    std::filesystem::remove_all(logdir);
+  }
 }
 
 TEST(Runner, ModelFnBuildsTheModelAfterSeeding) {

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 #include <sstream>
 
 #include "engines/callbacks.h"
@@ -18,6 +17,7 @@
 namespace ember::engines {
 namespace {
 
+using testing::checkpoint_files;
 using testing::fresh_dir;
 using testing::read_file;
 
@@ -148,14 +148,6 @@ std::map<int64_t, std::map<std::string, float>> scalars_by_step(const std::strin
     }
   }
   return steps;
-}
-
-// The checkpoint files of a logdir, by name.
-std::set<std::string> checkpoint_files(const std::string& logdir) {
-  std::set<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(logdir))
-    if (entry.path().extension() == ".ckpt") names.insert(entry.path().filename().string());
-  return names;
 }
 
 TEST(Stages, LogsAndCheckpointsNameTheStage) {
