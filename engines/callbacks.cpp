@@ -149,7 +149,13 @@ SchedulerCallback::SchedulerCallback(Mode mode, std::string loader_key, std::str
       loader_key_(std::move(loader_key)),
       metric_key_(std::move(metric_key)) {}
 
+void SchedulerCallback::on_epoch_start(IRunner&) {
+  optimizer_stepped_this_epoch_ = false;
+}
+
 void SchedulerCallback::on_batch_end(IRunner& runner) {
+  // After the OptimizerCallback (order optimizer < scheduler): optimizer_stepped is this batch's.
+  if (runner.is_train_loader && runner.optimizer_stepped) optimizer_stepped_this_epoch_ = true;
   if (mode_ != Mode::batch || !runner.scheduler) return;
   EMBER_CHECK(!runner.scheduler->steps_on_metric(),
               "SchedulerCallback: a scheduler that steps on a metric (ReduceLROnPlateau) steps "
@@ -158,7 +164,7 @@ void SchedulerCallback::on_batch_end(IRunner& runner) {
 }
 
 void SchedulerCallback::on_epoch_end(IRunner& runner) {
-  if (mode_ != Mode::epoch || !runner.scheduler) return;
+  if (mode_ != Mode::epoch || !runner.scheduler || !optimizer_stepped_this_epoch_) return;
   if (runner.scheduler->steps_on_metric())
     runner.scheduler->step(runner.epoch_metric(loader_key_, metric_key_));
   else

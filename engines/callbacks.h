@@ -61,8 +61,10 @@ class OptimizerCallback : public ICallback {
   Scope no_sync_;
 };
 
-// scheduler.step() after each epoch, or after each optimizer step (mode batch) — never after a
-// batch whose step the loss scaler skipped, nor between accumulated batches.
+// scheduler.step() after each epoch in which the optimizer stepped at least once, or after each
+// optimizer step (mode batch) — never for steps the loss scaler skipped, nor between accumulated
+// batches: an epoch whose every step was skipped (f16 gradients overflowing) leaves the schedule
+// where it was, as PyTorch's scheduler after a skipped optimizer.step().
 class SchedulerCallback : public ICallback {
  public:
   enum class Mode { epoch, batch };
@@ -70,12 +72,14 @@ class SchedulerCallback : public ICallback {
   // `loader_key`, as Catalyst's SchedulerCallback does; it steps per epoch only.
   explicit SchedulerCallback(Mode mode = Mode::epoch, std::string loader_key = "valid",
                              std::string metric_key = "loss");
+  void on_epoch_start(IRunner& runner) override;
   void on_batch_end(IRunner& runner) override;
   void on_epoch_end(IRunner& runner) override;
 
  private:
   Mode mode_;
   std::string loader_key_, metric_key_;
+  bool optimizer_stepped_this_epoch_ = false;
 };
 
 // "accuracy" (top-1) and "accuracyNN" for each other k of topk: the share of rows whose target is

@@ -237,6 +237,97 @@ TEST(Runner, SchedulerIsNotSteppedWhenTheScalerSkipsTheStep) {
     EXPECT_TRUE(testing::identical(before[i].second, after[i].second)) << before[i].first;
 }
 
+// Counts the optimizer steps that ran (not skipped by the loss scaler).
+class StepCounter : public ICallback {
+ public:
+  StepCounter() : ICallback(CallbackOrder::external) {}
+  void on_batch_end(IRunner& runner) override {
+    if (runner.is_train_loader && runner.optimizer_stepped) ++steps;
+  }
+  int64_t steps = 0;
+};
+
+// Per epoch (SupervisedRunner's default), the scheduler steps after an epoch only when the
+// optimizer stepped in it. Two epochs of 2 batches under an f16 loss scale of 1e30: every
+// gradient overflows, every step is skipped and the schedule stays; with a backoff of 1e-30 the
+// scale falls to about 1 after the first skipped step, so each epoch steps at least once.
+TEST(Runner, EpochSchedulerIsNotSteppedAfterAnEpochOfSkippedSteps) {
+  auto run = [](double backoff_factor) {
+    manual_seed(4);
+    auto engine = std::make_shared<AMPEngine>(
+        Device::cpu(), DType::f16,
+        optim::GradScalerOptions{.init_scale = 1e30, .backoff_factor = backoff_factor});
+    auto counter = std::make_shared<StepCounter>();
+    std::shared_ptr<optim::LRScheduler> scheduler;
+    SupervisedRunner runner;
+    runner.train({.model = testing::mlp(false),
+                  .criterion = cross_entropy_loss,
+                  .loaders = {{"train", testing::loader(8, 4, false)}},
+                  .num_epochs = 2,
+                  .engine_instance = engine,
+                  .callbacks = {{"counter", counter}},
+                  .optimizer_fn =
+                      [](nn::Module& m) {
+                        return std::make_shared<optim::SGD>(m.named_parameters(),
+                                                            optim::SGDOptions{.lr = 0.1});
+                      },
+                  .scheduler_fn =
+                      [&](optim::Optimizer& o) {
+                        scheduler = std::make_shared<optim::StepLR>(o, 1, 0.5);
+                        return scheduler;
+                      }});
+    return std::pair<int64_t, int64_t>{counter->steps, scheduler->last_epoch()};
+  };
+  const auto [steps_all_skipped, epochs_all_skipped] = run(0.5);
+  EXPECT_EQ(steps_all_skipped, 0);
+  EXPECT_EQ(epochs_all_skipped, 0);
+  const auto [steps_first_skipped, epochs_first_skipped] = run(1e-30);
+  EXPECT_EQ(steps_first_skipped, 3);
+  EXPECT_EQ(epochs_first_skipped, 2);
+}
+
+// An f32 engine that skips the optimizer steps whose index (from 0, over the run) is in `skipped`,
+// as a loss scaler would.
+class SkippingEngine : public DeviceEngine {
+ public:
+  explicit SkippingEngine(std::set<int64_t> skipped) : skipped_(std::move(skipped)) {}
+  bool optimizer_step(nn::Module& model, optim::Optimizer& optimizer) override {
+    if (skipped_.count(next_step_++)) return false;
+    return DeviceEngine::optimizer_step(model, optimizer);
+  }
+
+ private:
+  std::set<int64_t> skipped_;
+  int64_t next_step_ = 0;
+};
+
+// Three epochs of 2 steps: all of epoch 1 run, all of epoch 2 are skipped, one of epoch 3 runs.
+// The schedule moves after epochs 1 and 3 only (each epoch is judged on its own steps).
+TEST(Runner, EpochSchedulerJudgesEachEpochOnItsOwnSteps) {
+  manual_seed(4);
+  std::shared_ptr<optim::LRScheduler> scheduler;
+  auto counter = std::make_shared<StepCounter>();
+  SupervisedRunner runner;
+  runner.train({.model = testing::mlp(false),
+                .criterion = cross_entropy_loss,
+                .loaders = {{"train", testing::loader(8, 4, false)}},
+                .num_epochs = 3,
+                .engine_instance = std::make_shared<SkippingEngine>(std::set<int64_t>{2, 3, 4}),
+                .callbacks = {{"counter", counter}},
+                .optimizer_fn =
+                    [](nn::Module& m) {
+                      return std::make_shared<optim::SGD>(m.named_parameters(),
+                                                          optim::SGDOptions{.lr = 0.1});
+                    },
+                .scheduler_fn =
+                    [&](optim::Optimizer& o) {
+                      scheduler = std::make_shared<optim::StepLR>(o, 1, 0.5);
+                      return scheduler;
+                    }});
+  EXPECT_EQ(counter->steps, 3);
+  EXPECT_EQ(scheduler->last_epoch(), 2);
+}
+
 TEST(Runner, BatchSchedulerStepsOncePerOptimizerStep) {
   manual_seed(4);
   std::shared_ptr<optim::LRScheduler> scheduler;
