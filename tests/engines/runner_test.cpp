@@ -2,6 +2,7 @@
 // rules, checkpoints' top-k and early stopping, and the errors a user meets.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <set>
 #include <sstream>
@@ -352,6 +353,43 @@ TEST(Runner, BatchSchedulerStepsOncePerOptimizerStep) {
              return scheduler;
            }});
   EXPECT_EQ(scheduler->last_epoch(), 4);  // 2 epochs x 4 batches / 2 accumulated
+}
+
+// Clipping reads true gradients: under an f16 loss scale the OptimizerCallback unscales them
+// before clipping. One step of SGD with lr 1 moves the weights by minus the clipped gradient, so
+// the move's norm is the clip norm in unscaled units (clipping the scaled gradients instead would
+// give a move 1024 times smaller: the scaler divides them by the scale after the clipping).
+TEST(Runner, ClippingUnscalesTheGradientsFirst) {
+  constexpr double kMaxNorm = 0.01, kScale = 1024;
+  manual_seed(4);
+  auto engine = std::make_shared<AMPEngine>(Device::cpu(), DType::f16,
+                                            optim::GradScalerOptions{.init_scale = kScale});
+  ASSERT_TRUE(engine->scaler().is_enabled());
+  auto model = testing::mlp(false);
+  std::vector<Tensor> before;
+  for (const Tensor& param : model->parameters())
+    before.push_back(param.to(DType::f64));
+  auto counter = std::make_shared<StepCounter>();
+  SupervisedRunner runner;
+  runner.train({.model = model,
+                .criterion = cross_entropy_loss,
+                .loaders = {{"train", testing::loader(8, 8, false)}},  // one batch: one step
+                .engine_instance = engine,
+                .callbacks = {{"optimizer", std::make_shared<OptimizerCallback>(
+                                                OptimizerOptions{.max_grad_norm = kMaxNorm})},
+                              {"counter", counter}},
+                .optimizer_fn = [](nn::Module& m) {
+                  return std::make_shared<optim::SGD>(m.named_parameters(),
+                                                      optim::SGDOptions{.lr = 1.0});
+                }});
+  ASSERT_EQ(counter->steps, 1);                            // not skipped
+  EXPECT_DOUBLE_EQ(engine->scaler().get_scale(), kScale);  // no overflow: the scale stayed
+  double squared_move = 0;
+  const std::vector<Tensor> after = model->parameters();
+  for (size_t i = 0; i < after.size(); ++i)
+    squared_move += sum(square(after[i].to(DType::f64) - before[i])).item<double>();
+  // The true gradient's norm is far above 0.01, so it is clipped to 0.01 (less 1e-6 relative).
+  EXPECT_NEAR(std::sqrt(squared_move), kMaxNorm, kMaxNorm * 1e-4);
 }
 
 TEST(Runner, ReduceLROnPlateauStepsOnTheValidMetric) {
