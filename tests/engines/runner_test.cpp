@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <sstream>
 
+#include "distributed/distributed_sampler.h"
 #include "engines/callbacks.h"
 #include "engines/device_engines.h"
 #include "engines/factory.h"
@@ -592,6 +594,71 @@ TEST(Runner, ModelFnBuildsTheModelAfterSeeding) {
                 .engine = "cpu",
                 .seed = 77});
   EXPECT_EQ(seen, (GeneratorState{77, 0}));
+}
+
+// Samples whose only feature is their dataset index: (n, 1) f32 features, class-0 targets.
+std::shared_ptr<data::TensorDataset> indexed_dataset(int64_t n) {
+  return std::make_shared<data::TensorDataset>(arange(n, TensorOptions(DType::f32)).unsqueeze(1),
+                                               zeros({n}, TensorOptions(DType::i64)));
+}
+
+// The dataset indices each training epoch visits, in the order its batches bring them.
+class VisitRecorder : public ICallback {
+ public:
+  VisitRecorder() : ICallback(CallbackOrder::external) {}
+  void on_batch_end(IRunner& runner) override {
+    if (!runner.is_train_loader) return;
+    for (const float index : to_vector<float>(runner.batch.at("features").reshape({-1})))
+      visited[runner.epoch].push_back(static_cast<int64_t>(index));
+  }
+  std::map<int64_t, std::vector<int64_t>> visited;  // epoch -> indices
+};
+
+// Before each loader the runner gives its sampler set_epoch(epoch - 1), as a PyTorch loop gives
+// DistributedSampler.set_epoch(epoch): every epoch visits the permutation the sampler defines
+// for it, in a resumed run too (whose sampler is new and would otherwise repeat epoch 0's).
+TEST(Runner, SamplersGetTheirEpochBeforeEachLoader) {
+  constexpr int64_t kSamples = 12;
+  const dist::DistributedSamplerOptions shuffled{.shuffle = true, .seed = 5};
+  auto order_of_epoch = [&](int64_t epoch) {
+    dist::DistributedSampler sampler(kSamples, 1, 0, shuffled);
+    sampler.set_epoch(epoch);
+    return sampler.epoch_indices();
+  };
+  ASSERT_NE(order_of_epoch(0), order_of_epoch(1));
+  auto run = [&](const std::string& logdir, int64_t stop_after, bool resume) {
+    auto recorder = std::make_shared<VisitRecorder>();
+    Callbacks callbacks = {{"recorder", recorder}};
+    if (stop_after > 0)
+      callbacks.emplace_back("stop", std::make_shared<testing::StopAfterEpoch>(stop_after));
+    SupervisedRunner runner;
+    runner.train(
+        {.model = nn::make<nn::Linear>(1, 3),
+         .criterion = cross_entropy_loss,
+         .loaders = {{"train",
+                      std::make_shared<data::DataLoader>(
+                          indexed_dataset(kSamples), data::DataLoaderOptions{.batch_size = 5},
+                          std::make_shared<dist::DistributedSampler>(kSamples, 1, 0, shuffled))},
+                     {"valid", std::make_shared<data::DataLoader>(
+                                   indexed_dataset(4), data::DataLoaderOptions{.batch_size = 4})}},
+         .logdir = logdir,
+         .num_epochs = 3,
+         .engine = "cpu",
+         .callbacks = callbacks,
+         .resume = resume ? logdir : ""});
+    return recorder->visited;
+  };
+  const std::string logdir = fresh_dir("set_epoch");
+  const auto straight = run(logdir, 0, false);
+  ASSERT_EQ(straight.size(), 3u);
+  for (int64_t epoch = 1; epoch <= 3; ++epoch)
+    EXPECT_EQ(straight.at(epoch), order_of_epoch(epoch - 1)) << "epoch " << epoch;
+  run(logdir, /*stop_after=*/1, false);
+  const auto resumed = run(logdir, 0, /*resume=*/true);
+  ASSERT_EQ(resumed.size(), 2u);
+  EXPECT_EQ(resumed.at(2), order_of_epoch(1));
+  EXPECT_EQ(resumed.at(3), order_of_epoch(2));
+  std::filesystem::remove_all(logdir);
 }
 
 // A runner holding a batch, to call callbacks directly.
