@@ -480,6 +480,11 @@ TEST(Runner, EarlyStoppingCountsCarryAcrossAResume) {
   EXPECT_EQ(interrupted.meta("checkpoint.epoch"), "2");
   EXPECT_EQ(interrupted.meta("callback.early_stopping.bad_epochs"), "1");
   EXPECT_EQ(run(resumed, 0, true).meta("checkpoint.epoch"), "3");
+  // The checkpoint of the stopping epoch records the stop: resuming the finished run trains no
+  // further epoch (last.ckpt stays epoch 3's).
+  EXPECT_EQ(run(resumed, 0, true).meta("checkpoint.epoch"), "3");
+  std::filesystem::remove_all(straight);
+  std::filesystem::remove_all(resumed);
 }
 
 TEST(Runner, AccuracyTopKAndCheckpointTopKAndEarlyStopping) {

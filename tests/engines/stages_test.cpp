@@ -44,7 +44,8 @@ class TwoStageRunner : public IRunner {
 
   EnginePtr get_engine() override { return std::make_shared<DeviceEngine>(); }
   Loggers get_loggers() override {
-    return {{"csv", std::make_shared<CSVLogger>(logdir_)},
+    return {{"console", std::make_shared<ConsoleLogger>(console)},
+            {"csv", std::make_shared<CSVLogger>(logdir_)},
             {"jsonl", std::make_shared<JsonlLogger>(logdir_)},
             {"tensorboard", std::make_shared<TensorboardLogger>(logdir_)}};
   }
@@ -87,6 +88,8 @@ class TwoStageRunner : public IRunner {
       callbacks.emplace_back("interrupt", std::make_shared<InterruptAfter>(interrupt_after_));
     return callbacks;
   }
+  std::ostringstream console;
+
   void handle_batch(const data::Batch& input) override {
     batch["features"] = input.inputs;
     batch["targets"] = input.targets;
@@ -174,6 +177,9 @@ TEST(Stages, LogsAndCheckpointsNameTheStage) {
       << jsonl[0];
   EXPECT_EQ(jsonl[2].rfind("{\"epoch\": 3, \"stage\": \"finetune\", \"stage_epoch\": 1, ", 0), 0u)
       << jsonl[2];
+  EXPECT_NE(runner.console.str().find("stage warmup epoch 2/3  train: loss "), std::string::npos)
+      << runner.console.str();
+  EXPECT_NE(runner.console.str().find("stage finetune epoch 3/3  train: loss "), std::string::npos);
   // TensorBoard steps go on across the stages.
   const auto steps = scalars_by_step(logdir);
   ASSERT_EQ(steps.size(), 5u);
