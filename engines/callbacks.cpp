@@ -149,7 +149,13 @@ SchedulerCallback::SchedulerCallback(Mode mode, std::string loader_key, std::str
       loader_key_(std::move(loader_key)),
       metric_key_(std::move(metric_key)) {}
 
+void SchedulerCallback::on_epoch_start(IRunner&) {
+  optimizer_stepped_this_epoch_ = false;
+}
+
 void SchedulerCallback::on_batch_end(IRunner& runner) {
+  // After the OptimizerCallback (order optimizer < scheduler): optimizer_stepped is this batch's.
+  if (runner.is_train_loader && runner.optimizer_stepped) optimizer_stepped_this_epoch_ = true;
   if (mode_ != Mode::batch || !runner.scheduler) return;
   EMBER_CHECK(!runner.scheduler->steps_on_metric(),
               "SchedulerCallback: a scheduler that steps on a metric (ReduceLROnPlateau) steps "
@@ -158,7 +164,7 @@ void SchedulerCallback::on_batch_end(IRunner& runner) {
 }
 
 void SchedulerCallback::on_epoch_end(IRunner& runner) {
-  if (mode_ != Mode::epoch || !runner.scheduler) return;
+  if (mode_ != Mode::epoch || !runner.scheduler || !optimizer_stepped_this_epoch_) return;
   if (runner.scheduler->steps_on_metric())
     runner.scheduler->step(runner.epoch_metric(loader_key_, metric_key_));
   else
@@ -220,10 +226,12 @@ CheckpointCallback::CheckpointCallback(CheckpointOptions options)
               options_.topk);
 }
 
-std::string CheckpointCallback::topk_file(int64_t epoch) const {
+std::string CheckpointCallback::topk_file(const IRunner& runner, int64_t epoch) const {
   char name[32];
-  std::snprintf(name, sizeof(name), "/epoch-%04lld.ckpt", static_cast<long long>(epoch));
-  return options_.logdir + name;
+  std::snprintf(name, sizeof(name), "epoch-%04lld.ckpt", static_cast<long long>(epoch));
+  // Each stage keeps its own top k: the stage's name keeps its files apart from the others'.
+  const std::string stage = runner.num_stages > 1 ? runner.stage + "." : "";
+  return options_.logdir + "/" + stage + name;
 }
 
 void CheckpointCallback::on_stage_start(IRunner& runner) {
@@ -246,10 +254,39 @@ void CheckpointCallback::on_stage_start(IRunner& runner) {
   }
   EMBER_CHECK(checkpoint.metadata.count("checkpoint.epoch"), "resume: ", path,
               " has no checkpoint.epoch: it was not written by a CheckpointCallback");
+  auto meta_or = [&](const char* key, const std::string& fallback) {
+    return checkpoint.metadata.count(key) ? checkpoint.meta(key) : fallback;
+  };
+  // Where the checkpoint was made. (Checkpoints from before stages were recorded come from a run
+  // of one stage: the first, and the global epoch is the stage's.)
+  const int64_t checkpoint_stage_index = std::stoll(meta_or("checkpoint.stage_index", "0"));
+  const std::string checkpoint_stage = meta_or("checkpoint.stage", runner.stage);
+  const int64_t checkpoint_epoch = std::stoll(checkpoint.meta("checkpoint.epoch"));
+  const int64_t checkpoint_global_epoch =
+      std::stoll(meta_or("checkpoint.global_epoch", std::to_string(checkpoint_epoch)));
+  EMBER_CHECK(checkpoint_stage_index < runner.num_stages, "resume: ", path, " was made in stage ",
+              checkpoint_stage_index + 1, " ('", checkpoint_stage, "'), but this run has ",
+              runner.num_stages, " stage(s); resume with the same stages()");
+  // Each stage's CheckpointCallback reads the checkpoint at its start (a stage's callbacks are
+  // its own): only the checkpoint's stage loads it.
+  if (checkpoint_stage_index < runner.stage_index) return;  // the run is past it: nothing to load
+  if (checkpoint_stage_index > runner.stage_index) {
+    // A stage the checkpoint had finished: none of its epochs runs again, and the loggers keep
+    // every epoch the checkpoint covers.
+    runner.epoch = runner.stage_len;
+    runner.global_epoch = checkpoint_global_epoch;
+    return;
+  }
+  EMBER_CHECK(checkpoint_stage == runner.stage, "resume: ", path, " was made in stage '",
+              checkpoint_stage, "', but this run's stage ", runner.stage_index + 1, " is '",
+              runner.stage, "'; resume with the same stages()");
   runner.engine->unpack_checkpoint(checkpoint, runner.model.get(), runner.optimizer.get(),
                                    runner.scheduler.get());
-  runner.epoch = std::stoll(checkpoint.meta("checkpoint.epoch"));
+  runner.epoch = checkpoint_epoch;
+  runner.global_epoch = checkpoint_global_epoch;
   runner.batch_step = std::stoll(checkpoint.meta("checkpoint.batch_step"));
+  // A stage that had stopped early (EarlyStoppingCallback) stays stopped: the next stage follows.
+  runner.need_early_stop = meta_or("checkpoint.need_early_stop", "0") == "1";
   // "epoch:value,epoch:value", best first.
   std::istringstream list(checkpoint.meta("checkpoint.best"));
   std::string item;
@@ -265,8 +302,11 @@ void CheckpointCallback::on_stage_start(IRunner& runner) {
       if (key.rfind(prefix, 0) == 0) state[key.substr(prefix.size())] = value;
     if (!state.empty()) callback->load_state_dict(state);
   }
-  if (options_.out && runner.engine->is_master_process())
-    *options_.out << "resuming from " << path << " after epoch " << runner.epoch << "\n";
+  if (options_.out && runner.engine->is_master_process()) {
+    *options_.out << "resuming from " << path << " after epoch " << runner.epoch;
+    if (runner.num_stages > 1) *options_.out << " of stage " << runner.stage;
+    *options_.out << "\n";
+  }
 }
 
 void CheckpointCallback::on_epoch_end(IRunner& runner) {
@@ -294,6 +334,10 @@ void CheckpointCallback::on_epoch_end(IRunner& runner) {
   metadata["checkpoint.epoch"] = std::to_string(runner.epoch);
   metadata["checkpoint.batch_step"] = std::to_string(runner.batch_step);
   metadata["checkpoint.stage"] = runner.stage;
+  metadata["checkpoint.stage_index"] = std::to_string(runner.stage_index);
+  metadata["checkpoint.global_epoch"] = std::to_string(runner.global_epoch);
+  // Set by callbacks ordered before this one (EarlyStoppingCallback): the stage ends here.
+  metadata["checkpoint.need_early_stop"] = runner.need_early_stop ? "1" : "0";
   metadata["checkpoint.metric"] = options_.loader_key + "/" + options_.metric_key;
   metadata["checkpoint.value"] = exact(value);
   std::string list;
@@ -310,9 +354,9 @@ void CheckpointCallback::on_epoch_end(IRunner& runner) {
   runner.engine->save_checkpoint(checkpoint, options_.logdir + "/last.ckpt");
   if (last_was_best_) runner.engine->save_checkpoint(checkpoint, options_.logdir + "/best.ckpt");
   if (options_.topk > 1) {
-    if (kept) runner.engine->save_checkpoint(checkpoint, topk_file(runner.epoch));
+    if (kept) runner.engine->save_checkpoint(checkpoint, topk_file(runner, runner.epoch));
     for (int64_t epoch : dropped)
-      std::filesystem::remove(topk_file(epoch));
+      std::filesystem::remove(topk_file(runner, epoch));
   }
 }
 

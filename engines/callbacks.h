@@ -61,8 +61,10 @@ class OptimizerCallback : public ICallback {
   Scope no_sync_;
 };
 
-// scheduler.step() after each epoch, or after each optimizer step (mode batch) — never after a
-// batch whose step the loss scaler skipped, nor between accumulated batches.
+// scheduler.step() after each epoch in which the optimizer stepped at least once, or after each
+// optimizer step (mode batch) — never for steps the loss scaler skipped, nor between accumulated
+// batches: an epoch whose every step was skipped (f16 gradients overflowing) leaves the schedule
+// where it was, as PyTorch's scheduler after a skipped optimizer.step().
 class SchedulerCallback : public ICallback {
  public:
   enum class Mode { epoch, batch };
@@ -70,12 +72,14 @@ class SchedulerCallback : public ICallback {
   // `loader_key`, as Catalyst's SchedulerCallback does; it steps per epoch only.
   explicit SchedulerCallback(Mode mode = Mode::epoch, std::string loader_key = "valid",
                              std::string metric_key = "loss");
+  void on_epoch_start(IRunner& runner) override;
   void on_batch_end(IRunner& runner) override;
   void on_epoch_end(IRunner& runner) override;
 
  private:
   Mode mode_;
   std::string loader_key_, metric_key_;
+  bool optimizer_stepped_this_epoch_ = false;
 };
 
 // "accuracy" (top-1) and "accuracyNN" for each other k of topk: the share of rows whose target is
@@ -97,18 +101,22 @@ struct CheckpointOptions {
   std::string loader_key = "valid";
   std::string metric_key = "loss";
   bool minimize = true;
-  // best.ckpt always holds the best epoch; with topk > 1 the topk best epochs are also kept as
-  // epoch-NNNN.ckpt. last.ckpt holds the latest epoch.
+  // best.ckpt always holds the best epoch (of the running stage); with topk > 1 the topk best
+  // epochs are also kept as epoch-NNNN.ckpt (<stage>.epoch-NNNN.ckpt with several stages).
+  // last.ckpt holds the latest epoch.
   int64_t topk = 1;
-  // A checkpoint to continue from (its epoch, components, RNG and best list), or a logdir (its
-  // last.ckpt).
+  // A checkpoint to continue from (its stage and epoch, components, RNG and best list), or a
+  // logdir (its last.ckpt). The stages before the checkpoint's are skipped, the checkpoint's
+  // continues after its epoch (or ends, when it had stopped early) and the later ones run.
   std::string resume = {};
   // Recorded in every checkpoint; a resume whose values differ is refused (same flags needed).
   Metadata run_identity = {};
   std::ostream* out = nullptr;  // "resuming from ..." (master only)
 };
 
-// Saves after each epoch (master only) and resumes at stage start.
+// Saves after each epoch (master only) and resumes at stage start. Besides the components, a
+// checkpoint records "checkpoint.stage" (and its index), "checkpoint.epoch" (in the stage),
+// "checkpoint.global_epoch", "checkpoint.need_early_stop" and the best list.
 class CheckpointCallback : public ICallback {
  public:
   explicit CheckpointCallback(CheckpointOptions options);
@@ -122,7 +130,7 @@ class CheckpointCallback : public ICallback {
 
  private:
   bool better(double a, double b) const { return options_.minimize ? a < b : a > b; }
-  std::string topk_file(int64_t epoch) const;
+  std::string topk_file(const IRunner& runner, int64_t epoch) const;
 
   CheckpointOptions options_;
   std::vector<std::pair<int64_t, double>> best_;  // (epoch, value), best first; at most topk

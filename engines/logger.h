@@ -19,8 +19,9 @@ using LoaderMetrics = std::vector<std::pair<std::string, Metrics>>;
 class ILogger {
  public:
   virtual ~ILogger() = default;
-  // Before the first epoch of a stage; runner.epoch is the number of epochs already done (a
-  // resumed run continues after them).
+  // Before the first epoch of each stage; runner.global_epoch is the number of epochs already
+  // done over every stage (a resumed run continues after them: a file logger keeps their rows and
+  // drops any after).
   virtual void start(const IRunner&) {}
   // After each epoch, with every loader's metrics (averaged over ranks).
   virtual void log_epoch(const LoaderMetrics& metrics, const IRunner& runner) = 0;

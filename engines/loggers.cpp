@@ -1,10 +1,15 @@
 #include "engines/loggers.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <ostream>
 #include <sstream>
@@ -36,6 +41,22 @@ std::vector<std::pair<std::string, double>> flat(const LoaderMetrics& metrics) {
   return columns;
 }
 
+// The names of the columns a row starts with: the epoch, and the stage with several.
+std::vector<std::string> leading_columns(const IRunner& runner) {
+  if (runner.num_stages > 1) return {"epoch", "stage", "stage_epoch"};
+  return {"epoch"};
+}
+
+// `text` as a JSON string, quotes included.
+std::string json_string(const std::string& text) {
+  std::string quoted = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
 void make_parent(const std::string& path) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
@@ -46,6 +67,31 @@ std::ofstream open_or_fail(const std::string& path, std::ios::openmode mode) {
   EMBER_CHECK(file.good(), "logger: cannot write '", path,
               "' (is the logdir writable and on a disk with space?)");
   return file;
+}
+
+// A new event file's name, created empty: events.out.tfevents.<seconds, 10 digits>.<host>.<pid>.
+// <counter>, as TensorBoard's own writers name theirs. The seconds alone would repeat when a run
+// is resumed within the second it stopped (or two loggers start together), and the earlier file
+// would be lost; O_EXCL claims the name atomically, so an existing file (another process that
+// had this pid, on a shared logdir) is never reused: the counter moves on instead.
+std::string claim_event_file(const std::string& directory, double now) {
+  static std::atomic<int64_t> counter{0};
+  char host[256] = "localhost";
+  ::gethostname(host, sizeof(host) - 1);
+  for (;;) {
+    char name[512];
+    std::snprintf(name, sizeof(name), "/events.out.tfevents.%010lld.%s.%lld.%lld",
+                  static_cast<long long>(now), host, static_cast<long long>(::getpid()),
+                  static_cast<long long>(counter++));
+    const std::string path = directory + name;
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      return path;
+    }
+    EMBER_CHECK(errno == EEXIST, "TensorboardLogger: cannot create '", path,
+                "': ", std::strerror(errno), " (is the logdir writable?)");
+  }
 }
 
 }  // namespace
@@ -63,6 +109,7 @@ void keep_first_lines(const std::string& path, int64_t lines) {
 
 void ConsoleLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& runner) {
   std::ostringstream line;
+  if (runner.num_stages > 1) line << "stage " << runner.stage << " ";
   line << "epoch " << runner.epoch << "/" << runner.stage_len;
   bool first = true;
   for (const auto& [loader, values] : metrics) {
@@ -84,17 +131,19 @@ CSVLogger::CSVLogger(std::string logdir, std::string file_name) : path_(logdir +
 void CSVLogger::start(const IRunner& runner) {
   make_parent(path_);
   columns_.clear();
-  if (runner.epoch > 0 && std::filesystem::exists(path_)) {
-    // Resumed: the header names the columns; keep the epochs the checkpoint covers.
+  if (runner.global_epoch > 0 && std::filesystem::exists(path_)) {
+    // Resumed, or a later stage: the header names the columns; keep the epochs done.
     std::ifstream file(path_);
     std::string header;
     std::getline(file, header);
     std::istringstream names(header);
+    const std::vector<std::string> leading = leading_columns(runner);
     std::string name;
     while (std::getline(names, name, ','))
-      if (name != "epoch") columns_.push_back(name);
+      if (std::find(leading.begin(), leading.end(), name) == leading.end())
+        columns_.push_back(name);
     file.close();
-    keep_first_lines(path_, runner.epoch + 1);
+    keep_first_lines(path_, runner.global_epoch + 1);
   } else {
     open_or_fail(path_, std::ios::trunc);
   }
@@ -104,14 +153,17 @@ void CSVLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& runner) {
   const auto values = flat(metrics);
   std::ofstream file = open_or_fail(path_, std::ios::app);
   if (columns_.empty()) {
-    file << "epoch";
+    const std::vector<std::string> leading = leading_columns(runner);
+    for (size_t i = 0; i < leading.size(); ++i)
+      file << (i > 0 ? "," : "") << leading[i];
     for (const auto& [name, value] : values) {
       columns_.push_back(name);
       file << "," << name;
     }
     file << "\n";
   }
-  file << runner.epoch;
+  file << runner.global_epoch;
+  if (runner.num_stages > 1) file << "," << runner.stage << "," << runner.epoch;
   for (const std::string& column : columns_) {
     file << ",";
     for (const auto& [name, value] : values)
@@ -127,15 +179,18 @@ JsonlLogger::JsonlLogger(std::string logdir, std::string file_name)
 
 void JsonlLogger::start(const IRunner& runner) {
   make_parent(path_);
-  if (runner.epoch > 0 && std::filesystem::exists(path_))
-    keep_first_lines(path_, runner.epoch);
+  if (runner.global_epoch > 0 && std::filesystem::exists(path_))
+    keep_first_lines(path_, runner.global_epoch);
   else
     open_or_fail(path_, std::ios::trunc);
 }
 
 void JsonlLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& runner) {
   std::ofstream file = open_or_fail(path_, std::ios::app);
-  file << "{\"epoch\": " << runner.epoch;
+  file << "{\"epoch\": " << runner.global_epoch;
+  if (runner.num_stages > 1) {
+    file << ", \"stage\": " << json_string(runner.stage) << ", \"stage_epoch\": " << runner.epoch;
+  }
   for (const auto& [name, value] : flat(metrics)) {
     // JSON has no Inf or NaN: written as null.
     file << ", \"" << name << "\": " << (std::isfinite(value) ? exact(value) : "null");
@@ -151,12 +206,9 @@ void TensorboardLogger::start(const IRunner&) {
   if (file_.is_open()) return;
   const std::string directory = logdir_ + "/tensorboard";
   std::filesystem::create_directories(directory);
-  char host[256] = "localhost";
-  ::gethostname(host, sizeof(host) - 1);
   const double now = wall_time();
-  path_ =
-      directory + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) + "." + host;
-  file_ = open_or_fail(path_, std::ios::binary | std::ios::trunc);
+  path_ = claim_event_file(directory, now);
+  file_ = open_or_fail(path_, std::ios::binary | std::ios::app);
   file_ << tensorboard::frame_record(tensorboard::file_version_event(now)) << std::flush;
 }
 
@@ -166,7 +218,8 @@ void TensorboardLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& r
     for (const auto& [key, value] : values)
       scalars.emplace_back(loader + "/" + key, static_cast<float>(value));
   }
-  file_ << tensorboard::frame_record(tensorboard::scalars_event(wall_time(), runner.epoch, scalars))
+  file_ << tensorboard::frame_record(
+               tensorboard::scalars_event(wall_time(), runner.global_epoch, scalars))
         << std::flush;
 }
 

@@ -1,6 +1,8 @@
 // The loggers: console, CSV, JSON lines and TensorBoard event files. Each file logger writes one
 // row per epoch with a column "<loader>_<metric>" per metric ("train_loss", "valid_accuracy");
 // on a resumed run it keeps the rows of the epochs the checkpoint covers and drops any after.
+// "epoch" is runner.global_epoch: in a run of several stages it goes on counting across them, and
+// the rows also name the stage ("stage") and the epoch within it ("stage_epoch").
 #pragma once
 
 #include <fstream>
@@ -12,7 +14,8 @@
 
 namespace ember::engines {
 
-// "epoch 2/10  train: accuracy 0.8123  loss 0.5012 ... | valid: ..."
+// "epoch 2/10  train: accuracy 0.8123  loss 0.5012 ... | valid: ..." ("stage finetune epoch 2/10
+// ..." with several stages).
 class ConsoleLogger : public ILogger {
  public:
   explicit ConsoleLogger(std::ostream& out) : out_(out) {}
@@ -22,8 +25,9 @@ class ConsoleLogger : public ILogger {
   std::ostream& out_;
 };
 
-// logdir/metrics.csv: "epoch,train_accuracy,train_loss,...", numbers with 17 significant digits.
-// The columns are those of the first epoch logged.
+// logdir/metrics.csv: "epoch,train_accuracy,train_loss,...", numbers with 17 significant digits
+// ("epoch,stage,stage_epoch,train_accuracy,..." with several stages). The columns are those of
+// the first epoch logged.
 class CSVLogger : public ILogger {
  public:
   explicit CSVLogger(std::string logdir, std::string file_name = "metrics.csv");
@@ -36,7 +40,8 @@ class CSVLogger : public ILogger {
   std::vector<std::string> columns_;  // without "epoch"
 };
 
-// logdir/metrics.jsonl: {"epoch": 1, "train_loss": 0.5, ...} per line.
+// logdir/metrics.jsonl: {"epoch": 1, "train_loss": 0.5, ...} per line ({"epoch": 3, "stage":
+// "finetune", "stage_epoch": 1, ...} with several stages).
 class JsonlLogger : public ILogger {
  public:
   explicit JsonlLogger(std::string logdir, std::string file_name = "metrics.jsonl");
@@ -47,8 +52,10 @@ class JsonlLogger : public ILogger {
   std::string path_;
 };
 
-// logdir/tensorboard/events.out.tfevents.<seconds>.<host>: scalars "<loader>/<metric>" at step
-// = epoch (`tensorboard --logdir LOGDIR/tensorboard`).
+// logdir/tensorboard/events.out.tfevents.<seconds>.<host>.<pid>.<counter>: scalars
+// "<loader>/<metric>" at step = global epoch (`tensorboard --logdir LOGDIR/tensorboard`). Each run
+// (a resumed one too) writes a new file and never touches an earlier one: TensorBoard reads every
+// file of the directory.
 class TensorboardLogger : public ILogger {
  public:
   explicit TensorboardLogger(std::string logdir);

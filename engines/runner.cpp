@@ -41,6 +41,17 @@ Callbacks sorted_callbacks(const Callbacks& given) {
   return unique;
 }
 
+// Checkpoints and logs name the stage: the names must tell the stages apart.
+void check_stage_names(const std::vector<std::string>& names) {
+  EMBER_CHECK(!names.empty(), "runner: stages() is empty; a run needs one stage at least");
+  for (size_t i = 0; i < names.size(); ++i) {
+    EMBER_CHECK(!names[i].empty(), "runner: stage ", i + 1, " of stages() has an empty name");
+    for (size_t j = 0; j < i; ++j)
+      EMBER_CHECK(names[j] != names[i], "runner: stages() names '", names[i], "' twice (stages ",
+                  j + 1, " and ", i + 1, "); checkpoints and logs tell stages apart by name");
+  }
+}
+
 }  // namespace
 
 EnginePtr IRunner::get_engine() {
@@ -80,9 +91,10 @@ void IRunner::run() {
   loggers = engine->is_master_process() ? get_loggers() : Loggers{};
   try {
     const std::vector<std::string> stage_names = stages();
-    EMBER_CHECK(!stage_names.empty(), "runner: stages() is empty; a run needs one stage at least");
+    check_stage_names(stage_names);
+    num_stages = static_cast<int64_t>(stage_names.size());
     for (size_t i = 0; i < stage_names.size(); ++i)
-      run_stage(stage_names[i], /*first=*/i == 0);
+      run_stage(stage_names[i], static_cast<int64_t>(i));
     run_event(&ICallback::on_experiment_end);
   } catch (...) {
     try {
@@ -100,8 +112,10 @@ void IRunner::run() {
   engine->deinit_components();
 }
 
-void IRunner::run_stage(const std::string& stage_name, bool first) {
+void IRunner::run_stage(const std::string& stage_name, int64_t index) {
+  const bool first = index == 0;
   stage = stage_name;
+  stage_index = index;
   stage_len = get_stage_len(stage);
   EMBER_CHECK(stage_len >= 1, "runner: stage '", stage, "' has ", stage_len,
               " epochs; get_stage_len must return 1 or more");
@@ -144,14 +158,17 @@ void IRunner::run_stage(const std::string& stage_name, bool first) {
   }
   callbacks = sorted_callbacks(get_callbacks(stage));
   epoch = 0;
+  if (first) global_epoch = 0;
   batch_step = 0;
   need_early_stop = false;
   if (first) run_event(&ICallback::on_experiment_start);
+  // A resume (CheckpointCallback) sets epoch and global_epoch here, before the loggers start.
   run_event(&ICallback::on_stage_start);
   for (auto& [name, logger] : loggers)
     logger->start(*this);
   while (epoch < stage_len && !need_early_stop) {
     ++epoch;
+    ++global_epoch;
     epoch_metrics.clear();
     run_event(&ICallback::on_epoch_start);
     for (const auto& [name, current] : loaders) {

@@ -14,6 +14,12 @@
 // the hardware: placement, precision, backward, the step, checkpoint packing and the reduction of
 // metrics across ranks are the engine's. Only the master process logs and writes checkpoints; seeds
 // are seed + rank; each loader's sampler gets set_epoch(epoch - 1) before the loader runs.
+//
+// Several stages (stages(), e.g. {"warmup", "train"}) run one after the other, as Catalyst's: each
+// gets its components from the get_* hooks (a runner that returns the same model object carries
+// its weights into the next stage), its epochs count from 1 (`epoch`) while `global_epoch` counts
+// over the whole run, and the logs name the stage. A resumed run skips the stages its checkpoint
+// had finished and continues the checkpoint's stage after its epoch.
 #pragma once
 
 #include <chrono>
@@ -77,8 +83,14 @@ class IRunner {
   Callbacks callbacks;  // sorted by order
 
   std::string stage;
+  int64_t stage_index = 0;  // in stages(), from 0
+  int64_t num_stages = 1;   // stages().size()
   int64_t stage_len = 0;
-  int64_t epoch = 0;  // the running epoch, from 1; a resume sets it to the epochs already done
+  // The running epoch of this stage, from 1; a resume sets it to the stage's epochs already done.
+  int64_t epoch = 0;
+  // The running epoch over every stage, from 1 (Catalyst's global_epoch_step): the step of the
+  // logs. A resume sets it to the epochs its checkpoint covers.
+  int64_t global_epoch = 0;
   std::string loader_key;
   std::shared_ptr<data::DataLoader> loader;
   bool is_train_loader = false;
@@ -107,7 +119,7 @@ class IRunner {
   double epoch_metric(const std::string& loader_name, const std::string& key) const;
 
  private:
-  void run_stage(const std::string& stage_name, bool first);
+  void run_stage(const std::string& stage_name, int64_t index);
   void run_loader();
   void run_event(void (ICallback::*event)(IRunner&));
 

@@ -6,7 +6,8 @@
 //   Summary { repeated Value value = 1; }   Value { string tag = 1; float simple_value = 2; }
 //
 // The first record of a file is an Event with file_version "brain.Event:2"; TensorBoard reads
-// files named events.out.tfevents.<seconds>.<host>.
+// every file named events.out.tfevents.* in a directory (its writers add .<host>.<pid>.<counter>
+// after the seconds so that names never repeat).
 #pragma once
 
 #include <cstdint>

@@ -9,6 +9,7 @@
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "data/dataset.h"
@@ -59,6 +60,14 @@ inline std::string fresh_dir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+// The checkpoint files (*.ckpt) of a logdir, by name.
+inline std::set<std::string> checkpoint_files(const std::string& logdir) {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(logdir))
+    if (entry.path().extension() == ".ckpt") names.insert(entry.path().filename().string());
+  return names;
 }
 
 // Ends the run after epoch `last` (a run that is resumed later).

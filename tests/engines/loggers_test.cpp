@@ -2,12 +2,16 @@
 // vectors.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
+#include "engines/device_engines.h"
 #include "engines/loggers.h"
 #include "engines/tensorboard.h"
 #include "tests/common/expect_error.h"
+#include "tests/engines/event_files.h"
 #include "tests/engines/fixtures.h"
 
 namespace ember::engines {
@@ -123,29 +127,56 @@ TEST(Loggers, FilesHoldOneRowPerEpoch) {
   EXPECT_NE(console.str().find(" | valid: loss "), std::string::npos);
 
   // TensorBoard: one file of framed records; the first is the file version, then one per epoch.
-  std::string events_path;
-  for (const auto& entry : std::filesystem::directory_iterator(logdir + "/tensorboard"))
-    events_path = entry.path().string();
-  ASSERT_NE(events_path.find("events.out.tfevents."), std::string::npos);
-  const std::string events = read_file(events_path);
-  size_t at = 0;
-  int records = 0;
-  while (at < events.size()) {
-    ASSERT_LE(at + 12, events.size());
-    uint64_t length = 0;
-    for (int i = 7; i >= 0; --i)
-      length = length << 8 | static_cast<unsigned char>(events[at + static_cast<size_t>(i)]);
-    EXPECT_EQ(read_u32(events, at + 8), tensorboard::masked_crc32c(events.data() + at, 8));
-    ASSERT_LE(at + 12 + length + 4, events.size());
-    EXPECT_EQ(read_u32(events, at + 12 + length),
-              tensorboard::masked_crc32c(events.data() + at + 12, length));
-    const std::string data = events.substr(at + 12, length);
-    const std::string expected_text = records == 0 ? "brain.Event:2" : "valid/loss";
-    EXPECT_NE(data.find(expected_text), std::string::npos) << records;
-    at += 12 + length + 4;
-    ++records;
+  const std::vector<std::string> event_paths = testing::event_files(logdir);
+  ASSERT_EQ(event_paths.size(), 1u);
+  EXPECT_NE(event_paths[0].find("/events.out.tfevents."), std::string::npos) << event_paths[0];
+  const std::vector<testing::Event> events = testing::read_events(event_paths[0]);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].file_version, "brain.Event:2");
+  for (int64_t epoch = 1; epoch <= 2; ++epoch) {
+    const testing::Event& event = events[static_cast<size_t>(epoch)];
+    EXPECT_EQ(event.step, epoch);
+    const bool has_valid_loss =
+        std::any_of(event.scalars.begin(), event.scalars.end(),
+                    [](const auto& scalar) { return scalar.first == "valid/loss"; });
+    EXPECT_TRUE(has_valid_loss) << epoch;
   }
-  EXPECT_EQ(records, 3);
+  std::filesystem::remove_all(logdir);
+}
+
+// The <seconds> part of an event file's name.
+std::string seconds_in_name(const std::string& path) {
+  const std::string name = std::filesystem::path(path).filename().string();
+  const size_t from = std::string("events.out.tfevents.").size();
+  return name.substr(from, name.find('.', from) - from);
+}
+
+// A run stopped and resumed within the same second: the resumed run's event file does not replace
+// the first one (their names once differed only by the second), and each keeps its epochs.
+TEST(Loggers, TensorboardResumeInTheSameSecondKeepsBothFiles) {
+  const std::string logdir = fresh_dir("tensorboard_resume");
+  const auto cpu = [] { return std::make_shared<DeviceEngine>(); };
+  // From the start of a second, the two runs (some 30 ms each) share it.
+  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  std::this_thread::sleep_for(std::chrono::seconds(1) - since_epoch % std::chrono::seconds(1));
+  testing::small_run(cpu, logdir, /*stop_after=*/1, /*resume=*/false);
+  testing::small_run(cpu, logdir, /*stop_after=*/0, /*resume=*/true);
+
+  const std::vector<std::string> paths = testing::event_files(logdir);
+  ASSERT_EQ(paths.size(), 2u);
+  EXPECT_EQ(seconds_in_name(paths[0]), seconds_in_name(paths[1]))
+      << "the runs did not start within one second: this test shows nothing";
+  // Each file: its file version, then its run's epochs (1 before the stop, 2 after the resume).
+  std::vector<int64_t> steps_per_file;
+  for (const std::string& path : paths) {
+    const std::vector<testing::Event> events = testing::read_events(path);
+    ASSERT_EQ(events.size(), 2u) << path;
+    EXPECT_EQ(events[0].file_version, "brain.Event:2") << path;
+    EXPECT_FALSE(events[1].scalars.empty()) << path;
+    steps_per_file.push_back(events[1].step);
+  }
+  std::sort(steps_per_file.begin(), steps_per_file.end());
+  EXPECT_EQ(steps_per_file, (std::vector<int64_t>{1, 2}));
   std::filesystem::remove_all(logdir);
 }
 

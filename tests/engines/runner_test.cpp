@@ -2,6 +2,13 @@
 // rules, checkpoints' top-k and early stopping, and the errors a user meets.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "distributed/distributed_sampler.h"
 #include "engines/callbacks.h"
 #include "engines/device_engines.h"
 #include "engines/factory.h"
@@ -233,6 +240,97 @@ TEST(Runner, SchedulerIsNotSteppedWhenTheScalerSkipsTheStep) {
     EXPECT_TRUE(testing::identical(before[i].second, after[i].second)) << before[i].first;
 }
 
+// Counts the optimizer steps that ran (not skipped by the loss scaler).
+class StepCounter : public ICallback {
+ public:
+  StepCounter() : ICallback(CallbackOrder::external) {}
+  void on_batch_end(IRunner& runner) override {
+    if (runner.is_train_loader && runner.optimizer_stepped) ++steps;
+  }
+  int64_t steps = 0;
+};
+
+// Per epoch (SupervisedRunner's default), the scheduler steps after an epoch only when the
+// optimizer stepped in it. Two epochs of 2 batches under an f16 loss scale of 1e30: every
+// gradient overflows, every step is skipped and the schedule stays; with a backoff of 1e-30 the
+// scale falls to about 1 after the first skipped step, so each epoch steps at least once.
+TEST(Runner, EpochSchedulerIsNotSteppedAfterAnEpochOfSkippedSteps) {
+  auto run = [](double backoff_factor) {
+    manual_seed(4);
+    auto engine = std::make_shared<AMPEngine>(
+        Device::cpu(), DType::f16,
+        optim::GradScalerOptions{.init_scale = 1e30, .backoff_factor = backoff_factor});
+    auto counter = std::make_shared<StepCounter>();
+    std::shared_ptr<optim::LRScheduler> scheduler;
+    SupervisedRunner runner;
+    runner.train({.model = testing::mlp(false),
+                  .criterion = cross_entropy_loss,
+                  .loaders = {{"train", testing::loader(8, 4, false)}},
+                  .num_epochs = 2,
+                  .engine_instance = engine,
+                  .callbacks = {{"counter", counter}},
+                  .optimizer_fn =
+                      [](nn::Module& m) {
+                        return std::make_shared<optim::SGD>(m.named_parameters(),
+                                                            optim::SGDOptions{.lr = 0.1});
+                      },
+                  .scheduler_fn =
+                      [&](optim::Optimizer& o) {
+                        scheduler = std::make_shared<optim::StepLR>(o, 1, 0.5);
+                        return scheduler;
+                      }});
+    return std::pair<int64_t, int64_t>{counter->steps, scheduler->last_epoch()};
+  };
+  const auto [steps_all_skipped, epochs_all_skipped] = run(0.5);
+  EXPECT_EQ(steps_all_skipped, 0);
+  EXPECT_EQ(epochs_all_skipped, 0);
+  const auto [steps_first_skipped, epochs_first_skipped] = run(1e-30);
+  EXPECT_EQ(steps_first_skipped, 3);
+  EXPECT_EQ(epochs_first_skipped, 2);
+}
+
+// An f32 engine that skips the optimizer steps whose index (from 0, over the run) is in `skipped`,
+// as a loss scaler would.
+class SkippingEngine : public DeviceEngine {
+ public:
+  explicit SkippingEngine(std::set<int64_t> skipped) : skipped_(std::move(skipped)) {}
+  bool optimizer_step(nn::Module& model, optim::Optimizer& optimizer) override {
+    if (skipped_.count(next_step_++)) return false;
+    return DeviceEngine::optimizer_step(model, optimizer);
+  }
+
+ private:
+  std::set<int64_t> skipped_;
+  int64_t next_step_ = 0;
+};
+
+// Three epochs of 2 steps: all of epoch 1 run, all of epoch 2 are skipped, one of epoch 3 runs.
+// The schedule moves after epochs 1 and 3 only (each epoch is judged on its own steps).
+TEST(Runner, EpochSchedulerJudgesEachEpochOnItsOwnSteps) {
+  manual_seed(4);
+  std::shared_ptr<optim::LRScheduler> scheduler;
+  auto counter = std::make_shared<StepCounter>();
+  SupervisedRunner runner;
+  runner.train({.model = testing::mlp(false),
+                .criterion = cross_entropy_loss,
+                .loaders = {{"train", testing::loader(8, 4, false)}},
+                .num_epochs = 3,
+                .engine_instance = std::make_shared<SkippingEngine>(std::set<int64_t>{2, 3, 4}),
+                .callbacks = {{"counter", counter}},
+                .optimizer_fn =
+                    [](nn::Module& m) {
+                      return std::make_shared<optim::SGD>(m.named_parameters(),
+                                                          optim::SGDOptions{.lr = 0.1});
+                    },
+                .scheduler_fn =
+                    [&](optim::Optimizer& o) {
+                      scheduler = std::make_shared<optim::StepLR>(o, 1, 0.5);
+                      return scheduler;
+                    }});
+  EXPECT_EQ(counter->steps, 3);
+  EXPECT_EQ(scheduler->last_epoch(), 2);
+}
+
 TEST(Runner, BatchSchedulerStepsOncePerOptimizerStep) {
   manual_seed(4);
   std::shared_ptr<optim::LRScheduler> scheduler;
@@ -257,6 +355,43 @@ TEST(Runner, BatchSchedulerStepsOncePerOptimizerStep) {
              return scheduler;
            }});
   EXPECT_EQ(scheduler->last_epoch(), 4);  // 2 epochs x 4 batches / 2 accumulated
+}
+
+// Clipping reads true gradients: under an f16 loss scale the OptimizerCallback unscales them
+// before clipping. One step of SGD with lr 1 moves the weights by minus the clipped gradient, so
+// the move's norm is the clip norm in unscaled units (clipping the scaled gradients instead would
+// give a move 1024 times smaller: the scaler divides them by the scale after the clipping).
+TEST(Runner, ClippingUnscalesTheGradientsFirst) {
+  constexpr double kMaxNorm = 0.01, kScale = 1024;
+  manual_seed(4);
+  auto engine = std::make_shared<AMPEngine>(Device::cpu(), DType::f16,
+                                            optim::GradScalerOptions{.init_scale = kScale});
+  ASSERT_TRUE(engine->scaler().is_enabled());
+  auto model = testing::mlp(false);
+  std::vector<Tensor> before;
+  for (const Tensor& param : model->parameters())
+    before.push_back(param.to(DType::f64));
+  auto counter = std::make_shared<StepCounter>();
+  SupervisedRunner runner;
+  runner.train({.model = model,
+                .criterion = cross_entropy_loss,
+                .loaders = {{"train", testing::loader(8, 8, false)}},  // one batch: one step
+                .engine_instance = engine,
+                .callbacks = {{"optimizer", std::make_shared<OptimizerCallback>(
+                                                OptimizerOptions{.max_grad_norm = kMaxNorm})},
+                              {"counter", counter}},
+                .optimizer_fn = [](nn::Module& m) {
+                  return std::make_shared<optim::SGD>(m.named_parameters(),
+                                                      optim::SGDOptions{.lr = 1.0});
+                }});
+  ASSERT_EQ(counter->steps, 1);                            // not skipped
+  EXPECT_DOUBLE_EQ(engine->scaler().get_scale(), kScale);  // no overflow: the scale stayed
+  double squared_move = 0;
+  const std::vector<Tensor> after = model->parameters();
+  for (size_t i = 0; i < after.size(); ++i)
+    squared_move += sum(square(after[i].to(DType::f64) - before[i])).item<double>();
+  // The true gradient's norm is far above 0.01, so it is clipped to 0.01 (less 1e-6 relative).
+  EXPECT_NEAR(std::sqrt(squared_move), kMaxNorm, kMaxNorm * 1e-4);
 }
 
 TEST(Runner, ReduceLROnPlateauStepsOnTheValidMetric) {
@@ -345,6 +480,11 @@ TEST(Runner, EarlyStoppingCountsCarryAcrossAResume) {
   EXPECT_EQ(interrupted.meta("checkpoint.epoch"), "2");
   EXPECT_EQ(interrupted.meta("callback.early_stopping.bad_epochs"), "1");
   EXPECT_EQ(run(resumed, 0, true).meta("checkpoint.epoch"), "3");
+  // The checkpoint of the stopping epoch records the stop: resuming the finished run trains no
+  // further epoch (last.ckpt stays epoch 3's).
+  EXPECT_EQ(run(resumed, 0, true).meta("checkpoint.epoch"), "3");
+  std::filesystem::remove_all(straight);
+  std::filesystem::remove_all(resumed);
 }
 
 TEST(Runner, AccuracyTopKAndCheckpointTopKAndEarlyStopping) {
@@ -387,6 +527,66 @@ TEST(Runner, AccuracyTopKAndCheckpointTopKAndEarlyStopping) {
   std::filesystem::remove_all(logdir);
 }
 
+// The valid loader's "score" of epoch e is per_epoch[e - 1]: a metric that improves and worsens.
+class ScriptedScore : public ICallback {
+ public:
+  explicit ScriptedScore(std::vector<double> per_epoch)
+      : ICallback(CallbackOrder::metric), per_epoch_(std::move(per_epoch)) {}
+  void on_batch_end(IRunner& runner) override {
+    if (runner.loader_key == "valid")
+      runner.batch_metrics["score"] =
+          scalar_tensor(per_epoch_.at(static_cast<size_t>(runner.epoch - 1)), DType::f64);
+  }
+
+ private:
+  std::vector<double> per_epoch_;
+};
+
+// Seven epochs, top 3: each epoch's file is written, and dropped once three better ones exist.
+// What remains is the 3 best epochs' files (plus best and last), and the best list in the last
+// checkpoint ranks them by the metric, in the direction `minimize` says.
+TEST(Runner, CheckpointTopKKeepsTheBestEpochsFiles) {
+  const std::vector<double> scores = {0.5, 0.9, 0.3, 0.7, 0.8, 0.1, 0.6};
+  for (const bool minimize : {false, true}) {
+    SCOPED_TRACE(minimize);
+    const std::string logdir = fresh_dir("topk_eviction");
+    auto checkpoint = std::make_shared<CheckpointCallback>(CheckpointOptions{
+        .logdir = logdir, .metric_key = "score", .minimize = minimize, .topk = 3});
+    SupervisedRunner runner;
+    runner.train({.model = testing::mlp(),
+                  .loaders = {{"train", testing::loader(8, 4, false)},
+                              {"valid", testing::loader(4, 4, false)}},
+                  .logdir = logdir,
+                  .num_epochs = static_cast<int64_t>(scores.size()),
+                  .engine = "cpu",
+                  .callbacks = {{"score", std::make_shared<ScriptedScore>(scores)},
+                                {"checkpoint", checkpoint}}});
+    // Highest first: 0.9 (epoch 2), 0.8 (5), 0.7 (4); lowest first: 0.1 (6), 0.3 (3), 0.5 (1).
+    const std::vector<int64_t> best_epochs =
+        minimize ? std::vector<int64_t>{6, 3, 1} : std::vector<int64_t>{2, 5, 4};
+    std::set<std::string> expected_files = {"best.ckpt", "last.ckpt"};
+    for (const int64_t epoch : best_epochs) {
+      char name[32];
+      std::snprintf(name, sizeof(name), "epoch-%04lld.ckpt", static_cast<long long>(epoch));
+      expected_files.insert(name);
+      const Checkpoint kept = load_checkpoint(logdir + "/" + name);
+      EXPECT_EQ(kept.meta("checkpoint.epoch"), std::to_string(epoch));
+      EXPECT_EQ(std::stod(kept.meta("checkpoint.value")), scores[static_cast<size_t>(epoch - 1)]);
+    }
+    EXPECT_EQ(testing::checkpoint_files(logdir), expected_files);
+    // "epoch:value,...", best first.
+    std::vector<int64_t> ranked;
+    std::istringstream list(load_checkpoint(logdir + "/last.ckpt").meta("checkpoint.best"));
+    for (std::string item; std::getline(list, item, ',');)
+      ranked.push_back(std::stoll(item.substr(0, item.find(':'))));
+    EXPECT_EQ(ranked, best_epochs);
+    EXPECT_EQ(checkpoint->best_epoch(), best_epochs[0]);
+    EXPECT_EQ(load_checkpoint(logdir + "/best.ckpt").meta("checkpoint.epoch"),
+              std::to_string(best_epochs[0]));
+    std::filesystem::remove_all(logdir);
+  }
+}
+
 TEST(Runner, ModelFnBuildsTheModelAfterSeeding) {
   GeneratorState seen;
   SupervisedRunner runner;
@@ -399,6 +599,71 @@ TEST(Runner, ModelFnBuildsTheModelAfterSeeding) {
                 .engine = "cpu",
                 .seed = 77});
   EXPECT_EQ(seen, (GeneratorState{77, 0}));
+}
+
+// Samples whose only feature is their dataset index: (n, 1) f32 features, class-0 targets.
+std::shared_ptr<data::TensorDataset> indexed_dataset(int64_t n) {
+  return std::make_shared<data::TensorDataset>(arange(n, TensorOptions(DType::f32)).unsqueeze(1),
+                                               zeros({n}, TensorOptions(DType::i64)));
+}
+
+// The dataset indices each training epoch visits, in the order its batches bring them.
+class VisitRecorder : public ICallback {
+ public:
+  VisitRecorder() : ICallback(CallbackOrder::external) {}
+  void on_batch_end(IRunner& runner) override {
+    if (!runner.is_train_loader) return;
+    for (const float index : to_vector<float>(runner.batch.at("features").reshape({-1})))
+      visited[runner.epoch].push_back(static_cast<int64_t>(index));
+  }
+  std::map<int64_t, std::vector<int64_t>> visited;  // epoch -> indices
+};
+
+// Before each loader the runner gives its sampler set_epoch(epoch - 1), as a PyTorch loop gives
+// DistributedSampler.set_epoch(epoch): every epoch visits the permutation the sampler defines
+// for it, in a resumed run too (whose sampler is new and would otherwise repeat epoch 0's).
+TEST(Runner, SamplersGetTheirEpochBeforeEachLoader) {
+  constexpr int64_t kSamples = 12;
+  const dist::DistributedSamplerOptions shuffled{.shuffle = true, .seed = 5};
+  auto order_of_epoch = [&](int64_t epoch) {
+    dist::DistributedSampler sampler(kSamples, 1, 0, shuffled);
+    sampler.set_epoch(epoch);
+    return sampler.epoch_indices();
+  };
+  ASSERT_NE(order_of_epoch(0), order_of_epoch(1));
+  auto run = [&](const std::string& logdir, int64_t stop_after, bool resume) {
+    auto recorder = std::make_shared<VisitRecorder>();
+    Callbacks callbacks = {{"recorder", recorder}};
+    if (stop_after > 0)
+      callbacks.emplace_back("stop", std::make_shared<testing::StopAfterEpoch>(stop_after));
+    SupervisedRunner runner;
+    runner.train(
+        {.model = nn::make<nn::Linear>(1, 3),
+         .criterion = cross_entropy_loss,
+         .loaders = {{"train",
+                      std::make_shared<data::DataLoader>(
+                          indexed_dataset(kSamples), data::DataLoaderOptions{.batch_size = 5},
+                          std::make_shared<dist::DistributedSampler>(kSamples, 1, 0, shuffled))},
+                     {"valid", std::make_shared<data::DataLoader>(
+                                   indexed_dataset(4), data::DataLoaderOptions{.batch_size = 4})}},
+         .logdir = logdir,
+         .num_epochs = 3,
+         .engine = "cpu",
+         .callbacks = callbacks,
+         .resume = resume ? logdir : ""});
+    return recorder->visited;
+  };
+  const std::string logdir = fresh_dir("set_epoch");
+  const auto straight = run(logdir, 0, false);
+  ASSERT_EQ(straight.size(), 3u);
+  for (int64_t epoch = 1; epoch <= 3; ++epoch)
+    EXPECT_EQ(straight.at(epoch), order_of_epoch(epoch - 1)) << "epoch " << epoch;
+  run(logdir, /*stop_after=*/1, false);
+  const auto resumed = run(logdir, 0, /*resume=*/true);
+  ASSERT_EQ(resumed.size(), 2u);
+  EXPECT_EQ(resumed.at(2), order_of_epoch(1));
+  EXPECT_EQ(resumed.at(3), order_of_epoch(2));
+  std::filesystem::remove_all(logdir);
 }
 
 // A runner holding a batch, to call callbacks directly.
