@@ -54,7 +54,7 @@ while read -r np engine rest; do
   # shellcheck disable=SC2086
   read -r accuracy throughput seconds <<<"$(run "$np" "$engine" $rest)"
   [ -z "$reference" ] && reference=$accuracy
-  printf '| %s | %s | %s | %+.2f | %s | %s |\n' "$np" "$engine${rest:+ ($rest)}" "$accuracy" \
+  printf '| %s | %s | %s | %+.2f | %s | %s |\n' "$np" "$engine${rest:+ (${rest/ -- /, })}" "$accuracy" \
     "$(python3 -c "print($accuracy - $reference)")" "$throughput" "$seconds"
 done <<'CASES'
 1 cpu
