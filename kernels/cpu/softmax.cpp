@@ -115,17 +115,28 @@ void softmax_rows(const T* in, T* out, int64_t outer, int64_t dim, bool log) {
 // Strided lines (inner > 1): blocks of neighbouring lines, one row of the block at a time.
 constexpr int64_t kColumnBlock = 64;
 
-template <typename T>
-void softmax_columns(const T* in, T* out, int64_t outer, int64_t dim, int64_t inner, bool log) {
-  using Acc = acc_t<T>;
+// body(slab, width) for every block of `width` <= kColumnBlock neighbouring lines of a dense
+// (outer, dim, inner) array, `slab` being the offset of the block's first element; the blocks
+// are split across threads once outer dim inner x cost_per_element is worth it.
+template <typename Body>
+void over_column_blocks(int64_t outer, int64_t dim, int64_t inner, int64_t cost_per_element,
+                        Body body) {
   const int64_t blocks = (inner + kColumnBlock - 1) / kColumnBlock;
-  const int threads = threads_for(outer * dim * inner * 8);
+  const int threads = threads_for(outer * dim * inner * cost_per_element);
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
   for (int64_t task = 0; task < outer * blocks; ++task) {
     const int64_t o = task / blocks, begin = (task % blocks) * kColumnBlock;
-    const int64_t width = std::min(kColumnBlock, inner - begin);
-    const T* slab = in + o * dim * inner + begin;
-    T* out_slab = out + o * dim * inner + begin;
+    body(o * dim * inner + begin, std::min(kColumnBlock, inner - begin));
+  }
+}
+
+template <typename T>
+void softmax_columns(const T* in, T* out, int64_t outer, int64_t dim, int64_t inner, bool log) {
+  using Acc = acc_t<T>;
+  // exp makes each element costly
+  over_column_blocks(outer, dim, inner, 8, [&](int64_t offset, int64_t width) {
+    const T* slab = in + offset;
+    T* out_slab = out + offset;
     Acc m[kColumnBlock], total[kColumnBlock];
     for (int64_t l = 0; l < width; ++l) {
       m[l] = -std::numeric_limits<Acc>::infinity();
@@ -150,7 +161,7 @@ void softmax_columns(const T* in, T* out, int64_t outer, int64_t dim, int64_t in
         out_slab[r * inner + l] = cast_to<T>(y);
       }
     }
-  }
+  });
 }
 
 // ---- backward ----
@@ -231,13 +242,7 @@ template <typename T>
 void softmax_backward_columns(const T* g, const T* y, T* grad_in, int64_t outer, int64_t dim,
                               int64_t inner, bool log) {
   using Acc = acc_t<T>;
-  const int64_t blocks = (inner + kColumnBlock - 1) / kColumnBlock;
-  const int threads = threads_for(outer * dim * inner * 2);
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
-  for (int64_t task = 0; task < outer * blocks; ++task) {
-    const int64_t o = task / blocks, begin = (task % blocks) * kColumnBlock;
-    const int64_t width = std::min(kColumnBlock, inner - begin);
-    const int64_t slab = o * dim * inner + begin;
+  over_column_blocks(outer, dim, inner, 2, [&](int64_t slab, int64_t width) {
     double dot_sums[kColumnBlock] = {};  // f64, as for dense rows
     for (int64_t r = 0; r < dim; ++r) {
       const T* g_row = g + slab + r * inner;
@@ -267,7 +272,7 @@ void softmax_backward_columns(const T* g, const T* y, T* grad_in, int64_t outer,
           out_row[l] = cast_to<T>(cast_to<Acc>(y_row[l]) * (cast_to<Acc>(g_row[l]) - dot[l]));
       }
     }
-  }
+  });
 }
 
 }  // namespace

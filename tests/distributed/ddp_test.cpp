@@ -342,11 +342,17 @@ TEST(Ddp, WrappedStateDictLoadsIntoTheUnwrappedModelAndBack) {
   EXPECT_TRUE(same(model->named_parameters()[0].second, other->named_parameters()[0].second));
 }
 
-TEST(Ddp, Bf16CompressionStaysCloseToTheExactAverage) {
+// One backward under DDP with buckets compressed to `wire`, and the same batch whole on one
+// model: each parameter's name, its DDP gradient and the exact average.
+struct CompressedGradient {
+  std::string name;
+  Tensor grad, exact;
+};
+std::vector<CompressedGradient> gradients_compressed_to(DType wire) {
   auto group = world();
   auto model = make_mlp();
   DdpOptions options = small_buckets();
-  options.compression = DType::bf16;
+  options.compression = wire;
   auto ddp = nn::make<DistributedDataParallel>(model, group, options);
   auto reference = make_mlp();
   reference->load_state_dict(model->state_dict());
@@ -355,10 +361,16 @@ TEST(Ddp, Bf16CompressionStaysCloseToTheExactAverage) {
   mse_loss((*reference)(x), y).backward();
   const auto mine = model->named_parameters();
   const auto theirs = reference->named_parameters();
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const Tensor exact = theirs[i].second.grad();
+  std::vector<CompressedGradient> gradients;
+  for (size_t i = 0; i < mine.size(); ++i)
+    gradients.push_back({mine[i].first, mine[i].second.grad(), theirs[i].second.grad()});
+  return gradients;
+}
+
+TEST(Ddp, Bf16CompressionStaysCloseToTheExactAverage) {
+  for (const auto& [name, grad, exact] : gradients_compressed_to(DType::bf16)) {
     const double scale = max(abs(exact)).item<double>();
-    expect_close(mine[i].second.grad(), exact, 2e-2 * scale + 1e-6, mine[i].first);
+    expect_close(grad, exact, 2e-2 * scale + 1e-6, name);
   }
 }
 
@@ -366,26 +378,12 @@ TEST(Ddp, Bf16CompressionStaysCloseToTheExactAverage) {
 // f16's mantissa (more than bf16's 8 bits), and all are within f16's rounding of the exact
 // average (about 2^-11 of each contribution, a few roundings deep: 4e-4 of the largest seen).
 TEST(Ddp, F16CompressionTravelsAsF16AndStaysCloseToTheExactAverage) {
-  auto group = world();
-  auto model = make_mlp();
-  DdpOptions options = small_buckets();
-  options.compression = DType::f16;
-  auto ddp = nn::make<DistributedDataParallel>(model, group, options);
-  auto reference = make_mlp();
-  reference->load_state_dict(model->state_dict());
-  auto [x, y] = global_batch(group->size(), 0);
-  mse_loss((*ddp)(rows_of_rank(x, group->rank())), rows_of_rank(y, group->rank())).backward();
-  mse_loss((*reference)(x), y).backward();
-  const auto mine = model->named_parameters();
-  const auto theirs = reference->named_parameters();
   bool needs_more_than_bf16 = false;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const Tensor grad = mine[i].second.grad();
-    const Tensor exact = theirs[i].second.grad();
+  for (const auto& [name, grad, exact] : gradients_compressed_to(DType::f16)) {
     const double scale = max(abs(exact)).item<double>();
-    expect_close(grad, exact, 2e-3 * scale + 1e-6, mine[i].first);
+    expect_close(grad, exact, 2e-3 * scale + 1e-6, name);
     EXPECT_TRUE(same(grad, grad.to(DType::f16).to(grad.dtype())))
-        << mine[i].first << ": not every value is an f16 value";
+        << name << ": not every value is an f16 value";
     needs_more_than_bf16 |= !same(grad, grad.to(DType::bf16).to(grad.dtype()));
   }
   EXPECT_TRUE(needs_more_than_bf16) << "every average fits bf16: was the wire f16?";

@@ -208,6 +208,18 @@ TEST(Runner, AccumulationGivesTheUpdateOfOneBigBatch) {
   EXPECT_FALSE(allclose(partial[0], untouched[0], 0, 0));
 }
 
+// The optimizer and schedule of the scheduler tests: SGD at lr 0.1, and StepLR halving the rate
+// at each of its steps, handed to `scheduler` as the runner makes it.
+std::shared_ptr<optim::Optimizer> sgd(nn::Module& m) {
+  return std::make_shared<optim::SGD>(m.named_parameters(), optim::SGDOptions{.lr = 0.1});
+}
+SchedulerFn step_lr_into(std::shared_ptr<optim::LRScheduler>& scheduler) {
+  return [&scheduler](optim::Optimizer& o) {
+    scheduler = std::make_shared<optim::StepLR>(o, 1, 0.5);
+    return scheduler;
+  };
+}
+
 TEST(Runner, SchedulerIsNotSteppedWhenTheScalerSkipsTheStep) {
   manual_seed(4);
   // A loss scale so large that f16 gradients overflow: every step is skipped.
@@ -223,16 +235,8 @@ TEST(Runner, SchedulerIsNotSteppedWhenTheScalerSkipsTheStep) {
                 .engine_instance = engine,
                 .callbacks = {{"scheduler", std::make_shared<SchedulerCallback>(
                                                 SchedulerCallback::Mode::batch)}},
-                .optimizer_fn =
-                    [](nn::Module& m) {
-                      return std::make_shared<optim::SGD>(m.named_parameters(),
-                                                          optim::SGDOptions{.lr = 0.1});
-                    },
-                .scheduler_fn =
-                    [&](optim::Optimizer& o) {
-                      scheduler = std::make_shared<optim::StepLR>(o, 1, 0.5);
-                      return scheduler;
-                    }});
+                .optimizer_fn = sgd,
+                .scheduler_fn = step_lr_into(scheduler)});
   EXPECT_EQ(scheduler->last_epoch(), 0);
   EXPECT_DOUBLE_EQ(engine->scaler().get_scale(), 1e30f * 0.25f);  // backed off twice
   const auto after = model->state_dict();
@@ -269,16 +273,8 @@ TEST(Runner, EpochSchedulerIsNotSteppedAfterAnEpochOfSkippedSteps) {
                   .num_epochs = 2,
                   .engine_instance = engine,
                   .callbacks = {{"counter", counter}},
-                  .optimizer_fn =
-                      [](nn::Module& m) {
-                        return std::make_shared<optim::SGD>(m.named_parameters(),
-                                                            optim::SGDOptions{.lr = 0.1});
-                      },
-                  .scheduler_fn =
-                      [&](optim::Optimizer& o) {
-                        scheduler = std::make_shared<optim::StepLR>(o, 1, 0.5);
-                        return scheduler;
-                      }});
+                  .optimizer_fn = sgd,
+                  .scheduler_fn = step_lr_into(scheduler)});
     return std::pair<int64_t, int64_t>{counter->steps, scheduler->last_epoch()};
   };
   const auto [steps_all_skipped, epochs_all_skipped] = run(0.5);
@@ -317,16 +313,8 @@ TEST(Runner, EpochSchedulerJudgesEachEpochOnItsOwnSteps) {
                 .num_epochs = 3,
                 .engine_instance = std::make_shared<SkippingEngine>(std::set<int64_t>{2, 3, 4}),
                 .callbacks = {{"counter", counter}},
-                .optimizer_fn =
-                    [](nn::Module& m) {
-                      return std::make_shared<optim::SGD>(m.named_parameters(),
-                                                          optim::SGDOptions{.lr = 0.1});
-                    },
-                .scheduler_fn =
-                    [&](optim::Optimizer& o) {
-                      scheduler = std::make_shared<optim::StepLR>(o, 1, 0.5);
-                      return scheduler;
-                    }});
+                .optimizer_fn = sgd,
+                .scheduler_fn = step_lr_into(scheduler)});
   EXPECT_EQ(counter->steps, 3);
   EXPECT_EQ(scheduler->last_epoch(), 2);
 }
