@@ -121,6 +121,11 @@ Daso::Daso(optim::Optimizer& local_optimizer, int total_epochs, const DasoOption
               "DASO: parameters must be f32 or f64, or f16/bf16 with f32 masters; got ",
               describe(masters_.front()));
   link_ = SimulatedLink::from_environment();
+  // The global averages get a communicator of their own, whose allreduces are non-blocking: one
+  // waiting for a slow link or a late node must not hold up the node's gradient average (on MPI,
+  // every group's operations are made by one thread). The caller's group is left as it was.
+  groups_.global = groups_.global->split(0, groups_.global->rank());
+  groups_.global->set_nonblocking_allreduce(true);
 
   // Everyone starts from rank 0's parameters: DASO only ever averages, it never re-synchronises
   // ranks that started apart.

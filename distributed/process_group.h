@@ -65,6 +65,16 @@ class ProcessGroup {
   // (key, rank). A negative color joins no group and gets nullptr.
   virtual std::shared_ptr<ProcessGroup> split(int color, int key) = 0;
 
+  // Lets this group's allreduces stay in flight without holding up other groups' operations.
+  // On MPI every operation is made by one communication thread, and collectives are blocking
+  // calls there (the fastest on shared memory), so a long allreduce, or one waiting for a late
+  // peer, delays every group's next operation. With this on, the group's allreduces are
+  // MPI_Iallreduce, progressed by that thread and by every later MPI call; other groups'
+  // operations start meanwhile. DASO sets it on its cross-node group so that a slow global
+  // average never holds up the node's gradient average. Every rank of the group must set the
+  // same, before its first allreduce. NCCL's collectives never block each other: no-op there.
+  virtual void set_nonblocking_allreduce(bool on) { (void)on; }
+
  protected:
   ProcessGroup(int rank, int size, std::string name)
       : rank_(rank), size_(size), name_(std::move(name)) {}

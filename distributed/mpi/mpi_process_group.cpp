@@ -247,11 +247,22 @@ WorkPtr MpiProcessGroup::allreduce(const Tensor& tensor, ReduceOp op) {
   operation.describe = describe_call(std::string("allreduce(") + reduce_op_name(op) + ")", tensor);
   const MPI_Comm comm = communicator_;
   const int group_size = size();
-  operation.start = [host = staged.host, count, op, comm](std::vector<MPI_Request>&) {
-    MPI_Allreduce(MPI_IN_PLACE, host.data_ptr(), count, mpi_type(host.dtype()),
-                  mpi_op(host.dtype(), op), comm);
-  };
-  operation.blocking = true;
+  if (nonblocking_allreduce_) {
+    // In flight until the worker's MPI_Testall sees it done; the worker meanwhile starts the
+    // operations queued after it (set_nonblocking_allreduce).
+    operation.start = [host = staged.host, count, op, comm](std::vector<MPI_Request>& requests) {
+      MPI_Request request = MPI_REQUEST_NULL;
+      MPI_Iallreduce(MPI_IN_PLACE, host.data_ptr(), count, mpi_type(host.dtype()),
+                     mpi_op(host.dtype(), op), comm, &request);
+      requests.push_back(request);
+    };
+  } else {
+    operation.start = [host = staged.host, count, op, comm](std::vector<MPI_Request>&) {
+      MPI_Allreduce(MPI_IN_PLACE, host.data_ptr(), count, mpi_type(host.dtype()),
+                    mpi_op(host.dtype(), op), comm);
+    };
+    operation.blocking = true;
+  }
   if (op == ReduceOp::avg) {
     operation.finish = [host = staged.host, group_size] { divide(host, group_size); };
   }

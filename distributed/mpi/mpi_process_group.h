@@ -30,12 +30,14 @@ class MpiProcessGroup final : public ProcessGroup {
   WorkPtr send(const Tensor& tensor, int destination, int tag = 0) override;
   WorkPtr recv(const Tensor& tensor, int source, int tag = 0) override;
   std::shared_ptr<ProcessGroup> split(int color, int key) override;
+  void set_nonblocking_allreduce(bool on) override { nonblocking_allreduce_ = on; }
 
  private:
   // Names a call in errors ("allreduce(sum) of f32 [1024] on group 'world' at rank 1 of 2"),
   // formatted only when one is raised: formatting it for every call cost about 1 us.
   std::function<std::string()> describe_call(std::string call, const Tensor& tensor) const;
   MPI_Comm communicator_;
+  bool nonblocking_allreduce_ = false;  // MPI_Iallreduce instead of MPI_Allreduce
 };
 
 // Called once MPI is initialised: creates ember's MPI operations for f16 and bf16.

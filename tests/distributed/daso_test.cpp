@@ -3,8 +3,10 @@
 // poses as 2 nodes of 2 ranks (world->split, or EMBER_LOCAL_SIZE=2 for the default groups).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "distributed/daso.h"
@@ -179,6 +181,37 @@ TEST(Daso, LossDecreasesOnTwoNodesOfTwoRanks) {
   EXPECT_LT(losses[3], 0.5 * losses[0]);
   EXPECT_LT(losses.back(), 0.01 * losses.front())
       << "first epoch " << losses.front() << ", last " << losses.back();
+}
+
+// Node 1's local rank 0 is 1.5 s late for batch 0, in which global group 0 sends (skips
+// (8, 2, 2): the merge comes at batch 2). Node 0 must still average its gradients at batch 1 at
+// once: its global send is in flight, waiting for the late rank, and must not hold up the node's
+// allreduce (on MPI's one communication thread a blocking allreduce would).
+TEST(Daso, ALateNodeDoesNotHoldUpTheOtherNodesStepsBeforeTheMerge) {
+  if (world()->size() != 4) GTEST_SKIP() << "needs 4 ranks (mpirun -np 4)";
+  Tensor param = zeros({5}).requires_grad_();
+  optim::SGD sgd(std::vector<Tensor>{param}, {.lr = 0.1});
+  Daso daso(sgd, 10, {.warmup_epochs = 0, .cooldown_epochs = 0}, split_world(2));
+  daso.set_last_batch(3);
+  daso.load_schedule_state({.skips = {8, 2, 2}});
+  const int node = world()->rank() / 2;
+  const bool late = world()->rank() == 2;
+  auto step = [&] {
+    daso.zero_grad();
+    daso.step();
+  };
+  if (late) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  step();  // batch 0: global group 0 sends
+  const auto start = std::chrono::steady_clock::now();
+  step();  // batch 1: only the node's gradient average
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (node == 0) {
+    EXPECT_LT(seconds, 0.5) << "node 0's batch 1 waited for node 1's late rank";
+  }
+  step();  // batch 2: group 0 merges
+  step();  // batch 3, the last: blocking
+  expect_identical_on_all_ranks({param}, "after the epoch");
 }
 
 TEST(Daso, SimulatedLinkParsesLatencyAndBandwidth) {
