@@ -7,6 +7,7 @@
 #include <thread>
 #include <utility>
 
+#include "distributed/ddp.h"
 #include "distributed/world.h"
 #include "runtime/error.h"
 #include "runtime/ops.h"
@@ -263,7 +264,7 @@ void Daso::step() {
               "DASO: set_last_batch(batches per epoch - 1) before the first step(): the last batch "
               "of every epoch ends with a blocking average");
   NoGradGuard no_grad;
-  average_gradients_in_node();
+  if (!node_reducer_) average_gradients_in_node();  // else backward did, through the reducer
   if (scaler_ != nullptr) {
     scaler_->step(optimizer_);
     scaler_->update();
@@ -330,6 +331,13 @@ void Daso::set_model(nn::Module& module) {
                 "would drift apart across nodes. Build the optimizer from model->parameters()");
   }
   module_ = &module;
+  node_reducer_.reset();
+  if (groups_.node->size() > 1)
+    node_reducer_ = make_reducer(module, groups_.node, ReducerOptions{});
+}
+
+void Daso::set_gradient_sync(bool sync) {
+  if (node_reducer_) node_reducer_->set_sync(sync);
 }
 
 void Daso::reset() {

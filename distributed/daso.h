@@ -11,12 +11,14 @@
 //     daso.epoch_loss_logic(epoch_loss);       // averaged over all ranks here
 //   }
 //
-// Every batch, the ranks of a node average their gradients (blocking, over the node group) before
-// the local optimizer steps, so the ranks of a node always hold the same parameters. Across nodes
-// the parameters are averaged by one global group at a time (the ranks sharing a local rank, one
-// per node), in turns, as DasoSchedule says: the group's ranks flatten their parameters, cast them
-// down to downcast_type, and start non-blocking allreduces of sending_chunk_size elements each;
-// B batches later they merge the received sum into their parameters,
+// Every batch, the ranks of a node average their gradients before the local optimizer steps, so
+// the ranks of a node always hold the same parameters: during backward, bucket by bucket, through
+// a DDP reducer over the node group once set_model() attached one (as Heat's DataParallelMultiGPU
+// wraps the model in torch's DDP over the node); otherwise in one blocking allreduce in step().
+// Across nodes the parameters are averaged by one global group at a time (the ranks sharing a local
+// rank, one per node), in turns, as DasoSchedule says: the group's ranks flatten their parameters,
+// cast them down to downcast_type, and start non-blocking allreduces of sending_chunk_size elements
+// each; B batches later they merge the received sum into their parameters,
 //     p <- (2B * p_local + sum_n p_n) / (N + 2B)          (N nodes),
 // the local parameters weighing in for the B batches they moved on since, and broadcast them inside
 // their node. In the warm-up and cool-down, and on the last batch of every epoch, the average is
@@ -50,17 +52,15 @@
 //   a negative best loss as Heat does.
 // - One node (num_nodes() == 1) makes no global sends (an average of one only rounds).
 //
-// Limits, on the MPI backend (found by review, not yet changed):
-// - One communication thread per process makes every MPI call, one at a time, as blocking calls
-//   (distributed/mpi/mpi_worker.h). A global average in flight therefore overlaps the local
-//   computation, but the next node-local gradient average (and anything else queued on the
-//   thread) waits behind it. On a real slow link a global send longer than a batch stalls the
-//   node; Heat's torch.distributed non-blocking calls let the local average go first.
-// - The simulated link delays only wait(), while the real MPI call is fast: the simulation models
-//   a link that never holds up the local averages, so it flatters DASO against DDP by the stall
-//   above.
-// - The node-local average is one blocking allreduce of all gradients after backward, not DDP's
-//   bucketed overlap; local_skip (Heat's local skipping) is computed by the schedule but unused.
+// Global averages travel on a communicator of their own (a split of `global`) whose allreduces
+// are non-blocking (ProcessGroup::set_nonblocking_allreduce): on the MPI backend, where one
+// thread makes every MPI call, a global average waiting for a slow link or a late node does not
+// hold up the node's gradient average, as Heat's non-blocking MPI calls do not. (Before
+// 2026-11-24 it did, and the simulated link, which delays only wait(), hid that stall.)
+//
+// Not done: local_skip (Heat's local skipping: the node's gradient average switched off on some
+// batches through DDP's no_sync, the node re-synchronised by the next merge's broadcast) is
+// computed by the schedule but unused; every batch averages in the node.
 #pragma once
 
 #include <chrono>
@@ -73,6 +73,7 @@
 
 #include "distributed/daso_schedule.h"
 #include "distributed/process_group.h"
+#include "distributed/reducer.h"
 #include "distributed/simulated_link.h"
 #include "nn/module.h"
 #include "optim/grad_scaler.h"
@@ -126,8 +127,18 @@ class Daso {
   // Steps through this scaler (scaler.step, then scaler.update), for f16 training.
   void add_scaler(optim::GradScaler& scaler) { scaler_ = &scaler; }
   // Records the model and checks that the local optimizer holds every trainable parameter of it
-  // (one DASO does not average would silently drift apart across nodes).
+  // (one DASO does not average would silently drift apart across nodes). On a node of several
+  // ranks it also attaches a DDP reducer over the node group (default buckets): from then on
+  // backward averages the node's gradients as it goes, and step() no longer does. Every
+  // trainable parameter must then take part in each backward pass, as under DDP.
   void set_model(nn::Module& module);
+  // Off: backward leaves the node's gradients local (gradient accumulation, DDP's no_sync); the
+  // first backward with it on again averages the accumulated sum. Without set_model's reducer
+  // there is nothing to switch: step() averages once, whatever backward accumulated.
+  void set_gradient_sync(bool sync);
+  bool gradient_sync() const { return !node_reducer_ || node_reducer_->sync(); }
+  // set_model's reducer; null before set_model and on nodes of one rank.
+  const Reducer* node_reducer() const { return node_reducer_.get(); }
   // Back to the state after construction (schedule, pending sends, gradients zeroed); the
   // parameters are kept.
   void reset();
@@ -158,7 +169,8 @@ class Daso {
   DasoSchedule schedule_;
   optim::GradScaler* scaler_ = nullptr;
   nn::Module* module_ = nullptr;
-  std::vector<Tensor> params_;   // the optimizer's parameters, every group in order
+  std::unique_ptr<Reducer> node_reducer_;  // set_model's, on nodes of several ranks
+  std::vector<Tensor> params_;             // the optimizer's parameters, every group in order
   std::vector<Tensor> masters_;  // what its steps update: f32 masters of f16/bf16 params, or params
   int64_t num_elements_ = 0;
   DType master_dtype_ = DType::f32;

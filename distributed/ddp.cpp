@@ -72,11 +72,7 @@ void broadcast_from_rank_zero(const std::vector<Tensor>& tensors, ProcessGroup& 
 }
 
 std::unique_ptr<Reducer> make_reducer(nn::Module& module, ProcessGroupPtr group,
-                                      const DdpOptions& options) {
-  EMBER_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_cap_mb > 0,
-              "DistributedDataParallel: bucket_cap_mb and first_bucket_cap_mb must be positive, "
-              "got ",
-              options.bucket_cap_mb, " and ", options.first_bucket_cap_mb);
+                                      const ReducerOptions& options) {
   std::vector<Tensor> parameters;
   std::vector<std::string> names;
   for (const auto& [name, parameter] : module.named_parameters()) {
@@ -84,6 +80,16 @@ std::unique_ptr<Reducer> make_reducer(nn::Module& module, ProcessGroupPtr group,
     parameters.push_back(parameter);
     names.push_back(name);
   }
+  return std::make_unique<Reducer>(std::move(parameters), std::move(names), std::move(group),
+                                   options);
+}
+
+std::unique_ptr<Reducer> make_reducer(nn::Module& module, ProcessGroupPtr group,
+                                      const DdpOptions& options) {
+  EMBER_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_cap_mb > 0,
+              "DistributedDataParallel: bucket_cap_mb and first_bucket_cap_mb must be positive, "
+              "got ",
+              options.bucket_cap_mb, " and ", options.first_bucket_cap_mb);
   ReducerOptions reducer_options;
   reducer_options.bucket_bytes = static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024);
   reducer_options.first_bucket_bytes =
@@ -92,8 +98,7 @@ std::unique_ptr<Reducer> make_reducer(nn::Module& module, ProcessGroupPtr group,
   reducer_options.compression = options.compression;
   reducer_options.gradient_as_bucket_view = options.gradient_as_bucket_view;
   if (topology().num_nodes > 1) reducer_options.simulated_link = SimulatedLink::from_environment();
-  return std::make_unique<Reducer>(std::move(parameters), std::move(names), std::move(group),
-                                   reducer_options);
+  return make_reducer(module, std::move(group), reducer_options);
 }
 
 DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, ProcessGroupPtr group,

@@ -38,9 +38,13 @@ struct DdpOptions {
 void check_same_model_on_every_rank(const nn::Module& module, ProcessGroup& group);
 // Rank 0's values for every tensor (parameters and buffers).
 void broadcast_from_rank_zero(const std::vector<Tensor>& tensors, ProcessGroup& group);
-// A reducer over the module's parameters that require grad.
+// A reducer over the module's parameters that require grad. With DdpOptions, buckets are
+// delayed by EMBER_SIMULATE_GLOBAL_LINK when the world spans several nodes; with
+// ReducerOptions, exactly as given (DASO's node-local reducer).
 std::unique_ptr<Reducer> make_reducer(nn::Module& module, ProcessGroupPtr group,
                                       const DdpOptions& options);
+std::unique_ptr<Reducer> make_reducer(nn::Module& module, ProcessGroupPtr group,
+                                      const ReducerOptions& options);
 
 class DistributedDataParallel : public nn::Module {
  public:

@@ -94,7 +94,12 @@ OptimizerCallback::OptimizerCallback(OptimizerOptions options)
 
 void OptimizerCallback::on_loader_start(IRunner& runner) {
   accumulated_ = 0;
-  if (runner.is_train_loader) runner.engine->zero_grad(*runner.model, *runner.optimizer);
+  if (!runner.is_train_loader) return;
+  runner.engine->zero_grad(*runner.model, *runner.optimizer);
+  // One step per accumulation_steps batches, and one for a shorter remainder at the end.
+  const int64_t steps = options_.accumulation_steps;
+  if (steps > 1)
+    runner.engine->on_train_loader_start((runner.loader_batch_len + steps - 1) / steps);
 }
 
 void OptimizerCallback::on_batch_start(IRunner& runner) {

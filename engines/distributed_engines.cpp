@@ -212,8 +212,15 @@ void DasoEngine::unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* mod
   daso_->load_schedule_state(state);
 }
 
-void DasoEngine::on_train_loader_start(int64_t num_batches) {
-  if (daso_) daso_->set_last_batch(num_batches - 1);
+Scope DasoEngine::no_sync(nn::Module&) {
+  EMBER_CHECK(daso_ != nullptr, name(), ": no_sync before init_components");
+  const bool previous = daso_->gradient_sync();
+  daso_->set_gradient_sync(false);
+  return Scope([daso = daso_.get(), previous] { daso->set_gradient_sync(previous); });
+}
+
+void DasoEngine::on_train_loader_start(int64_t optimizer_steps) {
+  if (daso_) daso_->set_last_batch(optimizer_steps - 1);
 }
 
 void DasoEngine::on_epoch_end(std::optional<double> train_loss) {

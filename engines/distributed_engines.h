@@ -126,7 +126,9 @@ class DasoEngine : public DeviceEngine {
   // Also puts each rank back on its own random stream (seed + rank).
   void unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* model,
                          optim::Optimizer* optimizer, optim::LRScheduler* scheduler) override;
-  void on_train_loader_start(int64_t num_batches) override;
+  // Inner batches of a gradient accumulation leave the node's gradients local.
+  Scope no_sync(nn::Module& model) override;
+  void on_train_loader_start(int64_t optimizer_steps) override;
   void on_epoch_end(std::optional<double> train_loss) override;
   void deinit_components() override;
   void abandon_components() override;

@@ -145,8 +145,10 @@ class IEngine {
   virtual Scope autocast();
 
   // ---- the runner's epoch, for engines with a schedule (DASO) ----
-  // Before a training loader's first batch: how many batches it holds.
-  virtual void on_train_loader_start(int64_t /*num_batches*/) {}
+  // Before a training loader's first batch: how many optimizer steps it will make. The runner
+  // says one per batch; an OptimizerCallback that accumulates gradients says again, with its
+  // own count (DASO finds each epoch's last step from it).
+  virtual void on_train_loader_start(int64_t /*optimizer_steps*/) {}
   // After every loader of an epoch: the training loss averaged over ranks (none when the
   // training loader reports no "loss").
   virtual void on_epoch_end(std::optional<double> /*train_loss*/) {}

@@ -214,6 +214,53 @@ TEST(Daso, ALateNodeDoesNotHoldUpTheOtherNodesStepsBeforeTheMerge) {
   expect_identical_on_all_ranks({param}, "after the epoch");
 }
 
+// set_model attaches a DDP reducer over the node: the node's gradients are averaged by the end of
+// backward, and step() does not average them again. With nodes of 2 ranks the reducer's
+// g0 / 2 + g1 / 2 and step()'s (g0 + g1) / 2 round alike, so training is bitwise the same.
+TEST(Daso, SetModelAveragesTheNodesGradientsDuringBackwardAsStepWould) {
+  if (world()->size() != 4) GTEST_SKIP() << "needs 4 ranks (mpirun -np 4)";
+  const DasoGroups groups = split_world(2);
+  const Tensor true_weight = arange(7, DType::f32).div_(7.0).view({7, 1});
+  auto train = [&](bool set_model) {
+    nn::Linear model(7, 1);
+    {
+      NoGradGuard no_grad;
+      model.weight.zero_();
+      model.bias.zero_();
+    }
+    optim::SGD sgd(model.parameters(), {.lr = 0.05});
+    Daso daso(sgd, 4, {.warmup_epochs = 1, .cooldown_epochs = 1}, groups);
+    if (set_model) daso.set_model(model);
+    daso.set_last_batch(5);
+    for (int64_t epoch = 0; epoch < 4; ++epoch) {
+      double total = 0.0;
+      for (int64_t batch = 0; batch < 6; ++batch) {
+        Generator generator(1000 * static_cast<uint64_t>(world()->rank()) +
+                            100 * static_cast<uint64_t>(epoch) + static_cast<uint64_t>(batch));
+        const Tensor x = randn({8, 7}, {}, &generator);
+        daso.zero_grad();
+        Tensor loss = mse_loss(model(x), matmul(x, true_weight) + 0.5);
+        loss.backward();
+        if (set_model) {  // averaged already: both ranks of the node hold the same gradient
+          Tensor mine = model.weight.grad().flatten().clone();
+          Tensor node = empty({2 * mine.numel()});
+          groups.node->allgather(node, mine)->wait();
+          EXPECT_EQ(to_vector<float>(node.narrow(0, 0, 7)), to_vector<float>(node.narrow(0, 7, 7)))
+              << "epoch " << epoch << " batch " << batch;
+        }
+        daso.step();
+        total += loss.item<double>();
+      }
+      daso.epoch_loss_logic(total / 6);
+    }
+    return cat({model.weight.detach().flatten(), model.bias.detach()});
+  };
+  const Tensor in_step = train(false);
+  const Tensor in_backward = train(true);
+  EXPECT_EQ(std::memcmp(in_step.data<float>(), in_backward.data<float>(), 8 * sizeof(float)), 0)
+      << in_step << " vs " << in_backward;
+}
+
 TEST(Daso, SimulatedLinkParsesLatencyAndBandwidth) {
   const SimulatedLink link = SimulatedLink::parse("50,1.5");
   EXPECT_DOUBLE_EQ(link.latency_us, 50.0);

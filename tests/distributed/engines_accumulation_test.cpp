@@ -118,5 +118,64 @@ TEST(DistributedEngines, AcceleratorAccumulationOnDdpIsOneBigBatchWithOneReducti
   EXPECT_EQ(accumulated.reductions, 1) << "the 3 inner batches of the accumulation were reduced";
 }
 
+// The same through the DASO engine. DASO counts optimizer steps, not batches, to find an epoch's
+// last batch (its blocking average); the node's reducer stays quiet on the inner batches.
+struct DasoTrained {
+  std::vector<Tensor> weights;
+  int64_t node_reductions = -1;  // the node reducer's iterations; -1 when it has none
+};
+
+class CountDasoReductions : public ICallback {
+ public:
+  CountDasoReductions() : ICallback(CallbackOrder::external) {}
+  void on_epoch_end(IRunner& runner) override {
+    for (const Tensor& p : runner.model->parameters())
+      trained.weights.push_back(p.detach().clone());
+    dist::Daso* daso = dynamic_cast<DasoEngine&>(*runner.engine).daso();
+    if (daso != nullptr && daso->node_reducer() != nullptr)
+      trained.node_reductions = daso->node_reducer()->iterations();
+  }
+  DasoTrained trained;
+};
+
+DasoTrained daso_runner_epoch(int64_t batch_size, int64_t accumulation) {
+  auto world = dist::world();
+  auto engine = std::make_shared<DasoEngine>(Device::cpu(), /*total_epochs=*/1);
+  manual_seed(3);
+  auto counter = std::make_shared<CountDasoReductions>();
+  SupervisedRunner runner;
+  runner.train(
+      {.model = testing::mlp(/*dropout=*/false),
+       .criterion = [](const Tensor& logits,
+                       const Tensor& targets) { return cross_entropy(logits, targets); },
+       .loaders = {{"train", testing::loader(kSamplesPerRank * world->size(), batch_size, false)}},
+       .engine_instance = engine,
+       .callbacks = {{"optimizer", std::make_shared<OptimizerCallback>(
+                                       OptimizerOptions{.accumulation_steps = accumulation})},
+                     {"count", counter}},
+       .optimizer_fn =
+           [](nn::Module& m) {
+             return std::make_shared<optim::SGD>(m.named_parameters(),
+                                                 optim::SGDOptions{.lr = 0.5});
+           }});
+  return counter->trained;
+}
+
+TEST(DistributedEngines, RunnerAccumulationOnDasoIsOneBigBatchWithOneNodeReductionPerStep) {
+  if (dist::world()->size() < 2) GTEST_SKIP() << "needs mpirun -np 2 or more";
+  const DasoTrained big = daso_runner_epoch(kSamplesPerRank, 1);
+  const DasoTrained accumulated = daso_runner_epoch(4, 4);
+  ASSERT_EQ(big.weights.size(), accumulated.weights.size());
+  for (size_t i = 0; i < big.weights.size(); ++i) {
+    EXPECT_TRUE(allclose(big.weights[i], accumulated.weights[i], 1e-5, 1e-6))
+        << "parameter " << i << ": the accumulated update differs from the big batch's";
+  }
+  if (dist::node_group()->size() > 1) {
+    EXPECT_EQ(big.node_reductions, 1);
+    EXPECT_EQ(accumulated.node_reductions, 1)
+        << "the 3 inner batches of the accumulation were reduced in the node";
+  }
+}
+
 }  // namespace
 }  // namespace ember::engines
