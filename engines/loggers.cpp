@@ -94,6 +94,19 @@ std::string claim_event_file(const std::string& directory, double now) {
   }
 }
 
+// Writes `contents` beside `path`, then renames it over `path`: a crash leaves the old file or
+// the new one, never half of one.
+void replace_file(const std::string& path, const std::string& contents) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream file = open_or_fail(temporary, std::ios::trunc);
+    file << contents;
+    file.flush();
+    EMBER_CHECK(file.good(), "logger: cannot write '", temporary, "' (is the disk full?)");
+  }
+  std::filesystem::rename(temporary, path);
+}
+
 }  // namespace
 
 void keep_first_lines(const std::string& path, int64_t lines) {
@@ -102,7 +115,7 @@ void keep_first_lines(const std::string& path, int64_t lines) {
   for (int64_t row = 0; row < lines && std::getline(old, line); ++row)
     kept += line + "\n";
   old.close();
-  open_or_fail(path, std::ios::trunc) << kept;
+  replace_file(path, kept);
 }
 
 // ---- console ----
@@ -131,11 +144,13 @@ CSVLogger::CSVLogger(std::string logdir, std::string file_name) : path_(logdir +
 void CSVLogger::start(const IRunner& runner) {
   make_parent(path_);
   columns_.clear();
+  has_header_ = false;
   if (runner.global_epoch > 0 && std::filesystem::exists(path_)) {
     // Resumed, or a later stage: the header names the columns; keep the epochs done.
     std::ifstream file(path_);
     std::string header;
     std::getline(file, header);
+    has_header_ = !header.empty();
     std::istringstream names(header);
     const std::vector<std::string> leading = leading_columns(runner);
     std::string name;
@@ -149,19 +164,47 @@ void CSVLogger::start(const IRunner& runner) {
   }
 }
 
+void CSVLogger::add_columns(const std::vector<std::string>& added) {
+  std::ifstream old(path_);
+  std::string line, widened;
+  const std::string empty_cells(added.size(), ',');
+  for (bool header = true; std::getline(old, line); header = false) {
+    widened += line;
+    if (header) {
+      for (const std::string& name : added) {
+        widened += ',';
+        widened += name;
+      }
+    } else {
+      widened += empty_cells;
+    }
+    widened += '\n';
+  }
+  old.close();
+  replace_file(path_, widened);
+  columns_.insert(columns_.end(), added.begin(), added.end());
+}
+
 void CSVLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& runner) {
   const auto values = flat(metrics);
-  std::ofstream file = open_or_fail(path_, std::ios::app);
-  if (columns_.empty()) {
+  std::vector<std::string> added;
+  for (const auto& [name, value] : values) {
+    if (std::find(columns_.begin(), columns_.end(), name) == columns_.end()) added.push_back(name);
+  }
+  if (!has_header_) {
+    columns_.insert(columns_.end(), added.begin(), added.end());
+    std::ofstream file = open_or_fail(path_, std::ios::app);
     const std::vector<std::string> leading = leading_columns(runner);
     for (size_t i = 0; i < leading.size(); ++i)
       file << (i > 0 ? "," : "") << leading[i];
-    for (const auto& [name, value] : values) {
-      columns_.push_back(name);
-      file << "," << name;
-    }
+    for (const std::string& column : columns_)
+      file << "," << column;
     file << "\n";
+    has_header_ = true;
+  } else if (!added.empty()) {
+    add_columns(added);  // a metric first seen now, such as a later stage's loader
   }
+  std::ofstream file = open_or_fail(path_, std::ios::app);
   file << runner.global_epoch;
   if (runner.num_stages > 1) file << "," << runner.stage << "," << runner.epoch;
   for (const std::string& column : columns_) {

@@ -27,7 +27,9 @@ class ConsoleLogger : public ILogger {
 
 // logdir/metrics.csv: "epoch,train_accuracy,train_loss,...", numbers with 17 significant digits
 // ("epoch,stage,stage_epoch,train_accuracy,..." with several stages). The columns are those of
-// the first epoch logged.
+// the first epoch logged; a metric first seen later (a later stage's loader) adds its column at
+// the end, with empty cells in the earlier rows. Rewrites (that, and dropping the rows after a
+// resumed checkpoint) replace the file whole: a crash leaves the old file or the new one.
 class CSVLogger : public ILogger {
  public:
   explicit CSVLogger(std::string logdir, std::string file_name = "metrics.csv");
@@ -36,8 +38,12 @@ class CSVLogger : public ILogger {
   const std::string& path() const { return path_; }
 
  private:
+  // Appends `added` to the header and an empty cell to every row.
+  void add_columns(const std::vector<std::string>& added);
+
   std::string path_;
   std::vector<std::string> columns_;  // without "epoch"
+  bool has_header_ = false;
 };
 
 // logdir/metrics.jsonl: {"epoch": 1, "train_loss": 0.5, ...} per line ({"epoch": 3, "stage":

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <thread>
 
@@ -86,6 +87,33 @@ TEST(Tensorboard, EventProtocolBuffersByteForByte) {
   // A step past 127 takes two varint bytes.
   const std::string big_step = tensorboard::scalars_event(0.0, 300, {});
   EXPECT_EQ(big_step.substr(9, 3), std::string("\x10\xac\x02"));
+}
+
+// A metric first seen in a later epoch (a later stage's loader) gets its column, the earlier rows
+// an empty cell; a resume keeps the widened header.
+TEST(Loggers, CsvAddsAColumnForAMetricFirstSeenLater) {
+  const std::string logdir = fresh_dir("csv_columns");
+  SupervisedRunner runner;  // only its epoch counters are read
+  CSVLogger csv(logdir);
+  runner.global_epoch = 0;
+  csv.start(runner);
+  runner.global_epoch = 1;
+  csv.log_epoch({{"train", {{"loss", 0.5}}}}, runner);
+  runner.global_epoch = 2;
+  csv.log_epoch({{"train", {{"loss", 0.25}}}, {"valid", {{"accuracy", 0.75}}}}, runner);
+  runner.global_epoch = 3;
+  csv.log_epoch({{"train", {{"loss", 0.125}}}}, runner);
+  EXPECT_EQ(read_file(csv.path()),
+            "epoch,train_loss,valid_accuracy\n1,0.5,\n2,0.25,0.75\n3,0.125,\n");
+
+  CSVLogger resumed(logdir);  // from the checkpoint of epoch 2
+  runner.global_epoch = 2;
+  resumed.start(runner);
+  runner.global_epoch = 3;
+  resumed.log_epoch({{"valid", {{"accuracy", 1.0}}}, {"train", {{"loss", 0.0625}}}}, runner);
+  EXPECT_EQ(read_file(csv.path()),
+            "epoch,train_loss,valid_accuracy\n1,0.5,\n2,0.25,0.75\n3,0.0625,1\n");
+  EXPECT_FALSE(std::filesystem::exists(csv.path() + ".tmp"));
 }
 
 TEST(Loggers, FilesHoldOneRowPerEpoch) {
