@@ -70,17 +70,17 @@ double tolerance(DType dtype) {
 
 class Collectives : public testing::TestWithParam<DType> {};
 
-TEST_P(Collectives, AllreduceEveryOpMatchesTheSerialReduction) {
-  const DType dtype = GetParam();
-  auto group = world();
+// Every op over lengths `lengths`, against reduce_serial.
+void expect_allreduce_matches_the_serial_reduction(ProcessGroup& group, DType dtype,
+                                                   std::initializer_list<int64_t> lengths) {
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
     if (op == ReduceOp::avg && !is_floating(dtype)) continue;
-    for (int64_t n : {1, 7, 1003}) {
-      Tensor x = filled(dtype, group->rank(), n);
-      group->allreduce(x, op)->wait();
+    for (int64_t n : lengths) {
+      Tensor x = filled(dtype, group.rank(), n);
+      group.allreduce(x, op)->wait();
       const auto got = as_doubles(x);
       for (int64_t i = 0; i < n; ++i) {
-        const double want = reduce_serial(op, dtype, group->size(), i);
+        const double want = reduce_serial(op, dtype, group.size(), i);
         ASSERT_NEAR(got[static_cast<size_t>(i)], want, tolerance(dtype) * (1 + std::abs(want)))
             << reduce_op_name(op) << " " << dtype << " n=" << n << " i=" << i;
       }
@@ -88,25 +88,16 @@ TEST_P(Collectives, AllreduceEveryOpMatchesTheSerialReduction) {
   }
 }
 
+TEST_P(Collectives, AllreduceEveryOpMatchesTheSerialReduction) {
+  expect_allreduce_matches_the_serial_reduction(*world(), GetParam(), {1, 7, 1003});
+}
+
 // The same through MPI_Iallreduce (set_nonblocking_allreduce), ember's own f16/bf16 operations
 // included.
 TEST_P(Collectives, NonBlockingAllreduceMatchesTheSerialReduction) {
-  const DType dtype = GetParam();
   auto group = world()->split(0, world()->rank());
   group->set_nonblocking_allreduce(true);
-  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
-    if (op == ReduceOp::avg && !is_floating(dtype)) continue;
-    for (int64_t n : {1, 7, 100003}) {
-      Tensor x = filled(dtype, group->rank(), n);
-      group->allreduce(x, op)->wait();
-      const auto got = as_doubles(x);
-      for (int64_t i = 0; i < n; ++i) {
-        const double want = reduce_serial(op, dtype, group->size(), i);
-        ASSERT_NEAR(got[static_cast<size_t>(i)], want, tolerance(dtype) * (1 + std::abs(want)))
-            << reduce_op_name(op) << " " << dtype << " n=" << n << " i=" << i;
-      }
-    }
-  }
+  expect_allreduce_matches_the_serial_reduction(*group, GetParam(), {1, 7, 100003});
 }
 
 TEST_P(Collectives, BroadcastFromEveryRoot) {
