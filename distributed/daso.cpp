@@ -264,7 +264,8 @@ void Daso::step() {
               "DASO: set_last_batch(batches per epoch - 1) before the first step(): the last batch "
               "of every epoch ends with a blocking average");
   NoGradGuard no_grad;
-  if (!node_reducer_) average_gradients_in_node();  // else backward did, through the reducer
+  // Backward did, through set_model's reducer, unless the schedule skips this batch.
+  if (!node_reducer_ && averages_in_node()) average_gradients_in_node();
   if (scaler_ != nullptr) {
     scaler_->step(optimizer_);
     scaler_->update();
@@ -273,6 +274,7 @@ void Daso::step() {
   }
 
   const DasoBatchPlan plan = schedule_.next_batch();
+  if (node_reducer_) node_reducer_->set_sync(averages_in_node());  // for the next batch
   // One node: the node's gradient average already keeps every rank identical, and a global
   // "average" of one would only round the parameters to downcast_type. Heat sends anyway.
   if (num_nodes() == 1) return;
@@ -334,6 +336,11 @@ void Daso::set_model(nn::Module& module) {
   node_reducer_.reset();
   if (groups_.node->size() > 1)
     node_reducer_ = make_reducer(module, groups_.node, ReducerOptions{});
+}
+
+bool Daso::averages_in_node() const {
+  // With one node nothing global ever re-synchronises the node's ranks: never skip.
+  return num_nodes() == 1 || schedule_.averages_in_node();
 }
 
 void Daso::set_gradient_sync(bool sync) {

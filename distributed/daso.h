@@ -11,8 +11,8 @@
 //     daso.epoch_loss_logic(epoch_loss);       // averaged over all ranks here
 //   }
 //
-// Every batch, the ranks of a node average their gradients before the local optimizer steps, so
-// the ranks of a node always hold the same parameters: during backward, bucket by bucket, through
+// The ranks of a node average their gradients before the local optimizer steps (every batch but
+// those local skipping leaves out, below): during backward, bucket by bucket, through
 // a DDP reducer over the node group once set_model() attached one (as Heat's DataParallelMultiGPU
 // wraps the model in torch's DDP over the node); otherwise in one blocking allreduce in step().
 // Across nodes the parameters are averaged by one global group at a time (the ranks sharing a local
@@ -58,9 +58,11 @@
 // hold up the node's gradient average, as Heat's non-blocking MPI calls do not. (Before
 // 2026-11-24 it did, and the simulated link, which delays only wait(), hid that stall.)
 //
-// Not done: local_skip (Heat's local skipping: the node's gradient average switched off on some
-// batches through DDP's no_sync, the node re-synchronised by the next merge's broadcast) is
-// computed by the schedule but unused; every batch averages in the node.
+// Local skipping, as Heat's: with local_skip L > 1 (the long skips of the cycling phase) only some
+// batches average their gradients in the node (DasoSchedule::averages_in_node); the others leave
+// them local, the node's ranks drift apart, and the next merge's broadcast or the epoch's blocking
+// average brings them back together. With one node, where nothing global ever does, every batch
+// averages.
 #pragma once
 
 #include <chrono>
@@ -137,6 +139,8 @@ class Daso {
   // there is nothing to switch: step() averages once, whatever backward accumulated.
   void set_gradient_sync(bool sync);
   bool gradient_sync() const { return !node_reducer_ || node_reducer_->sync(); }
+  // step() sets it for the next batch from the schedule (local skipping); a no_sync scope inside
+  // a step's batches still applies.
   // set_model's reducer; null before set_model and on nodes of one rank.
   const Reducer* node_reducer() const { return node_reducer_.get(); }
   // Back to the state after construction (schedule, pending sends, gradients zeroed); the
@@ -156,6 +160,8 @@ class Daso {
   struct PendingSend;
   Tensor flatten_masters() const;
   void unflatten_into_masters(const Tensor& flat);
+  // Whether the coming batch's gradients are averaged in the node (local skipping).
+  bool averages_in_node() const;
   void average_gradients_in_node();
   void start_send(int batches_to_wait);
   Tensor merge_pending();

@@ -153,13 +153,41 @@ DasoBatchPlan DasoSchedule::next_batch() {
     pending_merge_batch_ = batch + plan.send_wait;
   }
 
+  if (!send) {
+    averages_in_node_ =
+        next_averages_in_node(batch, plan.merge_group >= 0, /*waiting=*/pending_group_ >= 0);
+  }
   if (plan.last_batch) {
     current_batch_ = 0;
     next_send_group_ = 0;
+    averages_in_node_ = true;
   } else {
     ++current_batch_;
   }
   return plan;
+}
+
+// Heat's step() decides after each batch whether the next one synchronises the node (torch DDP's
+// require_backward_grad_sync); a batch that sends leaves the choice as it was. The rules, in its
+// order: a batch before a send averages; between a send and its merge the choice is kept; a merge
+// switches it off; then every local_skip-th batch switches it off and the one before the next
+// multiple on; the epoch's last batch always averages. A local_skip of 0 or 1 averages every
+// batch. (Heat's 0 beside a non-zero global skip, from local_skip_factor > max_global_skips, would
+// switch averaging off on most batches; a skip of 0 means no skipping everywhere else.)
+bool DasoSchedule::next_averages_in_node(int64_t batch, bool merged, bool waiting) const {
+  const int64_t next = batch + 1;
+  const int global_skip = skips_.global_skip;
+  const int local_skip = skips_.local_skip;
+  if (next == last_batch_ || (global_skip > 0 && next % global_skip == 0) || local_skip <= 1)
+    return true;
+  if (waiting) return averages_in_node_;
+  bool average = merged ? false : averages_in_node_;
+  if (batch % local_skip == 0) {
+    average = false;
+  } else if (next % local_skip == 0) {
+    average = true;
+  }
+  return average;
 }
 
 void DasoSchedule::epoch_loss_logic(double averaged_loss) {
@@ -208,6 +236,7 @@ void DasoSchedule::reset() {
   epochs_completed_ = 0;
   next_send_group_ = 0;
   pending_group_ = -1;
+  averages_in_node_ = true;
   skips_ = skips_for_epoch_start();
 }
 

@@ -104,6 +104,10 @@ class DasoSchedule {
 
   // The plan for the current batch; advances to the next one (to batch 0 after the last).
   DasoBatchPlan next_batch();
+  // Whether the current batch's gradients are averaged in the node. Heat's local skipping: with
+  // local_skip L > 1 (the cycling phase's long skips), only every L-th batch averages, plus the
+  // batches around a global send and the epoch's last; otherwise every batch does.
+  bool averages_in_node() const { return averages_in_node_; }
 
   // Ends an epoch: `averaged_loss` is the epoch's loss averaged over all ranks (every rank must
   // pass the same value, or the ranks' schedules diverge). Sets the skips of the next epoch.
@@ -127,6 +131,8 @@ class DasoSchedule {
 
  private:
   DasoSkips skips_for_epoch_start() const;
+  // After a batch that did not send: whether the next one averages in the node.
+  bool next_averages_in_node(int64_t batch, bool merged, bool waiting) const;
 
   DasoScheduleOptions options_;
   int num_groups_;
@@ -136,6 +142,7 @@ class DasoSchedule {
   int64_t current_batch_ = 0;
   int64_t epochs_completed_ = 0;
   int next_send_group_ = 0;
+  bool averages_in_node_ = true;
   // The send not merged yet (at most one: it is always due before the next send).
   int pending_group_ = -1;
   int pending_wait_ = 0;

@@ -2,6 +2,7 @@
 // group sends and merges on which batch (distributed/daso_schedule.h).
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "distributed/daso_schedule.h"
@@ -176,6 +177,37 @@ TEST(DasoSchedule, LongWaitIsMergedOnItsOwnBatchNearTheEpochEnd) {
   EXPECT_EQ(plans[11].send_group, 2);
   EXPECT_TRUE(plans[11].blocking());
   EXPECT_EQ(plans[11].merge_group, -1);
+}
+
+// Which batches average their gradients in the node ('T') under Heat's local skipping. The
+// expected strings are what Heat's step() gives (its require_backward_grad_sync switches, run by
+// hand for these skips): only a local skip above 1 skips, never the batches around a send, a
+// merge's wait or the epoch's last.
+TEST(DasoSchedule, LocalSkipAveragesInTheNodeOnTheBatchesHeatDoes) {
+  struct Case {
+    DasoSkips skips;
+    int64_t last_batch;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {{{8, 2, 2}, 15, "TTTFTFTFTTTFTFTT"},
+                                   {{8, 4, 2}, 15, "TTTFTFFFTTTFTFFT"},
+                                   {{8, 2, 2}, 5, "TTTFTT"},
+                                   {{4, 1, 1}, 11, "TTTTTTTTTTTT"},
+                                   {{0, 0, 0}, 5, "TTTTTT"}};
+  for (const Case& c : cases) {
+    DasoSchedule schedule({.total_epochs = 30, .warmup_epochs = 0, .cooldown_epochs = 0}, 2);
+    schedule.set_last_batch(c.last_batch);
+    schedule.load_state({.skips = c.skips});
+    for (int epoch = 0; epoch < 2; ++epoch) {  // the second epoch starts over
+      std::string got;
+      for (int64_t batch = 0; batch <= c.last_batch; ++batch) {
+        got += schedule.averages_in_node() ? 'T' : 'F';
+        schedule.next_batch();
+      }
+      EXPECT_EQ(got, c.expected) << "skips (" << c.skips.global_skip << ", " << c.skips.local_skip
+                                 << ", " << c.skips.batches_to_wait << "), epoch " << epoch;
+    }
+  }
 }
 
 TEST(DasoSchedule, GlobalSkipOneSendsEveryBatchAndMergesTheNext) {
