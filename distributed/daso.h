@@ -135,12 +135,12 @@ class Daso {
   // trainable parameter must then take part in each backward pass, as under DDP.
   void set_model(nn::Module& module);
   // Off: backward leaves the node's gradients local (gradient accumulation, DDP's no_sync); the
-  // first backward with it on again averages the accumulated sum. Without set_model's reducer
-  // there is nothing to switch: step() averages once, whatever backward accumulated.
+  // first backward with it on again averages the accumulated sum. step() sets it for the next
+  // batch from the schedule (local skipping); a no_sync scope inside a step's batches still
+  // applies. Without set_model's reducer there is nothing to switch: step() averages once,
+  // whatever backward accumulated.
   void set_gradient_sync(bool sync);
   bool gradient_sync() const { return !node_reducer_ || node_reducer_->sync(); }
-  // step() sets it for the next batch from the schedule (local skipping); a no_sync scope inside
-  // a step's batches still applies.
   // set_model's reducer; null before set_model and on nodes of one rank.
   const Reducer* node_reducer() const { return node_reducer_.get(); }
   // Back to the state after construction (schedule, pending sends, gradients zeroed); the
