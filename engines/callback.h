@@ -7,6 +7,7 @@
 //           on_batch_start, [handle_batch], on_batch_end     (per batch)
 //         on_loader_end                   (runner.loader_metrics hold the averages over ranks)
 //       on_epoch_end                      (runner.epoch_metrics hold every loader's metrics)
+//       on_epoch_logged                   (the loggers have written the epoch)
 //     on_stage_end
 //   on_experiment_end                     on_exception: when anything above threw
 #pragma once
@@ -48,6 +49,10 @@ class ICallback {
   virtual void on_batch_end(IRunner&) {}
   virtual void on_loader_end(IRunner&) {}
   virtual void on_epoch_end(IRunner&) {}
+  // Not in Catalyst: after the loggers wrote the epoch's row. CheckpointCallback saves here, so
+  // that a run stopped in between has a row its resume drops and writes again, never a
+  // checkpoint whose epoch has no row; and the checkpoint holds what every on_epoch_end left.
+  virtual void on_epoch_logged(IRunner&) {}
   virtual void on_stage_end(IRunner&) {}
   virtual void on_experiment_end(IRunner&) {}
   virtual void on_exception(IRunner&) {}

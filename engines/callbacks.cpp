@@ -315,24 +315,29 @@ void CheckpointCallback::on_stage_start(IRunner& runner) {
 }
 
 void CheckpointCallback::on_epoch_end(IRunner& runner) {
-  const double value = runner.epoch_metric(options_.loader_key, options_.metric_key);
-  last_was_best_ = best_.empty() || better(value, best_.front().second);
+  value_ = runner.epoch_metric(options_.loader_key, options_.metric_key);
+  last_was_best_ = best_.empty() || better(value_, best_.front().second);
   // Insert into the top-k list (stable: an equal value ranks after the earlier epoch).
   std::vector<std::pair<int64_t, double>> ranked = best_;
   auto position = ranked.begin();
-  while (position != ranked.end() && !better(value, position->second))
+  while (position != ranked.end() && !better(value_, position->second))
     ++position;
-  ranked.insert(position, {runner.epoch, value});
-  std::vector<int64_t> dropped;
+  ranked.insert(position, {runner.epoch, value_});
+  dropped_.clear();
   while (static_cast<int64_t>(ranked.size()) > options_.topk) {
-    dropped.push_back(ranked.back().first);
+    dropped_.push_back(ranked.back().first);
     ranked.pop_back();
   }
-  const bool kept = std::any_of(ranked.begin(), ranked.end(),
-                                [&](const auto& entry) { return entry.first == runner.epoch; });
+  kept_ = std::any_of(ranked.begin(), ranked.end(),
+                      [&](const auto& entry) { return entry.first == runner.epoch; });
   best_ = ranked;
-  if (!runner.engine->is_master_process()) return;
+  // Set by callbacks ordered before this one (EarlyStoppingCallback): the stage ends here. Those
+  // after it (a --stop-after) only end this run, which a resume continues.
+  stage_stopped_early_ = runner.need_early_stop;
+}
 
+void CheckpointCallback::on_epoch_logged(IRunner& runner) {
+  if (!runner.engine->is_master_process()) return;
   Metadata metadata;
   for (const auto& [key, identity] : options_.run_identity)
     metadata[run_key(key)] = identity;
@@ -341,10 +346,9 @@ void CheckpointCallback::on_epoch_end(IRunner& runner) {
   metadata["checkpoint.stage"] = runner.stage;
   metadata["checkpoint.stage_index"] = std::to_string(runner.stage_index);
   metadata["checkpoint.global_epoch"] = std::to_string(runner.global_epoch);
-  // Set by callbacks ordered before this one (EarlyStoppingCallback): the stage ends here.
-  metadata["checkpoint.need_early_stop"] = runner.need_early_stop ? "1" : "0";
+  metadata["checkpoint.need_early_stop"] = stage_stopped_early_ ? "1" : "0";
   metadata["checkpoint.metric"] = options_.loader_key + "/" + options_.metric_key;
-  metadata["checkpoint.value"] = exact(value);
+  metadata["checkpoint.value"] = exact(value_);
   std::string list;
   for (const auto& [epoch, metric] : best_) {
     if (!list.empty()) list += ',';
@@ -356,11 +360,15 @@ void CheckpointCallback::on_epoch_end(IRunner& runner) {
       metadata["callback." + name + "." + key] = value;
   const Checkpoint checkpoint = runner.engine->pack_checkpoint(
       runner.model.get(), runner.optimizer.get(), runner.scheduler.get(), metadata);
-  runner.engine->save_checkpoint(checkpoint, options_.logdir + "/last.ckpt");
+  // last.ckpt, which a resume reads, after the files its best list names: a run stopped before it
+  // redoes the epoch and writes them again. The epochs it pushed out of the top k go after it (a
+  // stop in between leaves a file too many, never one too few).
   if (last_was_best_) runner.engine->save_checkpoint(checkpoint, options_.logdir + "/best.ckpt");
+  if (options_.topk > 1 && kept_)
+    runner.engine->save_checkpoint(checkpoint, topk_file(runner, runner.epoch));
+  runner.engine->save_checkpoint(checkpoint, options_.logdir + "/last.ckpt");
   if (options_.topk > 1) {
-    if (kept) runner.engine->save_checkpoint(checkpoint, topk_file(runner, runner.epoch));
-    for (int64_t epoch : dropped)
+    for (int64_t epoch : dropped_)
       std::filesystem::remove(topk_file(runner, epoch));
   }
 }

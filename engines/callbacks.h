@@ -114,14 +114,16 @@ struct CheckpointOptions {
   std::ostream* out = nullptr;  // "resuming from ..." (master only)
 };
 
-// Saves after each epoch (master only) and resumes at stage start. Besides the components, a
-// checkpoint records "checkpoint.stage" (and its index), "checkpoint.epoch" (in the stage),
-// "checkpoint.global_epoch", "checkpoint.need_early_stop" and the best list.
+// Ranks each epoch at its end, saves once the loggers have written it (master only), and resumes
+// at stage start. Besides the components, a checkpoint records "checkpoint.stage" (and its
+// index), "checkpoint.epoch" (in the stage), "checkpoint.global_epoch",
+// "checkpoint.need_early_stop" and the best list.
 class CheckpointCallback : public ICallback {
  public:
   explicit CheckpointCallback(CheckpointOptions options);
   void on_stage_start(IRunner& runner) override;
   void on_epoch_end(IRunner& runner) override;
+  void on_epoch_logged(IRunner& runner) override;
 
   int64_t best_epoch() const { return best_.empty() ? 0 : best_.front().first; }
   double best_value() const { return best_.empty() ? 0 : best_.front().second; }
@@ -135,6 +137,12 @@ class CheckpointCallback : public ICallback {
   CheckpointOptions options_;
   std::vector<std::pair<int64_t, double>> best_;  // (epoch, value), best first; at most topk
   bool last_was_best_ = false;
+  // From on_epoch_end to on_epoch_logged: the epoch's value, whether it is among the top k, the
+  // epochs it pushed out, and whether the callbacks before this one ended the stage.
+  double value_ = 0;
+  bool kept_ = false;
+  std::vector<int64_t> dropped_;
+  bool stage_stopped_early_ = false;
 };
 
 // Stops the run (runner.need_early_stop) once loader_key's metric_key has not improved by more

@@ -185,6 +185,7 @@ void IRunner::run_stage(const std::string& stage_name, int64_t index) {
     run_event(&ICallback::on_epoch_end);
     for (auto& [name, logger] : loggers)
       logger->log_epoch(epoch_metrics, *this);
+    run_event(&ICallback::on_epoch_logged);
   }
   run_event(&ICallback::on_stage_end);
 }

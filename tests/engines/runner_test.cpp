@@ -38,6 +38,7 @@ class RecordingCallback : public ICallback {
   void on_batch_end(IRunner&) override { add("batch_end"); }
   void on_loader_end(IRunner& runner) override { add("loader_end " + runner.loader_key); }
   void on_epoch_end(IRunner&) override { add("epoch_end"); }
+  void on_epoch_logged(IRunner&) override { add("epoch_logged"); }
   void on_stage_end(IRunner&) override { add("stage_end"); }
   void on_experiment_end(IRunner&) override { add("experiment_end"); }
   void on_exception(IRunner&) override { add("exception"); }
@@ -147,7 +148,8 @@ TEST(Runner, CallbackEventsNestAndFollowTheOrder) {
       for (const std::string e : {"early: ", "late: "})
         expected.push_back(e + "loader_end " + loader);
     }
-    expected.insert(expected.end(), {"early: epoch_end", "late: epoch_end"});
+    expected.insert(expected.end(), {"early: epoch_end", "late: epoch_end", "early: epoch_logged",
+                                     "late: epoch_logged"});
   }
   expected.insert(expected.end(), {"early: stage_end", "late: stage_end", "early: experiment_end",
                                    "late: experiment_end"});
@@ -573,6 +575,53 @@ TEST(Runner, CheckpointTopKKeepsTheBestEpochsFiles) {
               std::to_string(best_epochs[0]));
     std::filesystem::remove_all(logdir);
   }
+}
+
+// What the checkpoint of epoch k sees, from a logger and a callback after it.
+class CheckpointWitness : public ILogger, public ICallback {
+ public:
+  explicit CheckpointWitness(std::string logdir)
+      : ICallback(CallbackOrder::external), logdir_(std::move(logdir)) {}
+  // At each row: the epoch of last.ckpt then (0 when there is none yet).
+  void log_epoch(const LoaderMetrics&, const IRunner&) override {
+    const std::string last = logdir_ + "/last.ckpt";
+    saved_at_row.push_back(std::filesystem::exists(last)
+                               ? std::stoll(load_checkpoint(last).meta("checkpoint.epoch"))
+                               : 0);
+  }
+  // A callback after the checkpoint's order, with state it changes at the epoch's end.
+  void on_epoch_end(IRunner& runner) override { ended_ = runner.epoch; }
+  std::map<std::string, std::string> state_dict() const override {
+    return {{"ended", std::to_string(ended_)}};
+  }
+  std::vector<int64_t> saved_at_row;
+
+ private:
+  std::string logdir_;
+  int64_t ended_ = 0;
+};
+
+// The checkpoint of an epoch is written after its log row: a run stopped between the two leaves a
+// row that its resume drops and writes again, never a checkpoint whose epoch has no row. It holds
+// what every callback's on_epoch_end left, the ones ordered after it too.
+TEST(Runner, TheCheckpointFollowsTheEpochsLogRow) {
+  const std::string logdir = fresh_dir("checkpoint_after_row");
+  auto witness = std::make_shared<CheckpointWitness>(logdir);
+  SupervisedRunner runner;
+  runner.train({.model = testing::mlp(),
+                .criterion = cross_entropy_loss,
+                .loaders = {{"train", testing::loader(8, 4, false)},
+                            {"valid", testing::loader(4, 4, false)}},
+                .logdir = logdir,
+                .num_epochs = 3,
+                .engine = "cpu",
+                .callbacks = {{"witness", witness}},
+                .loggers = {{"witness", witness}}});
+  EXPECT_EQ(witness->saved_at_row, (std::vector<int64_t>{0, 1, 2}));
+  const Checkpoint last = load_checkpoint(logdir + "/last.ckpt");
+  EXPECT_EQ(last.meta("checkpoint.epoch"), "3");
+  EXPECT_EQ(last.meta("callback.witness.ended"), "3");
+  std::filesystem::remove_all(logdir);
 }
 
 TEST(Runner, ModelFnBuildsTheModelAfterSeeding) {
