@@ -6,6 +6,7 @@
 #
 #   bench/engines_accuracy.sh [EPOCHS=3]        (about 2-4 minutes a run on 2 cores)
 #   LIMIT=512 bench/engines_accuracy.sh 1       (a quick check of the script: 512 images each)
+#   CASES=FILE bench/engines_accuracy.sh 3      (other rows: lines of NP ENGINE [ENV=V...] [-- FLAGS])
 #
 # Writes a markdown table to stdout. One process gets 2 threads, several processes one each.
 set -euo pipefail
@@ -54,14 +55,16 @@ while read -r np engine rest; do
   # shellcheck disable=SC2086
   read -r accuracy throughput seconds <<<"$(run "$np" "$engine" $rest)"
   [ -z "$reference" ] && reference=$accuracy
-  printf '| %s | %s | %s | %+.2f | %s | %s |\n' "$np" "$engine${rest:+ (${rest/ -- /, })}" "$accuracy" \
+  printf '| %s | %s | %s | %+.2f | %s | %s |\n' "$np" "$engine${rest:+ ($(sed 's/^-- //; s/ -- /, /' <<<"$rest"))}" "$accuracy" \
     "$(python3 -c "print($accuracy - $reference)")" "$throughput" "$seconds"
-done <<'CASES'
+done < <(if [ -n "${CASES:-}" ]; then cat "$CASES"; else
+  cat <<'DEFAULT'
 1 cpu
 2 ddp
 4 ddp
 4 daso EMBER_LOCAL_SIZE=2 -- --daso-warmup 1 --daso-cooldown 1
-CASES
+DEFAULT
+fi)
 echo
-echo "\`ember train --engine E --epochs $epochs --quiet\` (batch 128 global, seed 42); the last epoch's"
-echo "valid accuracy and train throughput from metrics.csv."
+echo "\`ember train --engine E --epochs $epochs --quiet\` (batch 128 global, seed 42 unless a row sets"
+echo "--seed); the last epoch's valid accuracy and train throughput from metrics.csv."
