@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "distributed/mpi/cuda_aware.h"
 #include "distributed/mpi/mpi_worker.h"
 #include "kernels/common/scalar_types.h"
 #include "runtime/autograd/grad_mode.h"
@@ -130,7 +131,9 @@ void check_contiguous(const Tensor& tensor, const char* call) {
               "; pass .contiguous() and copy the result back");
 }
 
-// A CUDA tensor goes through pinned host memory (ember does not assume a CUDA-aware MPI):
+// A CUDA tensor goes to a CUDA-aware MPI as it is, where MPI itself can run the operation
+// (cuda_aware.h), once the work queued on the caller's current stream has completed. Otherwise it
+// goes through pinned host memory:
 // - Its values are copied to a pinned buffer asynchronously, on the caller's current stream (where
 //   they were produced), so the caller's thread does not block. An event after the copy is what
 //   the MPI call waits for, on whichever thread starts it.
@@ -139,8 +142,7 @@ void check_contiguous(const Tensor& tensor, const char* call) {
 // - The result goes back asynchronously when the caller waits, on the waiting thread's current
 //   stream, as NCCL's results are ordered on the stream. The pinned allocator keeps the buffer
 //   from reuse until that copy has completed.
-// NCCL is the backend for CUDA tensors; this path is for a build without it, or for a test. A
-// CUDA-aware MPI (UCX) could skip staging altogether.
+// NCCL is the backend for CUDA tensors; this path is for a build without it, or for a test.
 enum class Contents { read, overwritten };  // whether MPI reads the tensor's values
 
 struct Staged {
@@ -150,8 +152,15 @@ struct Staged {
   bool staged() const { return !device_tensor.is_same(host); }
 };
 
-Staged stage(const Tensor& tensor, Contents contents) {
+// `on_device`: whether MPI itself can run the operation on device memory
+// (mpi_can_run_on_device).
+Staged stage(const Tensor& tensor, Contents contents, bool on_device) {
   if (tensor.is_cpu()) return {tensor, tensor, nullptr};
+  if (on_device && cuda_aware()) {
+    // MPI reads or writes the device memory itself, after what the stream has queued (an input's
+    // producer, or an output's earlier user).
+    return {tensor, tensor, cuda_hooks::host_fence(tensor.device().index)};
+  }
   if (contents == Contents::overwritten) {
     return {tensor, empty_pinned(tensor.sizes(), tensor.dtype()), nullptr};
   }
@@ -160,7 +169,8 @@ Staged stage(const Tensor& tensor, Contents contents) {
   return {tensor, host, cuda_hooks::host_fence(tensor.device().index)};
 }
 
-// The MPI call starts once the staged inputs' copies have landed.
+// The MPI call starts once the staged inputs' copies have landed, and once the stream's work on
+// device memory handed to MPI as it is (inputs and outputs) has completed.
 void start_after_copies(MpiOperation& operation, std::initializer_list<const Staged*> inputs) {
   std::vector<std::function<void()>> copies;
   for (const Staged* input : inputs) {
@@ -242,7 +252,7 @@ WorkPtr MpiProcessGroup::allreduce(const Tensor& tensor, ReduceOp op) {
               "allreduce(avg): needs a floating dtype, got ", describe(tensor),
               "; use sum and divide");
   const int count = checked_count(tensor, "allreduce");
-  Staged staged = stage(tensor, Contents::read);
+  Staged staged = stage(tensor, Contents::read, mpi_can_run_on_device(tensor.dtype(), op));
   MpiOperation operation;
   operation.describe = describe_call(std::string("allreduce(") + reduce_op_name(op) + ")", tensor);
   const MPI_Comm comm = communicator_;
@@ -276,7 +286,8 @@ WorkPtr MpiProcessGroup::broadcast(const Tensor& tensor, int root) {
   EMBER_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " is not a rank of group '",
               name(), "' (size ", size(), ")");
   const int count = checked_count(tensor, "broadcast");
-  Staged staged = stage(tensor, rank() == root ? Contents::read : Contents::overwritten);
+  Staged staged = stage(tensor, rank() == root ? Contents::read : Contents::overwritten,
+                        /*on_device=*/true);
   MpiOperation operation;
   operation.describe = describe_call("broadcast(root " + std::to_string(root) + ")", tensor);
   const MPI_Comm comm = communicator_;
@@ -299,8 +310,8 @@ WorkPtr MpiProcessGroup::allgather(const Tensor& output, const Tensor& input) {
               " elements (input ", describe(input), ")");
   const int count = checked_count(input, "allgather");
   checked_count(output, "allgather");
-  Staged staged_output = stage(output, Contents::overwritten);
-  Staged staged_input = stage(input, Contents::read);
+  Staged staged_output = stage(output, Contents::overwritten, /*on_device=*/true);
+  Staged staged_input = stage(input, Contents::read, /*on_device=*/true);
   MpiOperation operation;
   operation.describe = describe_call("allgather", input);
   const MPI_Comm comm = communicator_;
@@ -310,7 +321,7 @@ WorkPtr MpiProcessGroup::allgather(const Tensor& output, const Tensor& input) {
     MPI_Allgather(in.data_ptr(), count, type, out.data_ptr(), count, type, comm);
   };
   operation.blocking = true;
-  start_after_copies(operation, {&staged_input});
+  start_after_copies(operation, {&staged_input, &staged_output});
   copy_back_on_wait(staged_output, operation);
   return submit(std::move(operation));
 }
@@ -327,8 +338,9 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& output, const Tensor& inpu
               "reduce_scatter(avg): needs a floating dtype, got ", describe(input));
   const int count = checked_count(output, "reduce_scatter");
   checked_count(input, "reduce_scatter");
-  Staged staged_output = stage(output, Contents::overwritten);
-  Staged staged_input = stage(input, Contents::read);
+  const bool on_device = mpi_can_run_on_device(input.dtype(), op);
+  Staged staged_output = stage(output, Contents::overwritten, on_device);
+  Staged staged_input = stage(input, Contents::read, on_device);
   MpiOperation operation;
   operation.describe =
       describe_call(std::string("reduce_scatter(") + reduce_op_name(op) + ")", input);
@@ -343,7 +355,7 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& output, const Tensor& inpu
   if (op == ReduceOp::avg) {
     operation.finish = [out = staged_output.host, group_size] { divide(out, group_size); };
   }
-  start_after_copies(operation, {&staged_input});
+  start_after_copies(operation, {&staged_input, &staged_output});
   copy_back_on_wait(staged_output, operation);
   return submit(std::move(operation));
 }
@@ -363,7 +375,7 @@ WorkPtr MpiProcessGroup::send(const Tensor& tensor, int destination, int tag) {
               " is not a rank of group '", name(), "' (size ", size(), ")");
   EMBER_CHECK(tag >= 0, "send: tag must be >= 0, got ", tag);
   const int count = checked_count(tensor, "send");
-  Staged staged = stage(tensor, Contents::read);
+  Staged staged = stage(tensor, Contents::read, /*on_device=*/true);
   MpiOperation operation;
   operation.describe = describe_call(
       "send(to " + std::to_string(destination) + ", tag " + std::to_string(tag) + ")", tensor);
@@ -384,7 +396,7 @@ WorkPtr MpiProcessGroup::recv(const Tensor& tensor, int source, int tag) {
               name(), "' (size ", size(), ")");
   EMBER_CHECK(tag >= 0, "recv: tag must be >= 0, got ", tag);
   const int count = checked_count(tensor, "recv");
-  Staged staged = stage(tensor, Contents::overwritten);
+  Staged staged = stage(tensor, Contents::overwritten, /*on_device=*/true);
   MpiOperation operation;
   operation.describe = describe_call(
       "recv(from " + std::to_string(source) + ", tag " + std::to_string(tag) + ")", tensor);
@@ -394,6 +406,7 @@ WorkPtr MpiProcessGroup::recv(const Tensor& tensor, int source, int tag) {
     requests.emplace_back();
     MPI_Irecv(host.data_ptr(), count, mpi_type(host.dtype()), source, tag, comm, &requests.back());
   };
+  start_after_copies(operation, {&staged});
   copy_back_on_wait(staged, operation);
   return submit(std::move(operation));
 }

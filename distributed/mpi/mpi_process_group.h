@@ -1,6 +1,7 @@
 // The MPI backend of ProcessGroup (Debian's OpenMPI). CPU tensors go to MPI as they are; CUDA
-// tensors are staged through pinned host memory with asynchronous copies (ember does not assume
-// a CUDA-aware MPI). f16 and bf16 travel as 16-bit words reduced by ember's own MPI operations.
+// tensors too with a CUDA-aware MPI (cuda_aware.h), else they are staged through pinned host
+// memory with asynchronous copies. f16 and bf16 travel as 16-bit words reduced by ember's own MPI
+// operations.
 #pragma once
 
 #include <mpi.h>

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed/mpi/cuda_aware.h"
 #include "distributed/mpi/mpi_process_group.h"
 #include "distributed/mpi/mpi_worker.h"
 #include "distributed/world.h"
@@ -93,6 +94,7 @@ ProcessGroupPtr init() {
   }
   // Errors come back as return codes (reported by ember) instead of aborting inside MPI.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  mpi::decide_cuda_aware_at_init();  // EMBER_MPI_CUDA_AWARE, or the library's own answer
   mpi::create_half_operations();
   MPI_Comm world = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &world);  // ember's traffic never mixes with the user's

@@ -124,6 +124,9 @@ if command -v mpirun >/dev/null; then
     check "ddp-amp fp16 resumed run is byte-identical" \
       cmp "$work/mpi_amp_straight/last.ckpt" "$work/mpi_amp_resumed/last.ckpt"
   fi
+  check "a bad EMBER_MPI_CUDA_AWARE is refused" fails_saying "EMBER_MPI_CUDA_AWARE must be 0" \
+    env EMBER_MPI_CUDA_AWARE=yes "${mpi[@]}" "$ember" train "${few[@]}" --epochs 1 --engine ddp \
+    --logdir "$work/mpi_cuda_aware"
   check "ddp --sync-bn trains with SyncBatchNorm" bash -c "${mpi[*]} '$ember' train ${few[*]} --epochs 1 \
     --engine ddp --sync-bn --logdir '$work/mpi_syncbn' | grep -q 'parameters, SyncBatchNorm) on ddp-cpu'"
   check "daso says a short run never skips" bash -c "${mpi[*]} '$ember' train ${few[*]} --epochs 2 \
