@@ -328,8 +328,6 @@ void CheckpointCallback::on_epoch_end(IRunner& runner) {
     dropped_.push_back(ranked.back().first);
     ranked.pop_back();
   }
-  kept_ = std::any_of(ranked.begin(), ranked.end(),
-                      [&](const auto& entry) { return entry.first == runner.epoch; });
   best_ = ranked;
   // Set by callbacks ordered before this one (EarlyStoppingCallback): the stage ends here. Those
   // after it (a --stop-after) only end this run, which a resume continues.
@@ -364,7 +362,9 @@ void CheckpointCallback::on_epoch_logged(IRunner& runner) {
   // redoes the epoch and writes them again. The epochs it pushed out of the top k go after it (a
   // stop in between leaves a file too many, never one too few).
   if (last_was_best_) runner.engine->save_checkpoint(checkpoint, options_.logdir + "/best.ckpt");
-  if (options_.topk > 1 && kept_)
+  const bool kept = std::any_of(best_.begin(), best_.end(),
+                                [&](const auto& entry) { return entry.first == runner.epoch; });
+  if (options_.topk > 1 && kept)
     runner.engine->save_checkpoint(checkpoint, topk_file(runner, runner.epoch));
   runner.engine->save_checkpoint(checkpoint, options_.logdir + "/last.ckpt");
   if (options_.topk > 1) {

@@ -137,10 +137,9 @@ class CheckpointCallback : public ICallback {
   CheckpointOptions options_;
   std::vector<std::pair<int64_t, double>> best_;  // (epoch, value), best first; at most topk
   bool last_was_best_ = false;
-  // From on_epoch_end to on_epoch_logged: the epoch's value, whether it is among the top k, the
-  // epochs it pushed out, and whether the callbacks before this one ended the stage.
+  // From on_epoch_end to on_epoch_logged: the epoch's value, the epochs it pushed out of the top
+  // k, and whether the callbacks before this one ended the stage.
   double value_ = 0;
-  bool kept_ = false;
   std::vector<int64_t> dropped_;
   bool stage_stopped_early_ = false;
 };
