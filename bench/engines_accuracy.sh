@@ -6,7 +6,8 @@
 #
 #   bench/engines_accuracy.sh [EPOCHS=3]        (about 2-4 minutes a run on 2 cores)
 #   LIMIT=512 bench/engines_accuracy.sh 1       (a quick check of the script: 512 images each)
-#   CASES=FILE bench/engines_accuracy.sh 3      (other rows: lines of NP ENGINE [ENV=V...] [-- FLAGS])
+#   CASES=FILE bench/engines_accuracy.sh 3      (other rows: lines of NP ENGINE [ENV=V...] [-- FLAGS];
+#                                               the "vs" column compares each row with the first)
 #
 # Writes a markdown table to stdout. One process gets 2 threads, several processes one each.
 set -euo pipefail
