@@ -74,6 +74,13 @@ void finalize_at_exit() {
   finalize();
 }
 
+// A process that no launcher started is a world of one (MPI's singleton). Open MPI 4 would start
+// a daemon (orted) for it, in case it later spawns processes; ember never does, and a world of one
+// should not depend on a second program starting. The user's own setting wins.
+void start_alone_without_a_daemon() {
+  ::setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0);
+}
+
 }  // namespace
 
 ProcessGroupPtr init() {
@@ -84,9 +91,12 @@ ProcessGroupPtr init() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
+    start_alone_without_a_daemon();
     int provided = 0;
     // Serialized is enough: after this, ember calls MPI one call at a time (mpi_worker.h).
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    // MPI_Init's errors are fatal by default; this is for a library set to return them.
+    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    EMBER_CHECK(rc == MPI_SUCCESS, "dist::init: MPI_Init_thread failed (error ", rc, ")");
     EMBER_CHECK(provided >= MPI_THREAD_SERIALIZED,
                 "dist::init: this MPI library does not support MPI_THREAD_SERIALIZED (provided ",
                 provided, "); ember needs it for its communication thread");

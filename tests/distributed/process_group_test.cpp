@@ -5,8 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "distributed/mpi/mpi_worker.h"
 #include "distributed/world.h"
@@ -235,6 +240,28 @@ TEST(ProcessGroup, WorldKnowsItsRankAndSize) {
   // checks it there): on one machine, all of them.
   EXPECT_EQ(where.ranks_on_machine, group->size());
   EXPECT_EQ(where.rank_on_machine, group->rank());
+}
+
+// The processes whose parent is this one (read from /proc/<pid>/status).
+int child_processes() {
+  int children = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream status(entry.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("PPid:", 0) != 0) continue;
+      children += std::stoi(line.substr(5)) == getpid();
+      break;
+    }
+  }
+  return children;
+}
+
+// Started without a launcher, this process is MPI's world of one (a singleton), for which Open
+// MPI 4 would start a daemon (orted) as its child; init() asks for none, so that a world of one
+// depends on no second program. Under mpirun the launcher's daemon is not a child either.
+TEST(ProcessGroup, AWorldOfOneStartsNoOtherProgram) {
+  world();
+  EXPECT_EQ(child_processes(), 0);
 }
 
 TEST(ProcessGroup, SeveralCollectivesInFlightCompleteInAnyWaitOrder) {
