@@ -2,12 +2,15 @@
 // and cross-node groups, and the end of MPI.
 #include <mpi.h>
 
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "distributed/call_with_deadline.h"
 #include "distributed/mpi/cuda_aware.h"
 #include "distributed/mpi/mpi_process_group.h"
 #include "distributed/mpi/mpi_worker.h"
@@ -74,6 +77,45 @@ void finalize_at_exit() {
   finalize();
 }
 
+// Ends this process if MPI has not started within `seconds`. MPI's start waits for every process
+// of the job (Open MPI exchanges their addresses in it), so a process that never reaches
+// dist::init (hung, or busy before it) would hold the others there forever, and MPI offers no
+// timeout. Until MPI has started it cannot abort the job either: this process exits, and the
+// launcher ends the others.
+class StartDeadline {
+ public:
+  explicit StartDeadline(double seconds) : thread_([this, seconds] { watch(seconds); }) {}
+  ~StartDeadline() {
+    {
+      std::lock_guard lock(mutex_);
+      started_ = true;
+    }
+    started_or_late_.notify_one();
+    thread_.join();
+  }
+  StartDeadline(const StartDeadline&) = delete;
+  StartDeadline& operator=(const StartDeadline&) = delete;
+
+ private:
+  void watch(double seconds) {
+    std::unique_lock lock(mutex_);
+    if (started_or_late_.wait_until(lock, deadline_after(seconds), [this] { return started_; }))
+      return;
+    std::fprintf(stderr,
+                 "ember: dist::init: MPI did not start within %g s (EMBER_COLLECTIVE_TIMEOUT). "
+                 "It waits for every process of the job, and at least one has not reached "
+                 "dist::init (hung, or still busy before it); ending this process\n",
+                 seconds);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+
+  std::mutex mutex_;
+  std::condition_variable started_or_late_;
+  bool started_ = false;
+  std::thread thread_;  // last: starts once the members it uses exist
+};
+
 // A process that no launcher started is a world of one (MPI's singleton). Open MPI 4 would start
 // a daemon (orted) for it, in case it later spawns processes; ember never does, and a world of one
 // should not depend on a second program starting. The user's own setting wins.
@@ -93,9 +135,13 @@ ProcessGroupPtr init() {
   if (!initialized) {
     start_alone_without_a_daemon();
     int provided = 0;
-    // Serialized is enough: after this, ember calls MPI one call at a time (mpi_worker.h).
-    // MPI_Init's errors are fatal by default; this is for a library set to return them.
-    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    int rc = MPI_SUCCESS;
+    {
+      const StartDeadline deadline(collective_timeout_seconds());
+      // Serialized is enough: after this, ember calls MPI one call at a time (mpi_worker.h).
+      // MPI_Init's errors are fatal by default; this is for a library set to return them.
+      rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    }
     EMBER_CHECK(rc == MPI_SUCCESS, "dist::init: MPI_Init_thread failed (error ", rc, ")");
     EMBER_CHECK(provided >= MPI_THREAD_SERIALIZED,
                 "dist::init: this MPI library does not support MPI_THREAD_SERIALIZED (provided ",
