@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "kernels/common/scalar_types.h"
+#include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
@@ -251,6 +252,41 @@ void BM_conv2d_forward_backward(benchmark::State& state) {
   set_flops(state, 3.0 * kConvFlops);  // forward, grad_input, grad_weight
 }
 BENCHMARK(BM_conv2d_forward_backward)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The two halves of a convolution's backward pass, apart, on resnet9's small planes: Args (C, K,
+// H = W, weight), batch 128, 3x3, padding 1; weight 0 = grad_input, 1 = grad_weight. Each half
+// is 2 N K C R S P Q FLOPs.
+void BM_conv2d_backward_half(benchmark::State& state) {
+  const int64_t channels = state.range(0), filters = state.range(1), side = state.range(2);
+  const bool weight_half = state.range(3) == 1;
+  kernels::Conv2dParams params{.batch = 128,
+                               .in_channels = channels,
+                               .in_height = side,
+                               .in_width = side,
+                               .out_channels = filters,
+                               .kernel_height = 3,
+                               .kernel_width = 3,
+                               .pad_h = 1,
+                               .pad_w = 1};
+  Tensor x = randn({128, channels, side, side}), w = randn({filters, channels, 3, 3});
+  Tensor dy = randn({128, filters, side, side});
+  Tensor dx = empty_like(x), dw = empty_like(w);
+  for (auto _ : state) {
+    kernels::cpu::conv2d_backward<float>(params, x.data<float>(), w.data<float>(), dy.data<float>(),
+                                         weight_half ? nullptr : dx.data<float>(),
+                                         weight_half ? dw.data<float>() : nullptr, nullptr);
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, 2.0 * 128 * filters * channels * 9 * side * side);
+}
+BENCHMARK(BM_conv2d_backward_half)
+    ->ArgNames({"C", "K", "side", "weight"})
+    ->Args({64, 128, 8, 0})
+    ->Args({64, 128, 8, 1})
+    ->Args({128, 128, 4, 0})
+    ->Args({128, 128, 4, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_cross_entropy(benchmark::State& state) {
   Tensor logits = randn({4096, 1000});
