@@ -289,12 +289,67 @@ std::vector<int32_t> tap_sources(const Conv2dParams& p, const Geometry& g) {
   return sources;
 }
 
+// Where stride and dilation are 1 along the rows and the output rows are as wide as the input's
+// ("same" padding, resnet9's 3x3 pad 1), every tap's columns are the plane moved by one offset:
+// sources[t][i] is -1 (padding) or i + shift[t]. im2col then reads a copy of the plane with
+// zeros around it, `bordered`, at one contiguous offset per tap and selects, which vectorises;
+// the general path gathers one element at a time (16% of the 4x4 weight gradient's time).
+struct TapShifts {
+  std::vector<int64_t> shift;  // per tap; empty when some tap is not a shift
+  int64_t before = 0;          // zeros in front of the plane in `bordered`
+  int64_t size = 0;            // of `bordered`: zeros, the plane (H W), zeros
+};
+
+TapShifts tap_shifts(const Geometry& g, const std::vector<int32_t>& sources) {
+  TapShifts taps;
+  const int64_t rows = g.R * g.S;
+  taps.shift.assign(static_cast<size_t>(rows), 0);
+  int64_t lowest = 0, highest = g.H * g.W;  // the indices read: [lowest, highest)
+  for (int64_t t = 0; t < rows; ++t) {
+    const int32_t* from = sources.data() + t * g.plane;
+    const int32_t* first = std::find_if(from, from + g.plane, [](int32_t i) { return i >= 0; });
+    const int64_t shift = first == from + g.plane ? 0 : *first - (first - from);
+    for (int64_t i = 0; i < g.plane; ++i)
+      if (from[i] >= 0 && from[i] != i + shift) return {};
+    taps.shift[static_cast<size_t>(t)] = shift;
+    lowest = std::min(lowest, shift);
+    highest = std::max(highest, g.plane + shift);
+  }
+  taps.before = -lowest;
+  taps.size = highest - lowest;
+  return taps;
+}
+
 // The images [first, first + count) unfolded side by side: cols (C R S, count P Q). A 16-bit
 // plane is widened once (into a buffer of H W) rather than at each of its R S taps.
 template <typename T, typename Acc>
-void im2col_images(const Geometry& g, const int32_t* sources, const T* input, int64_t first,
-                   int64_t count, Acc* cols) {
+void im2col_images(const Geometry& g, const int32_t* sources, const TapShifts& taps, const T* input,
+                   int64_t first, int64_t count, Acc* cols) {
   const int64_t ld = count * g.plane, rows = g.R * g.S, channel = g.H * g.W;
+  if (!taps.shift.empty()) {
+    std::vector<Acc> bordered(static_cast<size_t>(taps.size), Acc(0));
+    Acc* plane = bordered.data() + taps.before;
+    for (int64_t b = 0; b < count; ++b) {
+      const T* image = input + (first + b) * g.image;
+      for (int64_t c = 0; c < g.C; ++c) {
+        if constexpr (std::is_same_v<T, Acc>) {
+          std::copy(image + c * channel, image + (c + 1) * channel, plane);
+        } else {
+          widen_to_f32(image + c * channel, plane, channel);
+        }
+        for (int64_t t = 0; t < rows; ++t) {
+          const int32_t* keep = sources + t * g.plane;
+          const Acc* from = plane + taps.shift[static_cast<size_t>(t)];
+          Acc* to = cols + (c * rows + t) * ld + b * g.plane;
+          for (int64_t i = 0; i < g.plane; ++i) {
+            const Acc value = from[i];  // read whether kept or not: the select vectorises
+            to[i] = keep[i] >= 0 ? value : Acc(0);
+          }
+        }
+      }
+    }
+    return;
+  }
   std::vector<Acc> widened(std::is_same_v<T, Acc> ? 0 : static_cast<size_t>(channel));
   for (int64_t b = 0; b < count; ++b) {
     const T* image = input + (first + b) * g.image;
@@ -331,6 +386,7 @@ void forward_image_groups(const Conv2dParams& p, const Geometry& g, int64_t per_
   const int threads = threads_for_groups(p.batch, per_group);
   const int64_t max_width = per_group * g.plane;
   const std::vector<int32_t> sources = tap_sources(p, g);
+  const TapShifts taps = tap_shifts(g, sources);
   struct Workspace {
     std::vector<Acc> cols, out;
   };
@@ -342,7 +398,7 @@ void forward_image_groups(const Conv2dParams& p, const Geometry& g, int64_t per_
   over_image_groups(p.batch, per_group, [&](int64_t first, int64_t count, int t) {
     Workspace& space = spaces[static_cast<size_t>(t)];
     const int64_t width = count * g.plane;
-    im2col_images(g, sources.data(), input, first, count, space.cols.data());
+    im2col_images(g, sources.data(), taps, input, first, count, space.cols.data());
     for (int64_t group = 0; group < g.G; ++group) {
       // (K/G, C/G R S) @ (C/G R S, B P Q) -> out (K/G, B P Q)
       const GemmShape shape{false,        false,        g.group_filters, width,
@@ -371,6 +427,7 @@ void backward_image_groups(const Conv2dParams& p, const Geometry& g, int64_t per
   const int64_t max_width = per_group * g.plane, cols_size = g.group_cols * g.G * max_width;
   const int64_t weight_size = g.K * g.group_cols;
   const std::vector<int32_t> sources = tap_sources(p, g);
+  const TapShifts taps = tap_shifts(g, sources);
   struct Workspace {
     std::vector<Acc> cols, grad_cols, grad_image, dy, grad_weight;
   };
@@ -402,7 +459,7 @@ void backward_image_groups(const Conv2dParams& p, const Geometry& g, int64_t per
       }
     }
     if (grad_weight != nullptr) {
-      im2col_images(g, sources.data(), input, first, count, space.cols.data());
+      im2col_images(g, sources.data(), taps, input, first, count, space.cols.data());
       for (int64_t group = 0; group < g.G; ++group) {
         // grad_weight_g (K/G, C/G R S) += dy_g (K/G, B P Q) @ cols_g^T (B P Q, C/G R S)
         const GemmShape shape{false, true,  g.group_filters, g.group_cols,
