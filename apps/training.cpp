@@ -265,8 +265,14 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
     out << "ember train: resnet9(size " << config.model_size << ", " << parameters << " parameters"
         << (config.sync_bn ? ", SyncBatchNorm" : "") << ") on " << engine->name()
         << ", Fashion-MNIST " << train_set->size() << " train / " << valid_set->size()
-        << " valid images, batch " << batch_size
-        << (ranks > 1 ? detail::concat(" (", rank_batch_size, " per rank x ", ranks, ")") : "")
+        << " valid images, batch " << rank_batch_size * ranks
+        << (ranks > 1 ? detail::concat(" (", rank_batch_size, " per rank x ", ranks,
+                                       batch_size % ranks != 0
+                                           ? detail::concat("; ", batch_size,
+                                                            " does not divide among the ranks")
+                                           : "",
+                                       ")")
+                      : "")
         << ", Adam lr " << config.lr << ", " << config.epochs << " epochs\n"
         << std::flush;
   };

@@ -129,6 +129,9 @@ if command -v mpirun >/dev/null; then
     --logdir "$work/mpi_cuda_aware"
   check "ddp --sync-bn trains with SyncBatchNorm" bash -c "${mpi[*]} '$ember' train ${few[*]} --epochs 1 \
     --engine ddp --sync-bn --logdir '$work/mpi_syncbn' | grep -q 'parameters, SyncBatchNorm) on ddp-cpu'"
+  check "a batch that 3 ranks cannot share evenly is said as it is used" bash -c "${mpi[*]:0:5} -np 3 \
+    '$ember' train ${few[*]} --epochs 1 --engine ddp --logdir '$work/mpi_three' \
+    | grep -qF 'batch 30 (10 per rank x 3; 32 does not divide among the ranks)'"
   check "daso says a short run never skips" bash -c "${mpi[*]} '$ember' train ${few[*]} --epochs 2 \
     --engine daso --logdir '$work/mpi_daso' | grep -q 'averages every batch, blocking, for the whole run'"
 fi
