@@ -26,6 +26,11 @@ std::shared_ptr<data::DataLoader> shard_over_ranks(std::shared_ptr<data::DataLoa
 
 namespace {
 
+// Node k's optimizer tensors in a DASO checkpoint: "daso.node<k>.optimizer.<key>".
+std::string node_optimizer_prefix(int node) {
+  return "daso.node" + std::to_string(node) + ".optimizer.";
+}
+
 // Checkpoints hold rank 0's generator; rank r runs on seed + r (the runner seeds it so).
 void continue_this_ranks_random_stream(int rank) {
   GeneratorState state = default_generator().state();
@@ -154,6 +159,7 @@ Components DasoEngine::init_components(const ModelFn& model_fn, const CriterionF
   dist::broadcast_from_rank_zero(parts.model->buffers(), *groups_.world);
   daso_ = std::make_unique<dist::Daso>(*parts.optimizer, total_epochs_, options_, groups_);
   daso_->set_model(*parts.model);
+  optimizer_ = parts.optimizer.get();
   return parts;
 }
 
@@ -184,15 +190,19 @@ Checkpoint DasoEngine::pack_checkpoint(const nn::Module* model, const optim::Opt
     checkpoint.metadata["daso.plateau_best"] = best;
     checkpoint.metadata["daso.plateau_epochs_without_improvement"] =
         std::to_string(state.plateau_epochs_without_improvement);
+    if (!node_optimizer_states_.empty() && gathered_after_epochs_ == state.epochs_completed) {
+      checkpoint.metadata["daso.nodes"] = std::to_string(node_optimizer_states_.size() + 1);
+      for (size_t k = 0; k < node_optimizer_states_.size(); ++k)
+        for (const auto& [key, tensor] : node_optimizer_states_[k])
+          checkpoint.tensors.emplace_back(node_optimizer_prefix(static_cast<int>(k + 1)) + key,
+                                          tensor);
+    }
   }
   return checkpoint;
 }
 
 void DasoEngine::unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* model,
                                    optim::Optimizer* optimizer, optim::LRScheduler* scheduler) {
-  DeviceEngine::unpack_checkpoint(checkpoint, model, optimizer, scheduler);
-  continue_this_ranks_random_stream(groups_.world->rank());
-  if (!daso_ || !checkpoint.metadata.count("daso.epochs_completed")) return;
   auto number = [&](const char* key) -> double {
     const std::string& text = checkpoint.meta(key);
     try {
@@ -201,6 +211,27 @@ void DasoEngine::unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* mod
       EMBER_FAIL(name(), ": checkpoint metadata ", key, " is '", text, "', not a number");
     }
   };
+  const int node = groups_.global->rank();
+  if (node > 0 && checkpoint.metadata.count("daso.nodes") &&
+      number("daso.nodes") == groups_.global->size()) {
+    // This node's optimizer state in place of node 0's.
+    const std::string prefix = node_optimizer_prefix(node);
+    Checkpoint own;
+    own.metadata = checkpoint.metadata;
+    for (const auto& [key, tensor] : checkpoint.tensors) {
+      if (key.rfind("optimizer.", 0) == 0) continue;
+      if (key.rfind(prefix, 0) == 0) {
+        own.tensors.emplace_back("optimizer." + key.substr(prefix.size()), tensor);
+      } else {
+        own.tensors.emplace_back(key, tensor);
+      }
+    }
+    DeviceEngine::unpack_checkpoint(own, model, optimizer, scheduler);
+  } else {
+    DeviceEngine::unpack_checkpoint(checkpoint, model, optimizer, scheduler);
+  }
+  continue_this_ranks_random_stream(groups_.world->rank());
+  if (!daso_ || !checkpoint.metadata.count("daso.epochs_completed")) return;
   dist::DasoScheduleState state;
   state.skips.global_skip = static_cast<int>(number("daso.global_skip"));
   state.skips.local_skip = static_cast<int>(number("daso.local_skip"));
@@ -229,6 +260,41 @@ void DasoEngine::on_epoch_end(std::optional<double> train_loss) {
               ": DASO needs the epoch's training loss, and the training loader reported no "
               "\"loss\" metric (add a CriterionCallback)");
   daso_->epoch_loss_logic(*train_loss, /*loss_globally_averaged=*/true);
+  gather_node_optimizer_states();
+}
+
+void DasoEngine::gather_node_optimizer_states() {
+  node_optimizer_states_.clear();
+  const int nodes = groups_.global->size();
+  if (nodes == 1 || optimizer_ == nullptr) return;
+  dist::ProcessGroup& world = *groups_.world;
+  // Which world rank leads each node: entry r is r's node index if r leads its node, else -1.
+  const bool leads = groups_.node->rank() == 0;
+  // On the engine's device: a group of NCCL takes device tensors only.
+  const Tensor mine = full({1}, leads ? groups_.global->rank() : -1, {DType::i64, device()});
+  const Tensor gathered = empty({world.size()}, {DType::i64, device()});
+  world.allgather(gathered, mine)->wait();
+  const Tensor leaders = gathered.to(Device::cpu());
+  const NamedTensors local = optimizer_->state_dict().tensors;
+  // Sent and received one at a time, in state_dict order, which is the same on every node (the
+  // same model and optimizer, stepped the same number of times).
+  if (world.rank() == 0) {
+    node_optimizer_states_.resize(static_cast<size_t>(nodes - 1));
+    for (int r = 0; r < world.size(); ++r) {
+      const int64_t node = leaders.data<int64_t>()[r];
+      if (node <= 0) continue;
+      NamedTensors& state = node_optimizer_states_[static_cast<size_t>(node - 1)];
+      for (const auto& [key, tensor] : local) {
+        Tensor received = empty_like(tensor);
+        world.recv(received, r)->wait();
+        state.emplace_back(key, received);
+      }
+    }
+    gathered_after_epochs_ = daso_->schedule().state().epochs_completed;
+  } else if (leads) {
+    for (const auto& [key, tensor] : local)
+      world.send(tensor.contiguous(), 0)->wait();
+  }
 }
 
 void DasoEngine::deinit_components() {
@@ -238,6 +304,8 @@ void DasoEngine::deinit_components() {
 
 void DasoEngine::abandon_components() {
   daso_.reset();
+  optimizer_ = nullptr;
+  node_optimizer_states_.clear();
   DeviceEngine::deinit_components();
 }
 

@@ -123,7 +123,11 @@ class DasoEngine : public DeviceEngine {
   Checkpoint pack_checkpoint(const nn::Module* model, const optim::Optimizer* optimizer,
                              const optim::LRScheduler* scheduler,
                              const Metadata& extra = {}) const override;
-  // Also puts each rank back on its own random stream (seed + rank).
+  // Across nodes the optimizers' states differ (gradients are averaged only inside a node), so
+  // rank 0's checkpoint also holds every other node's, "daso.node<k>.optimizer.*", gathered at
+  // the end of each epoch; "daso.nodes" says how many. Unpacking gives each node its own; a run
+  // resumed on another number of nodes gives every node node 0's. Also puts each rank back on
+  // its own random stream (seed + rank).
   void unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* model,
                          optim::Optimizer* optimizer, optim::LRScheduler* scheduler) override;
   // Inner batches of a gradient accumulation leave the node's gradients local.
@@ -136,10 +140,18 @@ class DasoEngine : public DeviceEngine {
   dist::Daso* daso() { return daso_.get(); }
 
  private:
+  // Collective over the world: the leader (node rank 0) of every node k >= 1 sends its optimizer
+  // state to rank 0, which keeps it for the checkpoint of this epoch.
+  void gather_node_optimizer_states();
+
   int total_epochs_;
   dist::DasoOptions options_;
   dist::DasoGroups groups_;
   std::unique_ptr<dist::Daso> daso_;
+  optim::Optimizer* optimizer_ = nullptr;  // the one DASO wraps
+  // On rank 0: node k's optimizer tensors at [k - 1], as of `gathered_after_epochs_` epochs.
+  std::vector<NamedTensors> node_optimizer_states_;
+  int64_t gathered_after_epochs_ = -1;
 };
 
 }  // namespace ember::engines

@@ -132,6 +132,13 @@ if command -v mpirun >/dev/null; then
   check "a batch that 3 ranks cannot share evenly is said as it is used" bash -c "${mpi[*]:0:5} -np 3 \
     '$ember' train ${few[*]} --epochs 1 --engine ddp --logdir '$work/mpi_three' \
     | grep -qF 'batch 30 (10 per rank x 3; 32 does not divide among the ranks)'"
+  # Two nodes of one rank: each node's optimizer state differs and the checkpoint must hold both.
+  daso2=(env EMBER_LOCAL_SIZE=1 "${mpi[@]}" "$ember" train "${few[@]}" --epochs 2 --engine daso)
+  check "daso on 2 nodes, 2 epochs" "${daso2[@]}" --logdir "$work/daso_straight"
+  check "daso on 2 nodes, 1 of 2 epochs" "${daso2[@]}" --stop-after 1 --logdir "$work/daso_resumed"
+  check "daso on 2 nodes, resume" "${daso2[@]}" --resume --logdir "$work/daso_resumed"
+  check "daso on 2 nodes: the resumed run is byte-identical" \
+    cmp "$work/daso_straight/last.ckpt" "$work/daso_resumed/last.ckpt"
   check "daso says a short run never skips" bash -c "${mpi[*]} '$ember' train ${few[*]} --epochs 2 \
     --engine daso --logdir '$work/mpi_daso' | grep -q 'averages every batch, blocking, for the whole run'"
 fi
