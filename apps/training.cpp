@@ -262,18 +262,19 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
 
   const auto announce = [&](int64_t parameters) {
     if (!engine->is_master_process()) return;
+    // The batch used: rank_batch_size on each rank, which is --batch-size / ranks rounded down.
+    std::string shares;
+    if (ranks > 1) {
+      shares = detail::concat(" (", rank_batch_size, " per rank x ", ranks);
+      if (batch_size % ranks != 0)
+        shares += detail::concat("; ", batch_size, " does not divide among the ranks");
+      shares += ")";
+    }
     out << "ember train: resnet9(size " << config.model_size << ", " << parameters << " parameters"
         << (config.sync_bn ? ", SyncBatchNorm" : "") << ") on " << engine->name()
         << ", Fashion-MNIST " << train_set->size() << " train / " << valid_set->size()
-        << " valid images, batch " << rank_batch_size * ranks
-        << (ranks > 1 ? detail::concat(" (", rank_batch_size, " per rank x ", ranks,
-                                       batch_size % ranks != 0
-                                           ? detail::concat("; ", batch_size,
-                                                            " does not divide among the ranks")
-                                           : "",
-                                       ")")
-                      : "")
-        << ", Adam lr " << config.lr << ", " << config.epochs << " epochs\n"
+        << " valid images, batch " << rank_batch_size * ranks << shares << ", Adam lr " << config.lr
+        << ", " << config.epochs << " epochs\n"
         << std::flush;
   };
 
