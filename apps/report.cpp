@@ -224,7 +224,8 @@ int run_report(int argc, char** argv) {
   std::ofstream file(out);
   EMBER_CHECK(file.good(), "report: cannot write '", out, "' (is the directory writable?)");
   file << svg.str();
-  std::cout << "wrote " << out << " (" << curves.epochs.size() << " epochs)\n";
+  std::cout << "wrote " << out << " (" << curves.epochs.size()
+            << (curves.epochs.size() == 1 ? " epoch)\n" : " epochs)\n");
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include "distributed/sync_batch_norm.h"
 #include "distributed/world.h"
 #include "engines/device_engines.h"
+#include "engines/distributed_engines.h"
 #include "engines/factory.h"
 #include "engines/loggers.h"
 #include "engines/runner.h"
@@ -76,10 +77,22 @@ class StopAfterEpochs : public engines::ICallback {
 // A checkpoint written by another number of processes: the model, optimizer and schedule are the
 // same on every rank, and the run resumes between epochs, so the next epoch is simply sharded
 // over this run's ranks (the global batch stays --batch-size). Says so, on rank 0.
+// DASO's checkpoint also holds each node's optimizer state, which differ across nodes (gradients
+// are averaged only inside a node); resumed on another number of nodes, every node takes node 0's.
+// Says that too.
 void note_a_change_of_world_size(const std::string& checkpoint_path, const engines::IEngine& engine,
                                  int64_t batch_size, std::ostream& out) {
   const Checkpoint checkpoint = load_checkpoint(checkpoint_path);
-  if (!checkpoint.metadata.count("world_size") || !engine.is_master_process()) return;
+  if (!engine.is_master_process()) return;
+  const auto* daso = dynamic_cast<const engines::DasoEngine*>(&engine);
+  if (daso != nullptr && checkpoint.metadata.count("daso.nodes")) {
+    const int64_t nodes_written = std::stoll(checkpoint.meta("daso.nodes"));
+    if (nodes_written != daso->nodes())
+      out << "resuming DASO on " << daso->nodes() << (daso->nodes() == 1 ? " node" : " nodes")
+          << " from a checkpoint of " << nodes_written
+          << " nodes, each with its own optimizer state: every node starts from node 0's\n";
+  }
+  if (!checkpoint.metadata.count("world_size")) return;
   const int64_t written_by = std::stoll(checkpoint.meta("world_size"));
   const int64_t ranks = engine.world_size();
   if (written_by == ranks) return;
@@ -274,8 +287,7 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
         << (config.sync_bn ? ", SyncBatchNorm" : "") << ") on " << engine->name()
         << ", Fashion-MNIST " << train_set->size() << " train / " << valid_set->size()
         << " valid images, batch " << rank_batch_size * ranks << shares << ", Adam lr " << config.lr
-        << ", " << config.epochs << " epochs\n"
-        << std::flush;
+        << ", " << config.epochs << (config.epochs == 1 ? " epoch\n" : " epochs\n") << std::flush;
   };
 
   engines::SupervisedRunner runner;

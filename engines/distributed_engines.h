@@ -138,6 +138,8 @@ class DasoEngine : public DeviceEngine {
   void abandon_components() override;
 
   dist::Daso* daso() { return daso_.get(); }
+  // How many nodes take turns in the global averages (the size of this rank's global group).
+  int nodes() const { return groups_.global->size(); }
 
  private:
   // Collective over the world: the leader (node rank 0) of every node k >= 1 sends its optimizer

@@ -8,8 +8,9 @@
 
 // EMBER_CLONE_FOR_SIMD on a function compiles it for AVX-512 and AVX2 as well as the baseline
 // and picks one at load time: the build targets plain x86-64. Helpers it calls must be
-// always_inline to be compiled into each clone. ThreadSanitizer builds go without: the resolver that
-// picks a clone runs during relocation, before TSan has started, and its instrumented code crashes.
+// always_inline to be compiled into each clone. ThreadSanitizer builds go without: the resolver
+// that picks a clone runs during relocation, before TSan has started, and its instrumented code
+// crashes.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__)
 #define EMBER_CLONE_FOR_SIMD __attribute__((target_clones("avx512f", "avx2", "default")))
 #else

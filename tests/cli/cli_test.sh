@@ -136,9 +136,13 @@ if command -v mpirun >/dev/null; then
   daso2=(env EMBER_LOCAL_SIZE=1 "${mpi[@]}" "$ember" train "${few[@]}" --epochs 2 --engine daso)
   check "daso on 2 nodes, 2 epochs" "${daso2[@]}" --logdir "$work/daso_straight"
   check "daso on 2 nodes, 1 of 2 epochs" "${daso2[@]}" --stop-after 1 --logdir "$work/daso_resumed"
+  cp -r "$work/daso_resumed" "$work/daso_one_node"
   check "daso on 2 nodes, resume" "${daso2[@]}" --resume --logdir "$work/daso_resumed"
   check "daso on 2 nodes: the resumed run is byte-identical" \
     cmp "$work/daso_straight/last.ckpt" "$work/daso_resumed/last.ckpt"
+  check "daso on 2 nodes resumed on 1 says whose optimizer state it takes" bash -c "${mpi[*]} \
+    '$ember' train ${few[*]} --epochs 2 --engine daso --resume --logdir '$work/daso_one_node' \
+    | grep -qF 'resuming DASO on 1 node from a checkpoint of 2 nodes'"
   check "daso says a short run never skips" bash -c "${mpi[*]} '$ember' train ${few[*]} --epochs 2 \
     --engine daso --logdir '$work/mpi_daso' | grep -q 'averages every batch, blocking, for the whole run'"
 fi
