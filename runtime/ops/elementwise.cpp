@@ -181,25 +181,35 @@ OpId binary_op_id(BinaryOp op) {
   return OpId::add;
 }
 
-// Gradients of a binary op at (a, b) with output `out`, for the cotangent g. Shapes are the
-// broadcast shape: the engine sums them back to each input's shape.
+// Which inputs of a binary op take a gradient: `x * 0.5` or `x * mask` needs none for the
+// constant, and computing it would cost a full-size product (and, for a broadcast constant, a
+// reduction back to its shape) that the engine then drops.
+struct NeedsGrad {
+  bool a = true;
+  bool b = true;
+};
+
+// Gradients of a binary op at (a, b) with output `out`, for the cotangent g; undefined for an
+// input that needs none. Shapes are the broadcast shape: the engine sums them back to each
+// input's shape.
 std::vector<Tensor> binary_backward(BinaryOp op, const Tensor& g, const Tensor& a, const Tensor& b,
-                                    const Tensor& out, double alpha) {
+                                    const Tensor& out, double alpha, NeedsGrad needs) {
+  auto only = [&](auto grad_a, auto grad_b) -> std::vector<Tensor> {
+    return {needs.a ? grad_a() : Tensor(), needs.b ? grad_b() : Tensor()};
+  };
   switch (op) {
     case BinaryOp::add:
-      return {g, alpha == 1.0 ? g : g * alpha};
+      return only([&] { return g; }, [&] { return alpha == 1.0 ? g : g * alpha; });
     case BinaryOp::sub:
-      return {g, g * (-alpha)};
+      return only([&] { return g; }, [&] { return g * (-alpha); });
     case BinaryOp::mul:
-      return {g * b, g * a};
+      return only([&] { return g * b; }, [&] { return g * a; });
     case BinaryOp::div:
-      return {g / b, -g * out / b};
-    case BinaryOp::pow: {
+      return only([&] { return g / b; }, [&] { return -g * out / b; });
+    case BinaryOp::pow:
       // d/da = b a^(b-1); d/db = out ln(a), taken as 0 where a == 0 (PyTorch's convention).
-      Tensor grad_a = g * b * pow(a, sub(b, 1));
-      Tensor log_a = where(eq(a, 0), zeros_like(a), log(a));
-      return {grad_a, g * out * log_a};
-    }
+      return only([&] { return g * b * pow(a, sub(b, 1)); },
+                  [&] { return g * out * where(eq(a, 0), zeros_like(a), log(a)); });
     case BinaryOp::maximum:
     case BinaryOp::minimum: {
       // The larger (smaller) input takes the gradient; ties split it evenly, as PyTorch does.
@@ -207,7 +217,7 @@ std::vector<Tensor> binary_backward(BinaryOp op, const Tensor& g, const Tensor& 
       Tensor a_wins = (is_max ? gt(a, b) : lt(a, b)).to(g.dtype());
       Tensor tie = eq(a, b).to(g.dtype()) * 0.5;
       Tensor share_a = a_wins + tie;
-      return {g * share_a, g * (1.0 - share_a)};
+      return only([&] { return g * share_a; }, [&] { return g * (1.0 - share_a); });
     }
   }
   return {};
@@ -233,15 +243,16 @@ Tensor binary_op(BinaryOp op, const Tensor& a_in, const Tensor& b_in, const Scal
     const double alpha_value = alpha.to_double();
     const bool needs_inputs = op != BinaryOp::add && op != BinaryOp::sub;
     const bool needs_out = op == BinaryOp::div || op == BinaryOp::pow;
+    const NeedsGrad needs{ca.requires_grad(), cb.requires_grad()};
     std::vector<Tensor> saved;
     if (needs_inputs) saved = {ca, cb};
     if (needs_out) saved.push_back(out);
     record(binary_op_id(op), {ca, cb}, out, saved,
-           [op, alpha_value, needs_inputs, needs_out](
+           [op, alpha_value, needs_inputs, needs_out, needs](
                const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
              const Tensor none;
              return binary_backward(op, g, needs_inputs ? s[0] : none, needs_inputs ? s[1] : none,
-                                    needs_out ? s[2] : none, alpha_value);
+                                    needs_out ? s[2] : none, alpha_value, needs);
            });
   }
   return out;
@@ -857,12 +868,13 @@ void binary_inplace(BinaryOp op, Tensor& self, const Tensor& other_in, const Sca
   if (old_self.defined()) saved = {old_self, cother};
   const bool needs_out = op == BinaryOp::div || op == BinaryOp::pow;
   if (needs_out) saved.push_back(self.clone());
+  const NeedsGrad needs{before.requires_grad(), cother.requires_grad()};
   record(binary_op_id(op), {before, cother}, self, saved,
-         [op, alpha_value, needs_out](const Tensor& g,
-                                      const std::vector<Tensor>& s) -> std::vector<Tensor> {
+         [op, alpha_value, needs_out, needs](const Tensor& g,
+                                             const std::vector<Tensor>& s) -> std::vector<Tensor> {
            const Tensor none;
            return binary_backward(op, g, s.empty() ? none : s[0], s.empty() ? none : s[1],
-                                  needs_out ? s[2] : none, alpha_value);
+                                  needs_out ? s[2] : none, alpha_value, needs);
          });
 }
 
