@@ -85,13 +85,11 @@ void note_a_change_of_world_size(const std::string& checkpoint_path, const engin
   const Checkpoint checkpoint = load_checkpoint(checkpoint_path);
   if (!engine.is_master_process()) return;
   const auto* daso = dynamic_cast<const engines::DasoEngine*>(&engine);
-  if (daso != nullptr && checkpoint.metadata.count("daso.nodes")) {
-    const int64_t nodes_written = std::stoll(checkpoint.meta("daso.nodes"));
-    if (nodes_written != daso->nodes())
-      out << "resuming DASO on " << daso->nodes() << (daso->nodes() == 1 ? " node" : " nodes")
-          << " from a checkpoint of " << nodes_written
-          << " nodes, each with its own optimizer state: every node starts from node 0's\n";
-  }
+  const int64_t nodes_written = daso ? engines::DasoEngine::optimizer_states_in(checkpoint) : 1;
+  if (nodes_written > 1 && nodes_written != daso->nodes())
+    out << "resuming DASO on " << daso->nodes() << (daso->nodes() == 1 ? " node" : " nodes")
+        << " from a checkpoint of " << nodes_written
+        << " nodes, each with its own optimizer state: every node starts from node 0's\n";
   if (!checkpoint.metadata.count("world_size")) return;
   const int64_t written_by = std::stoll(checkpoint.meta("world_size"));
   const int64_t ranks = engine.world_size();

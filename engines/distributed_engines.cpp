@@ -201,6 +201,16 @@ Checkpoint DasoEngine::pack_checkpoint(const nn::Module* model, const optim::Opt
   return checkpoint;
 }
 
+int64_t DasoEngine::optimizer_states_in(const Checkpoint& checkpoint) {
+  if (!checkpoint.metadata.count("daso.nodes")) return 1;
+  const std::string& text = checkpoint.meta("daso.nodes");
+  try {
+    return std::stoll(text);
+  } catch (const std::exception&) {
+    EMBER_FAIL("DASO checkpoint: metadata daso.nodes is '", text, "', not a number");
+  }
+}
+
 void DasoEngine::unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* model,
                                    optim::Optimizer* optimizer, optim::LRScheduler* scheduler) {
   auto number = [&](const char* key) -> double {
@@ -212,8 +222,7 @@ void DasoEngine::unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* mod
     }
   };
   const int node = groups_.global->rank();
-  if (node > 0 && checkpoint.metadata.count("daso.nodes") &&
-      number("daso.nodes") == groups_.global->size()) {
+  if (node > 0 && optimizer_states_in(checkpoint) == nodes()) {
     // This node's optimizer state in place of node 0's.
     const std::string prefix = node_optimizer_prefix(node);
     Checkpoint own;

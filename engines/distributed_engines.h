@@ -140,6 +140,10 @@ class DasoEngine : public DeviceEngine {
   dist::Daso* daso() { return daso_.get(); }
   // How many nodes take turns in the global averages (the size of this rank's global group).
   int nodes() const { return groups_.global->size(); }
+  // How many nodes' optimizer states a checkpoint of this engine holds ("daso.nodes"): 1 when it
+  // holds rank 0's alone (one node, or written mid-epoch). unpack_checkpoint gives each node its
+  // own only when this equals nodes(); otherwise every node takes node 0's.
+  static int64_t optimizer_states_in(const Checkpoint& checkpoint);
 
  private:
   // Collective over the world: the leader (node rank 0) of every node k >= 1 sends its optimizer
