@@ -4,7 +4,8 @@
 //    how many edges lead into it.
 // 2. Run ready nodes (all incoming gradients summed): leaves' accumulators first, then the node
 //    created last. Each output gradient is checked against its input's shape, dtype and device,
-//    summed back to the input's shape if it was broadcast, and added to the next node's buffer.
+//    summed back to the input's shape if it was broadcast, and added to the next node's buffer
+//    (one slot per output of that node: split's node has several).
 #include "runtime/autograd/engine.h"
 
 #include <queue>
@@ -116,14 +117,21 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   std::vector<std::function<void()>> final_callbacks;
   FinalCallbacksScope callbacks_scope(&final_callbacks);
 
-  std::unordered_map<Node*, Tensor> buffers;
+  // The gradients waiting for each node: one slot per output, summed as they arrive.
+  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  auto add_to_buffer = [&buffers](const Edge& edge, Tensor grad) {
+    std::vector<Tensor>& slots = buffers[edge.node.get()];
+    if (slots.empty()) slots.resize(edge.node->num_outputs());
+    Tensor& slot = slots[edge.output];
+    slot = slot.defined() ? slot + grad : std::move(grad);
+  };
   std::unordered_map<Node*, int> dependencies;
   std::vector<std::shared_ptr<Node>> root_nodes;
 
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& root = roots[i];
-    std::shared_ptr<Node> edge = root.defined() ? gradient_edge(root) : nullptr;
-    EMBER_CHECK(edge != nullptr,
+    const Edge edge = root.defined() ? gradient_edge(root) : Edge{};
+    EMBER_CHECK(static_cast<bool>(edge),
                 "backward: the tensor does not require grad and has no grad_fn (did you call "
                 "requires_grad_() on the inputs, or run the forward under NoGradGuard?)");
     Tensor grad = gradients[i];
@@ -137,9 +145,8 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     EMBER_CHECK(grad.sizes() == root.sizes(), "backward: gradient of shape ",
                 shape_str(grad.sizes()), " for an output of shape ", shape_str(root.sizes()));
     grad = grad.to(root.device()).to(root.dtype());
-    Tensor& buffer = buffers[edge.get()];
-    buffer = buffer.defined() ? buffer + grad : grad;
-    root_nodes.push_back(edge);
+    add_to_buffer(edge, grad);
+    root_nodes.push_back(edge.node);
   }
 
   // Count the edges into each node reachable from the roots.
@@ -152,10 +159,10 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     while (!stack.empty()) {
       Node* node = stack.back();
       stack.pop_back();
-      for (const auto& child : node->next) {
+      for (const Edge& child : node->next) {
         if (!child) continue;
-        ++dependencies[child.get()];
-        if (seen.insert(child.get()).second) stack.push_back(child.get());
+        ++dependencies[child.node.get()];
+        if (seen.insert(child.node.get()).second) stack.push_back(child.node.get());
       }
     }
   }
@@ -171,29 +178,29 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   while (!ready.empty()) {
     Node* node = ready.top();
     ready.pop();
-    Tensor grad;
+    std::vector<Tensor> grads;
     if (auto it = buffers.find(node); it != buffers.end()) {
-      grad = std::move(it->second);
+      grads = std::move(it->second);
       buffers.erase(it);
     }
+    bool reached = false;  // some gradient arrived (a node's inputs may all have given none)
+    for (const Tensor& g : grads)
+      reached = reached || g.defined();
     std::vector<Tensor> outputs;
-    if (grad.defined()) {
-      outputs = node->apply(grad);
+    if (reached) {
+      outputs = node->apply_outputs(grads);
       if (!retain_graph) node->release_saved();
-    }
-    if (node->op() != OpId::accumulate_grad && grad.defined()) {
-      EMBER_CHECK(outputs.size() == node->next.size(), "backward of ", node->name(), " returned ",
-                  outputs.size(), " gradients for ", node->next.size(), " inputs");
+      if (node->op() != OpId::accumulate_grad) {
+        EMBER_CHECK(outputs.size() == node->next.size(), "backward of ", node->name(),
+                    " returned ", outputs.size(), " gradients for ", node->next.size(), " inputs");
+      }
     }
     for (size_t i = 0; i < node->next.size(); ++i) {
-      Node* child = node->next[i].get();
-      if (child == nullptr) continue;
-      if (i < outputs.size() && outputs[i].defined()) {
-        Tensor g = validate(*node, i, std::move(outputs[i]));
-        Tensor& buffer = buffers[child];
-        buffer = buffer.defined() ? buffer + g : std::move(g);
-      }
-      if (--dependencies[child] == 0) ready.push(child);
+      const Edge& child = node->next[i];
+      if (!child) continue;
+      if (i < outputs.size() && outputs[i].defined())
+        add_to_buffer(child, validate(*node, i, std::move(outputs[i])));
+      if (--dependencies[child.node.get()] == 0) ready.push(child.node.get());
     }
   }
   // Callbacks queued by hooks during this pass (DDP's finalisation) run last, in queue order;

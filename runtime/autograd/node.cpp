@@ -23,15 +23,15 @@ Node::Node(const char* name)
 
 Node::~Node() {
   if (t_pending_release != nullptr) {
-    for (auto& child : next) {
-      if (child) t_pending_release->push_back(std::move(child));
+    for (Edge& child : next) {
+      if (child) t_pending_release->push_back(std::move(child.node));
     }
     return;
   }
   std::vector<std::shared_ptr<Node>> pending;
   t_pending_release = &pending;
-  for (auto& child : next) {
-    if (child) pending.push_back(std::move(child));
+  for (Edge& child : next) {
+    if (child) pending.push_back(std::move(child.node));
   }
   while (!pending.empty()) {
     std::shared_ptr<Node> node = std::move(pending.back());
@@ -111,11 +111,11 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
   return {};
 }
 
-std::shared_ptr<Node> gradient_edge(const Tensor& t) {
+Edge gradient_edge(const Tensor& t) {
   const auto& meta = t.impl()->autograd;
-  if (!meta) return nullptr;
-  if (meta->grad_fn) return meta->grad_fn;
-  if (!meta->requires_grad) return nullptr;
+  if (!meta) return {};
+  if (meta->grad_fn) return {meta->grad_fn, meta->output_nr};
+  if (!meta->requires_grad) return {};
   // Threads recording ops on the same leaf at once must get one accumulator, not one each (two
   // would accumulate unsynchronised, and the weak_ptr itself would be written concurrently).
   static std::mutex accumulator_mutex;
@@ -125,7 +125,7 @@ std::shared_ptr<Node> gradient_edge(const Tensor& t) {
     accumulator = std::make_shared<AccumulateGrad>(t.impl_ptr());
     meta->accumulator = accumulator;
   }
-  return accumulator;
+  return {accumulator};
 }
 
 bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
@@ -173,6 +173,13 @@ std::shared_ptr<Node> record_custom(const char* name, const std::vector<Tensor>&
 
 void set_history(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs,
                  const Tensor& output) {
+  set_history(node, inputs, std::vector<Tensor>{output});
+}
+
+void set_history(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs,
+                 const std::vector<Tensor>& outputs) {
+  EMBER_CHECK(outputs.size() == node->num_outputs(), "set_history: ", node->name(), " has ",
+              node->num_outputs(), " outputs, but ", outputs.size(), " tensors were given");
   node->next.reserve(inputs.size());
   node->input_meta.reserve(inputs.size());
   for (const Tensor& input : inputs) {
@@ -180,14 +187,17 @@ void set_history(const std::shared_ptr<Node>& node, const std::vector<Tensor>& i
       node->next.push_back(gradient_edge(input));
       node->input_meta.push_back(InputMeta{input.sizes(), input.dtype(), input.device()});
     } else {
-      node->next.push_back(nullptr);
+      node->next.push_back(Edge{});
       node->input_meta.push_back(InputMeta{});
     }
   }
-  TensorImpl* impl = output.impl();
-  if (!impl->autograd) impl->autograd = std::make_shared<AutogradMeta>();
-  impl->autograd->requires_grad = true;
-  impl->autograd->grad_fn = node;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    TensorImpl* impl = outputs[k].impl();
+    if (!impl->autograd) impl->autograd = std::make_shared<AutogradMeta>();
+    impl->autograd->requires_grad = true;
+    impl->autograd->grad_fn = node;
+    impl->autograd->output_nr = static_cast<uint32_t>(k);
+  }
 }
 
 }  // namespace ember

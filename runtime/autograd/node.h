@@ -1,8 +1,12 @@
 // Autograd graph nodes.
 //
-// Each recorded op has one output and produces one Node. A node's `next` edges point at the nodes
-// of its differentiable inputs (their grad_fn, or the AccumulateGrad sink of a leaf; null where an
-// input needs no gradient). `apply(grad_output)` returns one gradient per edge.
+// Each recorded op produces one Node. A node's `next` edges point at the nodes of its
+// differentiable inputs (their grad_fn, or the AccumulateGrad sink of a leaf; null where an input
+// needs no gradient). `apply(grad_output)` returns one gradient per edge.
+//
+// Almost every op has one output. split has several (its pieces) and one node for all of them, as
+// PyTorch's SplitBackward: an edge names the node and which of its outputs it carries the gradient
+// of, and such a node overrides apply_outputs, which receives one gradient per output.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +27,16 @@ struct InputMeta {
   Device device;
 };
 
+class Node;
+
+// Where a gradient flows: into `output` of `node` (0 for a node with one output).
+struct Edge {
+  std::shared_ptr<Node> node;
+  uint32_t output = 0;
+
+  explicit operator bool() const { return node != nullptr; }
+};
+
 class Node {
  public:
   explicit Node(OpId op);
@@ -34,6 +48,13 @@ class Node {
 
   // One gradient per entry of `next` (undefined where there is none).
   virtual std::vector<Tensor> apply(const Tensor& grad_output) = 0;
+  // How many outputs the op had, and the backward of a node with several: `grad_outputs` holds
+  // one gradient per output, undefined for an output no gradient reached (at least one is
+  // defined). A node with one output needs neither.
+  virtual uint32_t num_outputs() const { return 1; }
+  virtual std::vector<Tensor> apply_outputs(const std::vector<Tensor>& grad_outputs) {
+    return apply(grad_outputs[0]);
+  }
   // Frees saved tensors after a backward pass without retain_graph.
   virtual void release_saved() {}
 
@@ -41,7 +62,7 @@ class Node {
   const char* name() const { return name_; }
   uint64_t sequence_nr() const { return sequence_nr_; }
 
-  std::vector<std::shared_ptr<Node>> next;
+  std::vector<Edge> next;
   std::vector<InputMeta> input_meta;  // parallel to next
 
  private:
@@ -101,12 +122,13 @@ struct AutogradMeta {
   bool requires_grad = false;
   Tensor grad;
   std::shared_ptr<Node> grad_fn;              // set on results of recorded ops
+  uint32_t output_nr = 0;                     // which of grad_fn's outputs this tensor is
   std::weak_ptr<AccumulateGrad> accumulator;  // leaves: created on first use
   std::vector<std::function<void(const Tensor&)>> post_accumulate_hooks;
 };
 
-// The edge a gradient for `t` flows into: its grad_fn, its leaf accumulator, or null.
-std::shared_ptr<Node> gradient_edge(const Tensor& t);
+// The edge a gradient for `t` flows into: its grad_fn, its leaf accumulator, or none.
+Edge gradient_edge(const Tensor& t);
 
 // True when grad mode is on and any of `inputs` requires grad: the op must record a node.
 bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
@@ -126,5 +148,8 @@ std::shared_ptr<Node> record_custom(const char* name, const std::vector<Tensor>&
 // record() does, for a Node subclass of one's own (DataParallel's gather).
 void set_history(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs,
                  const Tensor& output);
+// The same for a node with one output per tensor of `outputs` (split's pieces, in order).
+void set_history(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs,
+                 const std::vector<Tensor>& outputs);
 
 }  // namespace ember

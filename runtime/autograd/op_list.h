@@ -70,6 +70,7 @@
   X(expand)                             \
   X(slice)                              \
   X(select)                             \
+  X(split)                              \
   X(cat)                                \
   X(index_select)                       \
   X(gather)                             \

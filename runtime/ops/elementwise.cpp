@@ -852,7 +852,7 @@ void binary_inplace(BinaryOp op, Tensor& self, const Tensor& other_in, const Sca
     NoGradGuard no_grad;
     old_self = self.clone();
   }
-  std::shared_ptr<Node> old_edge = track ? gradient_edge(self) : nullptr;
+  const Edge old_edge = track ? gradient_edge(self) : Edge{};
   launch_binary(op, self, self, cother, alpha.to_double(), name);
   self.bump_version();
   if (!track) return;
@@ -861,7 +861,8 @@ void binary_inplace(BinaryOp op, Tensor& self, const Tensor& other_in, const Sca
   if (old_edge) {
     before.impl()->autograd = std::make_shared<AutogradMeta>();
     before.impl()->autograd->requires_grad = true;
-    before.impl()->autograd->grad_fn = old_edge;
+    before.impl()->autograd->grad_fn = old_edge.node;
+    before.impl()->autograd->output_nr = old_edge.output;
   }
   const double alpha_value = alpha.to_double();
   std::vector<Tensor> saved;

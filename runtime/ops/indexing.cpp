@@ -362,17 +362,81 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim_in) {
   return cat(unsqueezed, dim);
 }
 
+namespace {
+
+// split's node, with one output per piece. Its backward writes each piece's gradient into its
+// place in one gradient of the input's shape, zeros where a piece got none, as PyTorch's
+// SplitBackward does. (Pieces recorded as separate slices would each give a zero-filled gradient
+// of the whole input, for the engine to sum.)
+class SplitBackward final : public Node {
+ public:
+  SplitBackward(Shape input_shape, int64_t dim, std::vector<int64_t> lengths)
+      : Node(OpId::split),
+        input_shape_(std::move(input_shape)),
+        dim_(dim),
+        lengths_(std::move(lengths)) {}
+
+  uint32_t num_outputs() const override { return static_cast<uint32_t>(lengths_.size()); }
+
+  // The engine calls apply_outputs; one gradient alone is that of a split into one piece.
+  std::vector<Tensor> apply(const Tensor& grad_output) override {
+    EMBER_CHECK(lengths_.size() == 1, "backward of split: one gradient for ", lengths_.size(),
+                " pieces");
+    return apply_outputs({grad_output});
+  }
+
+  std::vector<Tensor> apply_outputs(const std::vector<Tensor>& grad_outputs) override {
+    auto has_gradient = [](const Tensor& g) { return g.defined(); };
+    const auto reached = std::find_if(grad_outputs.begin(), grad_outputs.end(), has_gradient);
+    EMBER_CHECK(reached != grad_outputs.end(), "backward of split: no piece has a gradient");
+    // Where a piece got no gradient, one contiguous fill of zeros beats filling its strided place.
+    const bool every_piece = std::all_of(grad_outputs.begin(), grad_outputs.end(), has_gradient);
+    const TensorOptions options(reached->dtype(), reached->device());
+    Tensor grad = every_piece ? empty(input_shape_, options) : zeros(input_shape_, options);
+    int64_t offset = 0;
+    for (size_t k = 0; k < lengths_.size(); ++k) {
+      if (grad_outputs[k].defined()) grad.narrow(dim_, offset, lengths_[k]).copy_(grad_outputs[k]);
+      offset += lengths_[k];
+    }
+    return {grad};
+  }
+
+ private:
+  Shape input_shape_;
+  int64_t dim_;
+  std::vector<int64_t> lengths_;  // of each piece along dim_
+};
+
+// Views of x of `lengths` along `dim` (their sum is x's size there), with one node for all.
+std::vector<Tensor> split_into(const Tensor& x, int64_t dim, const std::vector<int64_t>& lengths) {
+  std::vector<Tensor> pieces;
+  {
+    NoGradGuard no_grad;  // the pieces' history is the one node below, not a slice each
+    int64_t start = 0;
+    for (const int64_t length : lengths) {
+      pieces.push_back(x.narrow(dim, start, length));
+      start += length;
+    }
+  }
+  if (!pieces.empty() && any_requires_grad({&x})) {
+    set_history(std::make_shared<SplitBackward>(x.sizes(), dim, lengths), {x}, pieces);
+  }
+  return pieces;
+}
+
+}  // namespace
+
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim_in) {
   EMBER_CHECK(x.dim() > 0, "split: cannot split a 0-d tensor");
   const int64_t dim = wrap_dim(dim_in, x.dim(), "split");
   const int64_t n = x.size(dim);
   EMBER_CHECK(split_size > 0 || (split_size == 0 && n == 0), "split: split_size must be positive",
               " (got ", split_size, " for dim ", dim, " of size ", n, ")");
-  if (n == 0) return {x.narrow(dim, 0, 0)};
-  std::vector<Tensor> pieces;
+  std::vector<int64_t> lengths;
   for (int64_t start = 0; start < n; start += split_size)
-    pieces.push_back(x.narrow(dim, start, std::min(split_size, n - start)));
-  return pieces;
+    lengths.push_back(std::min(split_size, n - start));
+  if (n == 0) lengths = {0};
+  return split_into(x, dim, lengths);
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim_in) {
@@ -386,13 +450,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   EMBER_CHECK(total == x.size(dim), "split: sizes ", shape_str(sizes), " sum to ", total,
               " but dim ", dim, " of the tensor of shape ", shape_str(x.sizes()), " has size ",
               x.size(dim));
-  std::vector<Tensor> pieces;
-  int64_t start = 0;
-  for (const int64_t s : sizes) {
-    pieces.push_back(x.narrow(dim, start, s));
-    start += s;
-  }
-  return pieces;
+  return split_into(x, dim, sizes);
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim_in) {

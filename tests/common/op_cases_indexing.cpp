@@ -1,4 +1,4 @@
-// Op cases: cat, index_select, gather, scatter_add, pad, embedding.
+// Op cases: cat, split, index_select, gather, scatter_add, pad, embedding.
 #include "tests/common/op_cases.h"
 
 namespace ember::testing {
@@ -207,6 +207,37 @@ EMBER_OP_CASES(indexing) {
           },
           [](const Inputs& in) {
             return pad(in[0], {3, 1});
+          },
+          {true}),
+      // split: one node for all pieces; its backward fills the gradient of a piece that got
+      // none with zeros, and sums the gradients of a piece used twice.
+      make_case(
+          "split/sizes_middle_dim_one_piece_unused", OpId::split,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({3, 7, 2}, dtype, device, g)};
+          },
+          [](const Inputs& in) {
+            const std::vector<Tensor> parts = split(in[0], std::vector<int64_t>{2, 3, 2}, 1);
+            return parts[0] * parts[2] + parts[0];
+          },
+          {true}),
+      make_case(
+          "split/chunk_last_dim_every_piece", OpId::split,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({4, 10}, dtype, device, g)};
+          },
+          [](const Inputs& in) {
+            const std::vector<Tensor> parts = chunk(in[0], 4, -1);  // 3, 3, 3, 1
+            return cat({parts[3], parts[1] * parts[0], parts[2]}, -1);
+          },
+          {true}),
+      make_case(
+          "split/one_piece_alone_odd", OpId::split,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({1023, 3}, dtype, device, g)};
+          },
+          [](const Inputs& in) {
+            return split(in[0], 500, 0)[2];  // rows 1000..1022
           },
           {true}),
   };

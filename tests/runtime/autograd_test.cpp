@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "runtime/autograd/node.h"
 #include "runtime/ops.h"
 
 namespace ember {
@@ -188,6 +189,40 @@ TEST(Autograd, GradientsFlowThroughDtypeConversions) {
   y.backward();
   EXPECT_EQ(x.grad().dtype(), DType::f32);
   EXPECT_EQ(to_vector<float>(x.grad()), (std::vector<float>{2, 2}));
+}
+
+// split's pieces share one node with an output each (PyTorch's SplitBackward): its backward
+// writes the pieces' gradients into one gradient of the input, zeros where a piece got none.
+TEST(Autograd, SplitPiecesShareOneNodeWhoseBackwardFillsTheUnusedPiecesWithZeros) {
+  Tensor x = randn({10, 100}).requires_grad_();
+  const std::vector<Tensor> pieces = split(x, std::vector<int64_t>{3, 4, 3}, 0);
+  ASSERT_EQ(pieces.size(), 3u);
+  for (const Tensor& piece : pieces) {
+    EXPECT_EQ(piece.grad_fn(), pieces[0].grad_fn());
+    EXPECT_TRUE(piece.is_view());
+  }
+  EXPECT_STREQ(pieces[0].grad_fn()->name(), "split");
+  EXPECT_EQ(pieces[0].grad_fn()->num_outputs(), 3u);
+  Tensor loss = sum(pieces[2] * 3.0) + sum(pieces[0]);  // the middle piece is not used
+  {
+    // Freed blocks of the gradient's size, full of NaN: an unfilled place would show them.
+    std::vector<Tensor> poison;
+    for (int k = 0; k < 8; ++k)
+      poison.push_back(full({10, 100}, std::nan("")));
+  }
+  loss.backward(Tensor(), /*retain_graph=*/true);
+  std::vector<float> expected(1000, 0.f);
+  std::fill(expected.begin(), expected.begin() + 300, 1.f);
+  std::fill(expected.begin() + 700, expected.end(), 3.f);
+  EXPECT_EQ(to_vector<float>(x.grad()), expected);
+
+  // Backward from a piece itself (a root that is one of several outputs), and a second pass
+  // through the same node, accumulate as PyTorch does.
+  x.set_grad({});
+  pieces[1].backward(full({4, 100}, 2.0));
+  loss.backward();
+  std::fill(expected.begin() + 300, expected.begin() + 700, 2.f);
+  EXPECT_EQ(to_vector<float>(x.grad()), expected);
 }
 
 }  // namespace
