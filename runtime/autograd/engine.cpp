@@ -191,8 +191,8 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
       outputs = node->apply_outputs(grads);
       if (!retain_graph) node->release_saved();
       if (node->op() != OpId::accumulate_grad) {
-        EMBER_CHECK(outputs.size() == node->next.size(), "backward of ", node->name(),
-                    " returned ", outputs.size(), " gradients for ", node->next.size(), " inputs");
+        EMBER_CHECK(outputs.size() == node->next.size(), "backward of ", node->name(), " returned ",
+                    outputs.size(), " gradients for ", node->next.size(), " inputs");
       }
     }
     for (size_t i = 0; i < node->next.size(); ++i) {
