@@ -21,12 +21,16 @@ Flags::Flags(int argc, char** argv, const std::vector<std::string>& valued,
   auto known = [](const std::vector<std::string>& list, const std::string& name) {
     return std::find(list.begin(), list.end(), name) != list.end();
   };
+  std::string previous_switch;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg.rfind("--", 0) != 0) {
       positional_.push_back(arg);
+      switch_before_.push_back(previous_switch);
+      previous_switch.clear();
       continue;
     }
+    previous_switch.clear();
     std::string name = arg.substr(2), value;
     const size_t equals = name.find('=');
     const bool inline_value = equals != std::string::npos;
@@ -37,6 +41,7 @@ Flags::Flags(int argc, char** argv, const std::vector<std::string>& valued,
     if (known(switches, name)) {
       EMBER_CHECK(!inline_value, command_, ": --", name, " takes no value");
       values_.insert_or_assign(name, std::string(1, '1'));
+      previous_switch = name;
     } else if (known(valued, name)) {
       if (!inline_value) {
         EMBER_CHECK(i + 1 < argc, command_, ": --", name, " needs a value");

@@ -28,10 +28,14 @@ class Flags {
   std::string choice(const std::string& name, const std::string& fallback,
                      const std::vector<std::string>& choices) const;
   const std::vector<std::string>& positional() const { return positional_; }
+  // The switch just before positional argument `index` (`--resume` in `--resume last.ckpt`: a
+  // value given to a flag that takes none), or "" if there was none.
+  const std::string& switch_before(size_t index) const { return switch_before_.at(index); }
 
  private:
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
+  std::vector<std::string> switch_before_;  // parallel to positional_
   std::string command_;
 };
 

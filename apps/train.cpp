@@ -69,8 +69,16 @@ int run_train(int argc, char** argv) {
       {"epochs", "batch-size", "lr", "model-size", "engine", "amp", "device", "logdir", "seed",
        "limit-train", "limit-valid", "data", "stop-after", "daso-warmup", "daso-cooldown"},
       {"resume", "quiet", "sync-bn"});
-  EMBER_CHECK(flags.positional().empty(), "train: unexpected argument '", flags.positional()[0],
-              "' (see `ember train --help`)");
+  if (!flags.positional().empty()) {
+    const std::string& after = flags.switch_before(0);
+    const std::string why =
+        after == "resume"
+            ? "--resume takes no value: it continues from DIR/last.ckpt of --logdir DIR"
+        : after.empty() ? ""
+                        : "--" + after + " takes no value";
+    EMBER_FAIL("train: unexpected argument '", flags.positional()[0], "' (",
+               why.empty() ? "" : why + "; ", "see `ember train --help`)");
+  }
   TrainConfig config;
   config.epochs = flags.integer("epochs", 3, 1, 1000);
   config.batch_size = flags.integer("batch-size", 128, 1, 65536);

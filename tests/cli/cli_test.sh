@@ -33,6 +33,8 @@ check "ember --help" "$ember" --help
 check "ember train --help" bash -c "'$ember' train --help | grep -q -- --resume"
 check "unknown command" fails_saying "unknown command 'trian'" "$ember" trian
 check "unknown flag" fails_saying "unknown flag --epoch" "$ember" train --epoch 2
+check "a path after --resume" fails_saying "--resume takes no value: it continues from DIR/last.ckpt" \
+  "$ember" train --resume "$work/last.ckpt"
 check "bad integer" fails_saying "--epochs expects an integer, got 'two'" "$ember" train --epochs two
 check "bad choice" fails_saying "--amp must be one of {none, fp16, bf16}" "$ember" train --amp fp8
 check "missing data" fails_saying "does not exist" "$ember" train --data "$work/nowhere"
