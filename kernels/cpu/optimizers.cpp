@@ -71,29 +71,63 @@ void over_f32_chunks(int64_t n, const Grad* grad, const float* master, Model* mo
   });
 }
 
-// Adam's update of one chunk (without amsgrad). The options are the same for every element, so
-// they are selects rather than branches and the loop vectorises; it is compiled for AVX-512 and
-// AVX2 as well as the baseline. The operations and their order are those of the reference path,
-// and this file is compiled without FMA contraction (CMakeLists.txt), so every ISA gives the same
-// bits.
+// Adam's options, the same for every element of a step.
+struct AdamFlags {
+  bool maximize, decoupled, l2;
+};
+
+// One element of Adam's update: the parameter after AdamW's decay, and the new moments.
+struct AdamMoments {
+  float p, m, v;
+};
+
+[[gnu::always_inline]] inline AdamMoments adam_moments(float p, float g, float m_old, float v_old,
+                                                       const AdamScalars& s, const AdamFlags& f) {
+  g = f.maximize ? -g : g;
+  p = f.decoupled ? p * s.decay : p;
+  g = f.l2 ? g + s.weight_decay * p : g;
+  const float m = s.lerp_from_start ? m_old + s.lerp_weight * (g - m_old)
+                                    : g - (g - m_old) * s.one_minus_lerp_weight;
+  const float v = v_old * s.beta2 + s.one_minus_beta2 * g * g;
+  return {p, m, v};
+}
+
+// The new parameter, from the second moment the denominator uses (v, or amsgrad's maximum).
+[[gnu::always_inline]] inline float adam_parameter(float p, float m, float v_used,
+                                                   const AdamScalars& s) {
+  const float denom = std::sqrt(v_used) / s.bias_correction2_sqrt + s.eps;
+  return p + s.neg_step_size * m / denom;
+}
+
+// Adam's update of one chunk, without amsgrad and with it, compiled for AVX-512 and AVX2 as well
+// as the baseline. The options are selects rather than branches, so adam_run's loop vectorises
+// (GCC 12 leaves amsgrad_run's scalar: it keeps the options' loads inside that loop). The
+// operations and their order are those of the reference path, and this file is compiled without
+// FMA contraction (CMakeLists.txt), so every ISA gives the same bits.
 EMBER_CLONE_FOR_SIMD void adam_run(float* __restrict master, const float* __restrict grads,
                                    float* __restrict exp_avg, float* __restrict exp_avg_sq,
-                                   int64_t count, const AdamScalars& s, bool maximize,
-                                   bool decoupled, bool l2) {
+                                   int64_t count, const AdamScalars s, const AdamFlags flags) {
   for (int64_t j = 0; j < count; ++j) {
-    float p = master[j];
-    float g = grads[j];
-    g = maximize ? -g : g;
-    p = decoupled ? p * s.decay : p;
-    g = l2 ? g + s.weight_decay * p : g;
-    const float m_old = exp_avg[j];
-    const float m = s.lerp_from_start ? m_old + s.lerp_weight * (g - m_old)
-                                      : g - (g - m_old) * s.one_minus_lerp_weight;
-    const float v = exp_avg_sq[j] * s.beta2 + s.one_minus_beta2 * g * g;
-    exp_avg[j] = m;
-    exp_avg_sq[j] = v;
-    const float denom = std::sqrt(v) / s.bias_correction2_sqrt + s.eps;
-    master[j] = p + s.neg_step_size * m / denom;
+    const AdamMoments e = adam_moments(master[j], grads[j], exp_avg[j], exp_avg_sq[j], s, flags);
+    exp_avg[j] = e.m;
+    exp_avg_sq[j] = e.v;
+    master[j] = adam_parameter(e.p, e.m, e.v, s);
+  }
+}
+
+// amsgrad: the denominator uses the running maximum of v; torch.maximum propagates NaN.
+EMBER_CLONE_FOR_SIMD void amsgrad_run(float* __restrict master, const float* __restrict grads,
+                                      float* __restrict exp_avg, float* __restrict exp_avg_sq,
+                                      float* __restrict max_exp_avg_sq, int64_t count,
+                                      const AdamScalars s, const AdamFlags flags) {
+  for (int64_t j = 0; j < count; ++j) {
+    const AdamMoments e = adam_moments(master[j], grads[j], exp_avg[j], exp_avg_sq[j], s, flags);
+    exp_avg[j] = e.m;
+    exp_avg_sq[j] = e.v;
+    const float v_max_old = max_exp_avg_sq[j];
+    const float v_used = v_max_old != v_max_old || v_max_old > e.v ? v_max_old : e.v;
+    max_exp_avg_sq[j] = v_used;
+    master[j] = adam_parameter(e.p, e.m, v_used, s);
   }
 }
 
@@ -128,31 +162,13 @@ void adam_step(float* master, const Grad* grad, float* exp_avg, float* exp_avg_s
   const AdamScalars s = adam_scalars(hyper);
   const bool l2 = !hyper.decoupled && hyper.weight_decay != 0.0;
   const bool decoupled = hyper.decoupled && hyper.weight_decay != 0.0;
+  const AdamFlags flags{hyper.maximize, decoupled, l2};
   over_f32_chunks(n, grad, master, model, [&](int64_t begin, int64_t count, const float* grads) {
-    if (!hyper.amsgrad) {
-      adam_run(master + begin, grads, exp_avg + begin, exp_avg_sq + begin, count, s, hyper.maximize,
-               decoupled, l2);
-      return;
-    }
-    for (int64_t i = begin, j = 0; j < count; ++i, ++j) {
-      float p = master[i];
-      float g = grads[j];
-      if (hyper.maximize) g = -g;
-      if (decoupled) p = p * s.decay;
-      if (l2) g = g + s.weight_decay * p;
-      const float m_old = exp_avg[i];
-      const float m = s.lerp_from_start ? m_old + s.lerp_weight * (g - m_old)
-                                        : g - (g - m_old) * s.one_minus_lerp_weight;
-      const float v = exp_avg_sq[i] * s.beta2 + s.one_minus_beta2 * g * g;
-      exp_avg[i] = m;
-      exp_avg_sq[i] = v;
-      // amsgrad (this loop's case): the denominator uses the running maximum of v, and
-      // torch.maximum propagates NaN.
-      const float v_max_old = max_exp_avg_sq[i];
-      const float v_used = (std::isnan(v_max_old) || v_max_old > v) ? v_max_old : v;
-      max_exp_avg_sq[i] = v_used;
-      const float denom = std::sqrt(v_used) / s.bias_correction2_sqrt + s.eps;
-      master[i] = p + s.neg_step_size * m / denom;
+    if (hyper.amsgrad) {
+      amsgrad_run(master + begin, grads, exp_avg + begin, exp_avg_sq + begin,
+                  max_exp_avg_sq + begin, count, s, flags);
+    } else {
+      adam_run(master + begin, grads, exp_avg + begin, exp_avg_sq + begin, count, s, flags);
     }
   });
 }
