@@ -71,13 +71,14 @@ int run_train(int argc, char** argv) {
       {"resume", "quiet", "sync-bn"});
   if (!flags.positional().empty()) {
     const std::string& after = flags.switch_before(0);
-    const std::string why =
-        after == "resume"
-            ? "--resume takes no value: it continues from DIR/last.ckpt of --logdir DIR"
-        : after.empty() ? ""
-                        : "--" + after + " takes no value";
-    EMBER_FAIL("train: unexpected argument '", flags.positional()[0], "' (",
-               why.empty() ? "" : why + "; ", "see `ember train --help`)");
+    std::string why;  // a value given to a switch, said as such
+    if (after == "resume") {
+      why = "--resume takes no value: it continues from DIR/last.ckpt of --logdir DIR; ";
+    } else if (!after.empty()) {
+      why = "--" + after + " takes no value; ";
+    }
+    EMBER_FAIL("train: unexpected argument '", flags.positional()[0], "' (", why,
+               "see `ember train --help`)");
   }
   TrainConfig config;
   config.epochs = flags.integer("epochs", 3, 1, 1000);

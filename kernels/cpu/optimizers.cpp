@@ -99,11 +99,10 @@ struct AdamMoments {
   return p + s.neg_step_size * m / denom;
 }
 
-// Adam's update of one chunk, without amsgrad and with it, compiled for AVX-512 and AVX2 as well
-// as the baseline. The options are selects rather than branches, so adam_run's loop vectorises
-// (GCC 12 leaves amsgrad_run's scalar: it keeps the options' loads inside that loop). The
-// operations and their order are those of the reference path, and this file is compiled without
-// FMA contraction (CMakeLists.txt), so every ISA gives the same bits.
+// Adam's update of one chunk, compiled for AVX-512 and AVX2 as well as the baseline. The options
+// are selects rather than branches, so the loop vectorises. The operations and their order are
+// those of the reference path, and this file is compiled without FMA contraction
+// (CMakeLists.txt), so every ISA gives the same bits.
 EMBER_CLONE_FOR_SIMD void adam_run(float* __restrict master, const float* __restrict grads,
                                    float* __restrict exp_avg, float* __restrict exp_avg_sq,
                                    int64_t count, const AdamScalars s, const AdamFlags flags) {
@@ -115,11 +114,11 @@ EMBER_CLONE_FOR_SIMD void adam_run(float* __restrict master, const float* __rest
   }
 }
 
-// amsgrad: the denominator uses the running maximum of v; torch.maximum propagates NaN.
-EMBER_CLONE_FOR_SIMD void amsgrad_run(float* __restrict master, const float* __restrict grads,
-                                      float* __restrict exp_avg, float* __restrict exp_avg_sq,
-                                      float* __restrict max_exp_avg_sq, int64_t count,
-                                      const AdamScalars s, const AdamFlags flags) {
+// amsgrad: the denominator uses the running maximum of v; torch.maximum propagates NaN. Not
+// cloned per ISA: GCC 12 keeps the options' loads inside this loop and leaves it scalar.
+void amsgrad_run(float* __restrict master, const float* __restrict grads, float* __restrict exp_avg,
+                 float* __restrict exp_avg_sq, float* __restrict max_exp_avg_sq, int64_t count,
+                 const AdamScalars s, const AdamFlags flags) {
   for (int64_t j = 0; j < count; ++j) {
     const AdamMoments e = adam_moments(master[j], grads[j], exp_avg[j], exp_avg_sq[j], s, flags);
     exp_avg[j] = e.m;
