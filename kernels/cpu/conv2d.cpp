@@ -604,7 +604,10 @@ void conv2d_backward(const Conv2dParams& p, const T* input, const T* weight, con
       conv2d_direct_grad_input(p, grad_output, weight, grad_input);
       grad_input = nullptr;
     }
-    if (grad_weight != nullptr && conv2d_direct_applies_to_grad_weight(p)) {
+    if (grad_weight != nullptr && conv2d_small_applies_to_grad_weight(p)) {
+      conv2d_small_grad_weight(p, input, grad_output, grad_weight);
+      grad_weight = nullptr;
+    } else if (grad_weight != nullptr && conv2d_direct_applies_to_grad_weight(p)) {
       conv2d_direct_grad_weight(p, input, grad_output, grad_weight);
       grad_weight = nullptr;
     }

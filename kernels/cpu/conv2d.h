@@ -5,8 +5,9 @@
 // Stride 1, dilation 1, one group, kernels larger than 1x1, in f32, f16 and bf16: direct
 // kernels (conv2d_direct.h) for the output, grad_input and grad_weight (the last only with 8
 // input channels or more); a GEMM at these shapes (K = 32 rows) runs far below the FMA units'
-// peak. Everything else (strides, dilation, groups,
-// 1x1, narrow images, f64) takes im2col + GEMM (OpenBLAS), described below.
+// peak. Planes of 64 output pixels or fewer with 32 channels or more take the small-plane
+// kernels instead (conv2d_small.h: the vectors along channels). Everything else (strides,
+// dilation, groups, 1x1, narrow images, f64) takes im2col + GEMM (OpenBLAS), described below.
 //
 // All tensors dense (NCHW). Each image is unfolded into columns cols (C R S, P Q) and multiplied
 // by the weight viewed as (K, C R S), one product per group; the GEMM writes the output (or the

@@ -4,10 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <new>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -242,21 +239,6 @@ WeightFn weight_fn() {
     use_kernels(kernels_for(DirectConvIsa::best));
   return g_weight_fn.load(std::memory_order_relaxed);
 }
-
-// 64-byte aligned f32 storage (whole cache lines for the vector stores).
-struct AlignedFloats {
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float[], Free> data;
-  explicit AlignedFloats(int64_t count, bool zero) {
-    const size_t bytes = (static_cast<size_t>(count) * sizeof(float) + 63) / 64 * 64;
-    data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-    if (!data) throw std::bad_alloc();
-    if (zero) std::memset(data.get(), 0, bytes);
-  }
-  float* get() const { return data.get(); }
-};
 
 // Runs `plan` on `batch` images: in (batch, Cin, H, W) -> out (batch, Kout, P, Q), with packed
 // weights (blocks, Cin, R S, 8) and an f32 bias per output channel (or null).

@@ -1,10 +1,15 @@
 // What the CPU's stride-1 convolution kernels (conv2d_direct.h, conv2d_small.h) share: the
 // conditions both need, the geometry of one image's convolution (the forward, or the gradient wrt
-// the input computed as a convolution), the bias in f32, and the instruction set this CPU runs.
+// the input computed as a convolution), the bias in f32, aligned workspaces, and the instruction
+// set this CPU runs.
 // Internal to kernels/cpu.
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
 #include <optional>
 #include <vector>
 
@@ -71,6 +76,22 @@ std::vector<float> bias_in_f32(const T* bias, int64_t count) {
   }
   return out;
 }
+
+// 64-byte aligned f32 storage (whole cache lines for the vector stores), zeroed only when asked:
+// a workspace that is written before it is read skips the serial fill.
+struct AlignedFloats {
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float[], Free> data;
+  explicit AlignedFloats(int64_t count, bool zero) {
+    const size_t bytes = (static_cast<size_t>(count) * sizeof(float) + 63) / 64 * 64;
+    data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    if (!data) throw std::bad_alloc();
+    if (zero) std::memset(data.get(), 0, bytes);
+  }
+  float* get() const { return data.get(); }
+};
 
 // Both kernels have AVX-512 and AVX2 clones (target attributes) beside the baseline x86-64 code.
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -213,23 +213,27 @@ void check_on_every_instruction_set(const std::vector<ConvCase>& cases, uint64_t
   kernels::cpu::set_conv2d_direct_isa(DirectConvIsa::best);
 }
 
-// conv2d(x, w, padding 1) and its grad_input with one thread and with all of them: equal within
-// rtol and atol (0 and 0: the same bits).
+// conv2d(x, w, padding 1) and both its gradients with one thread and with all of them: equal
+// within rtol and atol (0 and 0: the same bits).
 void expect_one_and_all_threads_agree(const Tensor& x, const Tensor& w, double rtol, double atol,
                                       const std::string& what) {
-  Tensor x_one = x.detach(), x_many = x.detach();
-  x_one.requires_grad_();
-  x_many.requires_grad_();
+  Tensor x_one = x.detach(), x_many = x.detach(), w_one = w.detach(), w_many = w.detach();
+  for (Tensor* t : {&x_one, &x_many, &w_one, &w_many})
+    t->requires_grad_();
   Tensor one;
   {
     ThreadCount single(1);
-    one = conv2d(x_one, w, Tensor(), {.padding = 1});
+    one = conv2d(x_one, w_one, Tensor(), {.padding = 1});
     sum(one * one).backward();
   }
-  const Tensor many = conv2d(x_many, w, Tensor(), {.padding = 1});
+  const Tensor many = conv2d(x_many, w_many, Tensor(), {.padding = 1});
   sum(many * many).backward();
   EXPECT_TRUE(allclose(one, many, rtol, atol)) << what;
   EXPECT_TRUE(allclose(x_one.grad(), x_many.grad(), rtol, atol)) << what;
+  // grad_weight sums over the batch, in an order that may follow the thread count: its rounding
+  // is relative to the largest sum, not to each element.
+  const double weight_scale = max(abs(w_one.grad())).item<double>();
+  EXPECT_TRUE(allclose(w_one.grad(), w_many.grad(), 0.0, atol + rtol * weight_scale)) << what;
 }
 
 TEST(Conv2d, DirectKernelsMatchTheDefinitionOnEveryInstructionSet) {
@@ -264,21 +268,25 @@ std::vector<ConvCase> small_cases() {
   };
 }
 
-// check_on_every_instruction_set on cases whose forward all take the small-plane kernels, and
-// whose grad_input does in `small_grad_input` of them.
+// check_on_every_instruction_set on cases whose forward all take the small-plane kernels, whose
+// grad_input does in `small_grad_input` of them and grad_weight in `small_grad_weight`.
 void check_small_plane_cases(const std::vector<ConvCase>& cases, int small_grad_input,
-                             uint64_t seed) {
-  int taken = 0;
+                             int small_grad_weight, uint64_t seed) {
+  int grad_input_taken = 0, grad_weight_taken = 0;
   for (const ConvCase& c : cases) {
     ASSERT_TRUE(kernels::cpu::conv2d_small_applies(params_of(c))) << case_name(c);
-    taken += kernels::cpu::conv2d_small_applies_to_grad_input(params_of(c));
+    grad_input_taken += kernels::cpu::conv2d_small_applies_to_grad_input(params_of(c));
+    grad_weight_taken += kernels::cpu::conv2d_small_applies_to_grad_weight(params_of(c));
   }
-  EXPECT_EQ(taken, small_grad_input);
+  EXPECT_EQ(grad_input_taken, small_grad_input);
+  EXPECT_EQ(grad_weight_taken, small_grad_weight);
   check_on_every_instruction_set(cases, seed, "small-plane");
 }
 
+// grad_weight: 40, 37, 33, 32, 34, 34 and 35 input channels (S C of 120, 111, 99, 96, 102, 68 and
+// 105 pairs: whole tiles of 6, and tails that read the next pixel's channels or the slack).
 TEST(Conv2d, SmallPlaneKernelsMatchTheDefinitionOnEveryInstructionSet) {
-  check_small_plane_cases(small_cases(), 6, 31);
+  check_small_plane_cases(small_cases(), 6, 7, 31);
 }
 
 // The small-plane kernels at their edges: planes of one pixel (in and out), kernels larger than
@@ -300,13 +308,14 @@ std::vector<ConvCase> small_edge_cases() {
 }
 
 TEST(Conv2d, SmallPlaneKernelsAtTheirEdgesMatchTheDefinition) {
-  check_small_plane_cases(small_edge_cases(), 6, 34);
+  check_small_plane_cases(small_edge_cases(), 6, 7, 34);
 }
 
 // Batches whose channels-last copies do not fit one chunk of the workspace (about 4M floats): the
 // forward with 512 output channels of 64 pixels (127 images a chunk) and grad_input with 512 input
 // channels of 64 pixels (likewise), 130 images: a chunk and a short one. Each pixel is accumulated
 // alone, in the same order whatever the batch: each image must get the bits it gets alone.
+// grad_weight, which sums over the batch, is checked against the definition.
 TEST(Conv2d, SmallPlaneKernelsOverSeveralChunksMatchOneImageAtATime) {
   std::mt19937 random(36);
   std::uniform_real_distribution<float> uniform_values(-1.0f, 1.0f);
@@ -345,11 +354,40 @@ TEST(Conv2d, SmallPlaneKernelsOverSeveralChunksMatchOneImageAtATime) {
                                             alone.data() + n * in_image);
     EXPECT_TRUE(dx == alone) << "grad_input";
   }
+  // grad_weight: 512 input channels of 10x10 zero-bordered planes (75 images a chunk with AVX-512,
+  // 80 with AVX2): a chunk and a short one, each summed in spans of pixels.
+  kernels::Conv2dParams weight_params =
+      params_of({{130, 512, 8, 8}, {3, 512, 3, 3}, {.padding = 1}, false});
+  ASSERT_TRUE(kernels::cpu::conv2d_small_applies_to_grad_weight(weight_params));
+  {
+    const int64_t C = 512, K = 3, plane = 64;
+    const std::vector<float> x = random_values(130 * C * plane),
+                             dy = random_values(130 * K * plane);
+    std::vector<float> dw(static_cast<size_t>(K * C * 9), std::nanf(""));
+    kernels::cpu::conv2d_small_grad_weight(weight_params, x.data(), dy.data(), dw.data());
+    std::vector<double> expected(dw.size(), 0.0);
+    for (int64_t n = 0; n < 130; ++n)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t r = 0; r < 3; ++r)
+            for (int64_t s = 0; s < 3; ++s)
+              for (int64_t p = 0; p < 8; ++p)
+                for (int64_t q = 0; q < 8; ++q) {
+                  const int64_t h = p + r - 1, w = q + s - 1;
+                  if (h < 0 || h >= 8 || w < 0 || w >= 8) continue;
+                  expected[static_cast<size_t>((k * C + c) * 9 + r * 3 + s)] +=
+                      double{dy[static_cast<size_t>((n * K + k) * plane + p * 8 + q)]} *
+                      x[static_cast<size_t>((n * C + c) * plane + h * 8 + w)];
+                }
+    // Sums of about 7000 products of magnitude <= 1: their size is about sqrt(7000).
+    expect_close(std::vector<double>(dw.begin(), dw.end()), expected, 1e-4, "grad_weight");
+  }
 }
 
 // What the small-plane kernels do not compute, each one step past what they do: they must decline
 // (the results are the other paths', checked against the definition). The first list declines
-// grad_input too (strides, dilation, groups, 1x1; or fewer than 32 input channels).
+// grad_input and grad_weight too (strides, dilation, groups, 1x1; or fewer than 32 input
+// channels).
 TEST(Conv2d, SmallPlaneKernelsDeclineWhatTheyDoNotCompute) {
   const std::vector<ConvCase> forward_declined = {
       {{2, 32, 8, 8}, {32, 32, 3, 3}, {.stride = Size2(1, 2), .padding = 1}, true},
@@ -368,6 +406,7 @@ TEST(Conv2d, SmallPlaneKernelsDeclineWhatTheyDoNotCompute) {
     p.groups = c.options.groups;
     EXPECT_FALSE(kernels::cpu::conv2d_small_applies(p)) << case_name(c);
     EXPECT_FALSE(kernels::cpu::conv2d_small_applies_to_grad_input(p)) << case_name(c);
+    EXPECT_FALSE(kernels::cpu::conv2d_small_applies_to_grad_weight(p)) << case_name(c);
   }
   // The forward is theirs, grad_input is not.
   const std::vector<ConvCase> grad_input_declined = {
@@ -380,8 +419,16 @@ TEST(Conv2d, SmallPlaneKernelsDeclineWhatTheyDoNotCompute) {
     EXPECT_TRUE(kernels::cpu::conv2d_small_applies(params_of(c))) << case_name(c);
     EXPECT_FALSE(kernels::cpu::conv2d_small_applies_to_grad_input(params_of(c))) << case_name(c);
   }
+  // grad_weight's own limits.
+  const std::vector<ConvCase> grad_weight_declined = {
+      {{2, 32, 5, 13}, {32, 32, 3, 3}, {.padding = 1}, false},  // 65 output pixels
+      {{2, 31, 4, 4}, {32, 31, 3, 3}, {.padding = 1}, true},    // 31 input channels
+  };
+  for (const ConvCase& c : grad_weight_declined)
+    EXPECT_FALSE(kernels::cpu::conv2d_small_applies_to_grad_weight(params_of(c))) << case_name(c);
   Generator g(37);
-  for (const std::vector<ConvCase>* cases : {&forward_declined, &grad_input_declined})
+  for (const std::vector<ConvCase>* cases :
+       {&forward_declined, &grad_input_declined, &grad_weight_declined})
     for (const ConvCase& c : *cases)
       check_against_definition(c, g, "declined ");
 }
@@ -396,6 +443,11 @@ TEST(Conv2d, SmallPlaneKernelsTakeAnEmptyBatch) {
   const std::vector<float> w(32 * 32 * 9, 1.0f);
   kernels::cpu::conv2d_small_forward<float>(p, nullptr, w.data(), nullptr, nullptr);
   kernels::cpu::conv2d_small_grad_input<float>(p, nullptr, w.data(), nullptr);
+  // The gradient wrt the weight of no images is zero.
+  ASSERT_TRUE(kernels::cpu::conv2d_small_applies_to_grad_weight(p));
+  std::vector<float> dw(w.size(), std::nanf(""));
+  kernels::cpu::conv2d_small_grad_weight<float>(p, nullptr, nullptr, dw.data());
+  EXPECT_TRUE(std::all_of(dw.begin(), dw.end(), [](float v) { return v == 0.0f; }));
 }
 
 // Every output is computed by one thread in one order: the same bits whatever the thread count.
