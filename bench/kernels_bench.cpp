@@ -253,9 +253,9 @@ void BM_conv2d_forward_backward(benchmark::State& state) {
 }
 BENCHMARK(BM_conv2d_forward_backward)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// The two halves of a convolution's backward pass, apart, on resnet9's small planes: Args (C, K,
-// H = W, weight), batch 128, 3x3, padding 1; weight 0 = grad_input, 1 = grad_weight. Each half
-// is 2 N K C R S P Q FLOPs.
+// The two halves of a convolution's backward pass, apart, on resnet9's 16x16, 8x8 and 4x4 planes:
+// Args (C, K, H = W, weight), batch 128, 3x3, padding 1; weight 0 = grad_input, 1 = grad_weight.
+// Each half is 2 N K C R S P Q FLOPs.
 void BM_conv2d_backward_half(benchmark::State& state) {
   const int64_t channels = state.range(0), filters = state.range(1), side = state.range(2);
   const bool weight_half = state.range(3) == 1;
@@ -281,6 +281,10 @@ void BM_conv2d_backward_half(benchmark::State& state) {
 }
 BENCHMARK(BM_conv2d_backward_half)
     ->ArgNames({"C", "K", "side", "weight"})
+    ->Args({32, 32, 16, 0})
+    ->Args({32, 32, 16, 1})
+    ->Args({32, 64, 16, 0})
+    ->Args({32, 64, 16, 1})
     ->Args({64, 128, 8, 0})
     ->Args({64, 128, 8, 1})
     ->Args({128, 128, 4, 0})
