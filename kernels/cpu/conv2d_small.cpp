@@ -92,10 +92,10 @@ template <typename V, int KV>
 //   dw[k][c][r][s] = sum over pixels i of xp[corner(i) + r Wp Cin + (s Cin + c)] dy[i][k]
 // For one r, the (s, c) pairs of a pixel are S Cin consecutive floats of xp from
 // corner(i) + r Wp Cin. A register tile of 6 pairs (broadcasts) x one block of output channels
-// accumulates over every pixel of a chunk of images: the mirror of the forward's tile, with the
-// pixels as the sum and dy's panel as the stream of vectors. The pairs of a row are rounded up
-// to a whole number of tiles; the pairs past S Cin read the next pixel's channels (xp has slack
-// at its end) into sums that are dropped.
+// accumulates over the pixels of a chunk of images, span by span: the mirror of the forward's
+// tile, with the pixels as the sum and dy's panel as the stream of vectors. The pairs of a row are
+// rounded up to a whole number of tiles; the pairs past S Cin read the next pixel's channels (xp
+// has slack at its end) into sums that are dropped.
 constexpr int kWeightPairs = 6;  // (s, c) pairs per grad_weight tile
 // The tiles sum a chunk's pixels in spans of this many: a block's panel of dy over a span (256 x
 // 64 floats with AVX-512: 64 KiB) stays in L2 while the tiles of every pair read it again.

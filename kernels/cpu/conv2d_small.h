@@ -15,11 +15,11 @@
 // The result, pixels x channels, is transposed back to (N, K, P, Q).
 //
 // The gradient wrt the weight sums over the pixels of the batch instead: with grad_output also
-// channels last, dy (N P Q, K), a register tile of 4 output channels x the (s, c) pairs of one
-// kernel row (S C consecutive floats of xp from a pixel's corner) accumulates
-//   acc[k][(s, c)] += dy[pixel][k] (a broadcast) * xp[pixel's corner + r Wp C + (s, c)]
-// over every pixel of a chunk of images; each tile's sums are its own (no reduction between
-// threads), so the result does not depend on the thread count.
+// channels last, dy (N P Q, K), a register tile of 6 (s, c) pairs of one kernel row (S C
+// consecutive floats of xp from a pixel's corner) x 64 output channels accumulates
+//   acc[(s, c)][k] += xp[pixel's corner + r Wp C + (s, c)] (a broadcast) * dy[pixel][k]
+// over every pixel of the batch; each tile's sums are its own (no reduction between threads), so
+// the result does not depend on the thread count.
 //
 // Compiled for AVX-512, AVX2 and baseline x86-64, picked at run time with the direct kernels
 // (set_conv2d_direct_isa in conv2d_direct.h switches both).
