@@ -356,29 +356,18 @@ TEST(Conv2d, SmallPlaneKernelsOverSeveralChunksMatchOneImageAtATime) {
   }
   // grad_weight: 512 input channels of 10x10 zero-bordered planes (75 images a chunk with AVX-512,
   // 80 with AVX2): a chunk and a short one, each summed in spans of pixels.
-  kernels::Conv2dParams weight_params =
-      params_of({{130, 512, 8, 8}, {3, 512, 3, 3}, {.padding = 1}, false});
+  const ConvCase weight_case{{130, 512, 8, 8}, {3, 512, 3, 3}, {.padding = 1}, false};
+  const kernels::Conv2dParams weight_params = params_of(weight_case);
   ASSERT_TRUE(kernels::cpu::conv2d_small_applies_to_grad_weight(weight_params));
   {
-    const int64_t C = 512, K = 3, plane = 64;
-    const std::vector<float> x = random_values(130 * C * plane),
-                             dy = random_values(130 * K * plane);
-    std::vector<float> dw(static_cast<size_t>(K * C * 9), std::nanf(""));
+    const std::vector<float> x = random_values(130 * 512 * 64), dy = random_values(130 * 3 * 64);
+    std::vector<float> dw(static_cast<size_t>(3 * 512 * 9), std::nanf(""));
     kernels::cpu::conv2d_small_grad_weight(weight_params, x.data(), dy.data(), dw.data());
     std::vector<double> expected(dw.size(), 0.0);
-    for (int64_t n = 0; n < 130; ++n)
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t c = 0; c < C; ++c)
-          for (int64_t r = 0; r < 3; ++r)
-            for (int64_t s = 0; s < 3; ++s)
-              for (int64_t p = 0; p < 8; ++p)
-                for (int64_t q = 0; q < 8; ++q) {
-                  const int64_t h = p + r - 1, w = q + s - 1;
-                  if (h < 0 || h >= 8 || w < 0 || w >= 8) continue;
-                  expected[static_cast<size_t>((k * C + c) * 9 + r * 3 + s)] +=
-                      double{dy[static_cast<size_t>((n * K + k) * plane + p * 8 + q)]} *
-                      x[static_cast<size_t>((n * C + c) * plane + h * 8 + w)];
-                }
+    for_each_tap(weight_case, [&](int64_t o, int64_t i, int64_t k) {
+      expected[static_cast<size_t>(k)] +=
+          double{dy[static_cast<size_t>(o)]} * x[static_cast<size_t>(i)];
+    });
     // Sums of about 7000 products of magnitude <= 1: their size is about sqrt(7000).
     expect_close(std::vector<double>(dw.begin(), dw.end()), expected, 1e-4, "grad_weight");
   }
