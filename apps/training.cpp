@@ -1,5 +1,6 @@
 #include "apps/training.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>

@@ -1,5 +1,6 @@
 #include "data/loader.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <exception>

@@ -1,5 +1,6 @@
 #include "distributed/daso.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>

@@ -1,5 +1,6 @@
 #include "distributed/simulated_link.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>

@@ -1,5 +1,6 @@
 #include "engines/callbacks.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>

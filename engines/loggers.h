@@ -5,6 +5,7 @@
 // the rows also name the stage ("stage") and the epoch within it ("stage_epoch").
 #pragma once
 
+#include <cstdint>
 #include <fstream>
 #include <iosfwd>
 #include <string>

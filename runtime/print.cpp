@@ -4,6 +4,7 @@
 // Floats print as integers ("1.") when all are, in scientific form when their range is wide,
 // else with four decimals; every element is padded to one width; more than 1,000 elements are
 // summarised with "..." keeping three at each edge.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>

@@ -7,6 +7,7 @@
 //   replayed on the host against the CPU batch norm.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <sstream>

@@ -1,5 +1,7 @@
 // The engines: what each one does to a model, a loss and a step; the factory and its errors; and
 // the promise that every single-process engine checkpoints and resumes to continue identically.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "engines/device_engines.h"

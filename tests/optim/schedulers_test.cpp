@@ -1,6 +1,7 @@
 // Every scheduler's lr sequence against its closed-form formula, computed independently here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <numbers>

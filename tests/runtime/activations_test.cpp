@@ -2,6 +2,7 @@
 // values, and the fused activation backward kernels against the ember-op formulas they replace.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>

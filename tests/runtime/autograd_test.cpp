@@ -1,6 +1,7 @@
 // The autograd engine itself: ordering, accumulation, modes, hooks, saved-tensor checks, depth.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/autograd/node.h"

@@ -2,6 +2,7 @@
 // dropout's statistics and determinism.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 

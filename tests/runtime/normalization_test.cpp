@@ -2,6 +2,7 @@
 // running-statistics update, reduced precision, and error messages.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>

@@ -1,6 +1,7 @@
 // Forward values of max, min, argmax, argmin, var, std, logsumexp and norm against naive loops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
