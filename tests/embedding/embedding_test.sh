@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# ember built into a project of a user's own with add_subdirectory (consumer/), as the README
+# says to embed it. Checks what that project gets:
+#   - its program compiles against ember's headers (C++20, EMBER_WITH_CUDA, the include folder);
+#   - ember's warning flags (-Wall, -Werror) stay on ember's own code and never reach the program;
+#   - ember's own warnings are not errors there, and no tests or programs of ember are built.
+# Linking the program would build all of ember a second time, so only its compile is run.
+#
+# usage: embedding_test.sh EMBER_ROOT CXX_COMPILER
+set -euo pipefail
+root=$1
+compiler=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+fail() {
+  echo "embedding_test: $*" >&2
+  exit 1
+}
+
+if ! cmake -S "$root/tests/embedding/consumer" -B "$work" -G Ninja -DEMBER_ROOT="$root" \
+  -DCMAKE_CXX_COMPILER="$compiler" -DEMBER_CUDA=OFF -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
+  >"$work/configure.log" 2>&1; then
+  cat "$work/configure.log"
+  fail "the consumer project did not configure"
+fi
+
+# The compile command of one source file, from compile_commands.json (CMake writes one
+# `"command": "... -c FILE"` line per file).
+command_of() {
+  grep -m1 "\"command\": .* -c [^ ]*$1\"" "$work/compile_commands.json" |
+    sed 's/^ *"command": "//; s/",\{0,1\}$//' || true
+}
+consumer=$(command_of /consumer/main.cpp)
+ember_source=$(command_of /runtime/tensor.cpp)
+[ -n "$consumer" ] || fail "no compile command for consumer/main.cpp"
+[ -n "$ember_source" ] || fail "no compile command for ember's runtime/tensor.cpp"
+echo "consumer: $consumer"
+
+[[ " $consumer " == *" -I$root "* ]] || fail "the program does not get ember's include folder ($root)"
+[[ "$consumer" =~ -std=(c|gnu)\+\+(20|2a) ]] || fail "the program is not compiled as C++20"
+[[ "$consumer" == *"-DEMBER_WITH_CUDA=0"* ]] || fail "the program does not get EMBER_WITH_CUDA"
+for flag in -Wall -Wextra -Werror; do
+  [[ " $consumer " != *" $flag "* ]] || fail "ember's $flag reached the program: $consumer"
+done
+[[ " $ember_source " == *" -Wall "* ]] || fail "ember's own code lost its warnings: $ember_source"
+[[ " $ember_source " != *" -Werror "* ]] || fail "ember's warnings are errors inside another project"
+
+targets=$(ninja -C "$work" -t targets all)
+for target in ember_runtime_tests ember_cli ember_api_tour; do
+  ! grep -q "^$target:" <<<"$targets" || fail "$target is built inside another project"
+done
+
+ninja -C "$work" CMakeFiles/consumer.dir/main.cpp.o >"$work/build.log" 2>&1 ||
+  { cat "$work/build.log"; fail "the program did not compile against ember's headers"; }
+echo "embedding_test: the program compiles against ember's headers with its own flags"
