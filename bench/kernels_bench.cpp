@@ -159,28 +159,34 @@ const bool half_loops_registered = [] {
 }();
 
 // One fused Adam step over n parameters: an f32 model (the master is the parameter), and f16 and
-// bf16 models with f32 master weights (as the o2 engine steps them). Bytes: master, exp_avg and
-// exp_avg_sq read and written, the gradient read, the 16-bit model written.
+// bf16 models with f32 master weights (as the o2 engine steps them); the second argument turns on
+// amsgrad. Bytes: master, exp_avg and exp_avg_sq read and written (and amsgrad's max_exp_avg_sq),
+// the gradient read, the 16-bit model written.
 template <typename T>
 void BM_adam_step(benchmark::State& state) {
   const int64_t n = state.range(0);
+  const bool amsgrad = state.range(1) != 0;
   Tensor master = randn({n}), grad = randn({n}).to(dtype_of<T>), exp_avg = zeros({n});
   Tensor exp_avg_sq = zeros({n}), model = empty({n}, dtype_of<T>);
+  Tensor max_exp_avg_sq = amsgrad ? zeros({n}) : Tensor();
   constexpr bool kSeparateModel = !std::is_same_v<T, float>;
   kernels::cpu::AdamHyper hyper;
+  hyper.amsgrad = amsgrad;
   for (auto _ : state) {
     kernels::cpu::adam_step<T, T>(master.data<float>(), grad.data<T>(), exp_avg.data<float>(),
-                                  exp_avg_sq.data<float>(), nullptr,
+                                  exp_avg_sq.data<float>(),
+                                  amsgrad ? max_exp_avg_sq.data<float>() : nullptr,
                                   kSeparateModel ? model.data<T>() : nullptr, n, hyper);
     ++hyper.step;
     benchmark::ClobberMemory();
   }
-  const double bytes_per_element = 24.0 + sizeof(T) + (kSeparateModel ? sizeof(T) : 0);
+  const double bytes_per_element =
+      24.0 + (amsgrad ? 8.0 : 0.0) + sizeof(T) + (kSeparateModel ? sizeof(T) : 0);
   set_bytes(state, static_cast<double>(n) * bytes_per_element);
 }
-BENCHMARK(BM_adam_step<float>)->Arg(1 << 22)->UseRealTime();
-BENCHMARK(BM_adam_step<Half>)->Arg(1 << 22)->UseRealTime();
-BENCHMARK(BM_adam_step<BFloat16>)->Arg(1 << 22)->UseRealTime();
+BENCHMARK(BM_adam_step<float>)->ArgsProduct({{1 << 22}, {0, 1}})->UseRealTime();
+BENCHMARK(BM_adam_step<Half>)->ArgsProduct({{1 << 22}, {0, 1}})->UseRealTime();
+BENCHMARK(BM_adam_step<BFloat16>)->ArgsProduct({{1 << 22}, {0, 1}})->UseRealTime();
 
 // Sum over the middle dim of (outer, reduce, inner): rows (inner 1) and columns (outer 1).
 void BM_sum_kernel(benchmark::State& state) {

@@ -114,20 +114,40 @@ EMBER_CLONE_FOR_SIMD void adam_run(float* __restrict master, const float* __rest
   }
 }
 
-// amsgrad: the denominator uses the running maximum of v; torch.maximum propagates NaN. Not
-// cloned per ISA: GCC 12 keeps the options' loads inside this loop and leaves it scalar.
-void amsgrad_run(float* __restrict master, const float* __restrict grads, float* __restrict exp_avg,
-                 float* __restrict exp_avg_sq, float* __restrict max_exp_avg_sq, int64_t count,
-                 const AdamScalars s, const AdamFlags flags) {
+// amsgrad: the denominator uses the running maximum of v; torch.maximum propagates NaN. Two
+// passes over the chunk (it is in L1): the moments and the decayed parameter, then the maximum and
+// the update. Each pass vectorises on its own; as one loop, GCC 12 kept the options' selects in it
+// and left it scalar. The operations and their order are the one-loop form's, so the bits are too.
+EMBER_CLONE_FOR_SIMD void amsgrad_moments_run(float* __restrict master,
+                                              const float* __restrict grads,
+                                              float* __restrict exp_avg,
+                                              float* __restrict exp_avg_sq, int64_t count,
+                                              const AdamScalars s, const AdamFlags flags) {
   for (int64_t j = 0; j < count; ++j) {
     const AdamMoments e = adam_moments(master[j], grads[j], exp_avg[j], exp_avg_sq[j], s, flags);
     exp_avg[j] = e.m;
     exp_avg_sq[j] = e.v;
-    const float v_max_old = max_exp_avg_sq[j];
-    const float v_used = v_max_old != v_max_old || v_max_old > e.v ? v_max_old : e.v;
-    max_exp_avg_sq[j] = v_used;
-    master[j] = adam_parameter(e.p, e.m, v_used, s);
+    master[j] = e.p;
   }
+}
+
+EMBER_CLONE_FOR_SIMD void amsgrad_update_run(float* __restrict master,
+                                             const float* __restrict exp_avg,
+                                             const float* __restrict exp_avg_sq,
+                                             float* __restrict max_exp_avg_sq, int64_t count,
+                                             const AdamScalars s) {
+  for (int64_t j = 0; j < count; ++j) {
+    const float v = exp_avg_sq[j], v_max_old = max_exp_avg_sq[j];
+    const float v_used = (v_max_old != v_max_old) | (v_max_old > v) ? v_max_old : v;
+    max_exp_avg_sq[j] = v_used;
+    master[j] = adam_parameter(master[j], exp_avg[j], v_used, s);
+  }
+}
+
+void amsgrad_run(float* master, const float* grads, float* exp_avg, float* exp_avg_sq,
+                 float* max_exp_avg_sq, int64_t count, const AdamScalars s, const AdamFlags flags) {
+  amsgrad_moments_run(master, grads, exp_avg, exp_avg_sq, count, s, flags);
+  amsgrad_update_run(master, exp_avg, exp_avg_sq, max_exp_avg_sq, count, s);
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -264,8 +266,8 @@ TEST(FusedOptimizers, SgdEqualsReferenceBitForBit) {
   }
 }
 
-// Without amsgrad the fused step is a vectorised loop compiled per ISA (AVX-512 on this
-// machine), with amsgrad a plain one: both must match.
+// The fused step is a vectorised loop compiled per ISA (AVX-512 on this machine); with amsgrad
+// two passes per chunk. Both must match.
 TEST(FusedOptimizers, AdamEqualsReferenceBitForBit) {
   for (bool amsgrad : {false, true}) {
     for (bool maximize : {false, true}) {
@@ -281,6 +283,49 @@ TEST(FusedOptimizers, AdamEqualsReferenceBitForBit) {
       });
     }
   }
+}
+
+// amsgrad's running maximum keeps a NaN (torch.maximum propagates it) and an infinity: a gradient
+// with NaN and infinities in one step, and a NaN put into the maximum alone (its v stays finite),
+// leave the same values, bit for bit, in both paths.
+TEST(FusedOptimizers, AmsgradCarriesNaNAndInfinityAsTheReferenceDoes) {
+  std::vector<Tensor> a = random_params({100003}, 12);
+  std::vector<Tensor> b = clone_params(a);
+  AdamOptions o;
+  o.lr = 3e-3;
+  o.amsgrad = true;
+  o.fused = true;
+  Adam fused(a, o);
+  o.fused = false;
+  Adam reference(b, o);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int step = 0; step < 4; ++step) {
+    set_random_grads(a, b, 200 + step);
+    if (step == 1) {
+      std::vector<float> g = to_vector<float>(a[0].grad());
+      g[5] = nan;
+      g[70001] = inf;
+      g[70002] = -inf;
+      a[0].set_grad(from_vector(g, {100003}));
+      b[0].set_grad(from_vector(g, {100003}));
+    }
+    if (step == 2) {
+      for (Adam* adam : {&fused, &reference})
+        adam->state(0, 0).tensors.at("max_exp_avg_sq").data<float>()[9] = nan;
+    }
+    fused.step();
+    reference.step();
+  }
+  const std::vector<float> max_v = to_vector<float>(fused.state(0, 0).tensors.at("max_exp_avg_sq"));
+  EXPECT_TRUE(std::isnan(max_v[5]));
+  EXPECT_TRUE(std::isnan(max_v[9]));
+  EXPECT_TRUE(std::isnan(to_vector<float>(a[0])[9]));
+  EXPECT_EQ(max_v[70001], inf);
+  EXPECT_EQ(max_v[70002], inf);
+  expect_bit_equal(a[0], b[0]);
+  for (const auto& [key, tensor] : fused.state(0, 0).tensors)
+    expect_bit_equal(tensor, reference.state(0, 0).tensors.at(key));
 }
 
 TEST(FusedOptimizers, AdamWEqualsReferenceBitForBit) {
