@@ -233,6 +233,16 @@ void expect_bit_equal(const Tensor& a, const Tensor& b) {
   EXPECT_EQ(mismatches, 0u) << "of " << x.size();
 }
 
+// Parameters a (stepped by fused) and b (by reference), and every state tensor, bit for bit.
+void expect_same_params_and_state(const std::vector<Tensor>& a, const Optimizer& fused,
+                                  const std::vector<Tensor>& b, const Optimizer& reference) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    expect_bit_equal(a[i], b[i]);
+    for (const auto& [key, tensor] : fused.state(0, i).tensors)
+      expect_bit_equal(tensor, reference.state(0, i).tensors.at(key));
+  }
+}
+
 template <typename Make>
 void check_fused_equals_reference(Make make) {
   std::vector<Tensor> a = random_params({100003, 7, 1}, 11);
@@ -246,11 +256,7 @@ void check_fused_equals_reference(Make make) {
     fused->step();
     reference->step();
   }
-  for (size_t i = 0; i < a.size(); ++i) {
-    expect_bit_equal(a[i], b[i]);
-    for (const auto& [key, tensor] : fused->state(0, i).tensors)
-      expect_bit_equal(tensor, reference->state(0, i).tensors.at(key));
-  }
+  expect_same_params_and_state(a, *fused, b, *reference);
 }
 
 TEST(FusedOptimizers, SgdEqualsReferenceBitForBit) {
@@ -323,9 +329,7 @@ TEST(FusedOptimizers, AmsgradCarriesNaNAndInfinityAsTheReferenceDoes) {
   EXPECT_TRUE(std::isnan(to_vector<float>(a[0])[9]));
   EXPECT_EQ(max_v[70001], inf);
   EXPECT_EQ(max_v[70002], inf);
-  expect_bit_equal(a[0], b[0]);
-  for (const auto& [key, tensor] : fused.state(0, 0).tensors)
-    expect_bit_equal(tensor, reference.state(0, 0).tensors.at(key));
+  expect_same_params_and_state(a, fused, b, reference);
 }
 
 TEST(FusedOptimizers, AdamWEqualsReferenceBitForBit) {
