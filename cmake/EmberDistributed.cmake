@@ -45,6 +45,7 @@ if(EMBER_WITH_CUDA AND NOT EMBER_NCCL STREQUAL "OFF")
     add_library(ember_nccl INTERFACE)
     target_include_directories(ember_nccl INTERFACE ${EMBER_NCCL_INCLUDE_DIR})
     target_link_libraries(ember_nccl INTERFACE ${EMBER_NCCL_LIBRARY})
+    set_target_properties(ember_nccl PROPERTIES EXPORT_NAME nccl)  # ember::nccl once installed
     list(APPEND EMBER_DISTRIBUTED_LIBRARIES ember_nccl)
     message(STATUS "ember: NCCL ${EMBER_NCCL_LIBRARY} (${EMBER_NCCL_INCLUDE_DIR})")
   elseif(EMBER_NCCL STREQUAL "ON")

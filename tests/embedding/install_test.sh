@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# ember installed (cmake --install) and found by a project of a user's own with
+# find_package(ember) (consumer/), as the README says. Checks:
+#   - the development component installs headers, static libraries and the package files, and
+#     nothing else (no sources, no tests);
+#   - the installed tree can be moved: it refers to neither the source nor the build folder;
+#   - find_package(ember 0.1) finds it, with the packages ember's libraries link;
+#   - the program compiles against the installed headers (C++20, EMBER_WITH_CUDA, none of ember's
+#     warning flags), links against the installed libraries, and runs one training step.
+#
+# usage: install_test.sh EMBER_ROOT EMBER_BUILD_DIR CXX_COMPILER
+set -euo pipefail
+root=$1
+build=$2
+compiler=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+fail() {
+  echo "install_test: $*" >&2
+  exit 1
+}
+
+cmake --install "$build" --prefix "$work/staged" --component ember_development >"$work/install.log" 2>&1 ||
+  { cat "$work/install.log"; fail "cmake --install of $build failed"; }
+for expected in include/ember/nn/nn.h include/ember/runtime/tensor.h lib/libember_runtime.a \
+  lib/libember_kernels.a lib/cmake/ember/emberConfig.cmake lib/cmake/ember/emberConfigVersion.cmake; do
+  [ -f "$work/staged/$expected" ] || fail "$expected was not installed"
+done
+stray=$(find "$work/staged" -type f ! -name '*.h' ! -name '*.cuh' ! -name '*.a' ! -name '*.cmake')
+[ -z "$stray" ] || fail "files that are not headers, libraries or package files were installed: $stray"
+! find "$work/staged" -path '*/tests/*' | grep -q . || fail "test files were installed"
+
+# Moved after installing: a tree that still pointed at $root or $build would break here.
+mv "$work/staged" "$work/prefix"
+if grep -rlF -e "$root/" -e "$build" "$work/prefix/lib/cmake/ember"; then
+  fail "the package files above name the source or build folder"
+fi
+
+configure() {  # configure <build folder> [cmake args...]
+  local folder=$1
+  shift
+  cmake -S "$root/tests/embedding/consumer" -B "$folder" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
+    -DCMAKE_CXX_COMPILER="$compiler" -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "$@"
+}
+
+configure "$work/consumer" >"$work/configure.log" 2>&1 ||
+  { cat "$work/configure.log"; fail "find_package(ember 0.1) did not find the installed ember"; }
+consumer=$(grep -m1 '"command": .* -c [^ ]*/consumer/main.cpp"' "$work/consumer/compile_commands.json" |
+  sed 's/^ *"command": "//; s/",\{0,1\}$//' || true)
+[ -n "$consumer" ] || fail "no compile command for consumer/main.cpp"
+echo "consumer: $consumer"
+[[ " $consumer " == *" $work/prefix/include/ember "* ]] || fail "the program does not get include/ember"
+[[ "$consumer" != *"$root/runtime"* && " $consumer " != *" -I$root "* ]] ||
+  fail "the program reads ember's headers from the source folder"
+[[ "$consumer" =~ -std=(c|gnu)\+\+(20|2a) ]] || fail "the program is not compiled as C++20"
+[[ "$consumer" == *"-DEMBER_WITH_CUDA="* ]] || fail "the program does not get EMBER_WITH_CUDA"
+for flag in -Wall -Wextra -Werror; do
+  [[ " $consumer " != *" $flag "* ]] || fail "ember's $flag reached the program"
+done
+
+ninja -C "$work/consumer" >"$work/build.log" 2>&1 ||
+  { cat "$work/build.log"; fail "the program did not build against the installed ember"; }
+output=$(OMP_NUM_THREADS=1 "$work/consumer/consumer") || fail "the program failed: $output"
+echo "$output"
+[[ "$output" =~ ^consumer:\ loss\ [0-9]+\.[0-9]+\ on\ cpu$ ]] || fail "unexpected output: $output"
+echo "install_test: the installed ember is found, moved, compiled against, linked and run"
