@@ -104,6 +104,14 @@ template <typename Acc>
     const Acc* g = g_rows + r * cols;
     const Acc* x = x_rows + r * cols;
     const Acc m = mean[r], s = rstd[r];
+    if (dw) {
+#pragma omp simd
+      for (int64_t k = 0; k < cols; ++k) {
+        dw[k] += g[k] * ((x[k] - m) * s);
+        db[k] += g[k];
+      }
+    }
+    if (!dx_rows) continue;
     double sum_gw = 0, sum_gw_xhat = 0;
     if (w) {
 #pragma omp simd reduction(+ : sum_gw, sum_gw_xhat)
@@ -119,14 +127,6 @@ template <typename Acc>
         sum_gw_xhat += static_cast<double>(g[k] * ((x[k] - m) * s));
       }
     }
-    if (dw) {
-#pragma omp simd
-      for (int64_t k = 0; k < cols; ++k) {
-        dw[k] += g[k] * ((x[k] - m) * s);
-        db[k] += g[k];
-      }
-    }
-    if (!dx_rows) continue;
     Acc* dx = dx_rows + r * cols;
     const Acc mean_gw = static_cast<Acc>(sum_gw / static_cast<double>(cols));
     const Acc mean_gw_xhat = static_cast<Acc>(sum_gw_xhat / static_cast<double>(cols));

@@ -17,7 +17,7 @@ void layer_norm(const T* x, const T* weight, const T* bias, T* y, acc_t<T>* mean
 // With xhat = (x - mean) rstd and gw = grad_out * weight (or grad_out):
 //   grad_x = rstd (gw - mean(gw) - xhat mean(gw xhat))                 (rows, cols)
 //   grad_weight = sum over rows of grad_out xhat; grad_bias = sum over rows of grad_out  (cols)
-// grad_weight / grad_bias may be null (not wanted); weight null means 1.
+// grad_x, grad_weight and grad_bias may each be null (not wanted); weight null means 1.
 template <typename T>
 void layer_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
                          const T* weight, T* grad_x, T* grad_weight, T* grad_bias, int64_t rows,
@@ -36,7 +36,8 @@ void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, 
 
 // training: grad_x = w rstd (g - mean(g) - xhat mean(g xhat)), means over (batch, spatial);
 // eval (the statistics are constants): grad_x = g w rstd.
-// grad_weight = sum(g xhat), grad_bias = sum(g) per channel; either may be null; weight null = 1.
+// grad_weight = sum(g xhat), grad_bias = sum(g) per channel; grad_x, grad_weight and grad_bias may
+// each be null (not wanted); weight null = 1.
 // weight, grad_weight and grad_bias are in acc_t<T>, as mixed-precision batch norm keeps its
 // affine parameters in f32 under f16/bf16 activations (cuDNN's and PyTorch's convention).
 template <typename T>

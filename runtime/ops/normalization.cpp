@@ -119,17 +119,20 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
                                 y_data, mean_data, rstd_data, rows, cols, eps);
   });
   if (any_requires_grad({&x, &weight, &bias})) {
-    const bool has_weight = weight.defined(), has_bias = bias.defined();
+    // Only the gradients that are wanted are computed (a frozen weight, an input that is data).
+    const bool grad_input = x.requires_grad();
+    const bool grad_weight_wanted = weight.defined() && weight.requires_grad();
+    const bool grad_bias_wanted = bias.defined() && bias.requires_grad();
     const Shape norm_shape = normalized_shape;
     record(OpId::layer_norm, {x, weight, bias}, out, {input, weight_dense, mean, rstd},
-           [rows, cols, has_weight, has_bias, norm_shape](
+           [rows, cols, grad_input, grad_weight_wanted, grad_bias_wanted, norm_shape](
                const Tensor& g_in, const std::vector<Tensor>& s) -> std::vector<Tensor> {
              const Tensor& in = s[0];
              const Tensor g = g_in.to(in.dtype()).contiguous();
              const TensorOptions options(in.dtype(), in.device());
-             Tensor grad_x = empty(in.sizes(), options);
-             Tensor grad_weight = has_weight ? empty(norm_shape, options) : Tensor();
-             Tensor grad_bias = has_bias ? empty(norm_shape, options) : Tensor();
+             Tensor grad_x = grad_input ? empty(in.sizes(), options) : Tensor();
+             Tensor grad_weight = grad_weight_wanted ? empty(norm_shape, options) : Tensor();
+             Tensor grad_bias = grad_bias_wanted ? empty(norm_shape, options) : Tensor();
              dispatch_floating(in.dtype(), "layer_norm", [&]<typename T>() {
                using Acc = acc_t<T>;
                const T* g_data = static_cast<const T*>(g.data_ptr());
@@ -140,7 +143,7 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
 #if EMBER_WITH_CUDA
                  kernels::cuda::layer_norm_backward<T>(
                      g_data, x_data, mean_data, rstd_data, data_or_null<T>(s[1]),
-                     static_cast<T*>(grad_x.data_ptr()), mutable_data_or_null<T>(grad_weight),
+                     mutable_data_or_null<T>(grad_x), mutable_data_or_null<T>(grad_weight),
                      mutable_data_or_null<T>(grad_bias), rows, cols,
                      cuda::StreamOnDevice(in.device().index));
 #endif
@@ -148,7 +151,7 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
                }
                kernels::cpu::layer_norm_backward<T>(
                    g_data, x_data, mean_data, rstd_data, data_or_null<T>(s[1]),
-                   static_cast<T*>(grad_x.data_ptr()), mutable_data_or_null<T>(grad_weight),
+                   mutable_data_or_null<T>(grad_x), mutable_data_or_null<T>(grad_weight),
                    mutable_data_or_null<T>(grad_bias), rows, cols);
              });
              return {grad_x, grad_weight, grad_bias};
@@ -301,17 +304,22 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   });
   if (any_requires_grad({&x, &weight_in, &bias_in})) {
     // Each parameter's gradient comes back in that parameter's dtype.
-    const std::optional<DType> weight_dtype =
-        weight_in.defined() ? std::optional(weight_in.dtype()) : std::nullopt;
-    const std::optional<DType> bias_dtype =
-        bias_in.defined() ? std::optional(bias_in.dtype()) : std::nullopt;
+    // Only the gradients that are wanted are computed (a frozen weight, an input that is data).
+    const bool grad_input = x.requires_grad();
+    const std::optional<DType> weight_dtype = weight_in.defined() && weight_in.requires_grad()
+                                                  ? std::optional(weight_in.dtype())
+                                                  : std::nullopt;
+    const std::optional<DType> bias_dtype = bias_in.defined() && bias_in.requires_grad()
+                                                ? std::optional(bias_in.dtype())
+                                                : std::nullopt;
     record(OpId::batch_norm, {x, weight_in, bias_in}, out, {input, weight_dense, mean, rstd},
-           [batch, channels, spatial, training, weight_dtype, bias_dtype](
+           [batch, channels, spatial, training, grad_input, weight_dtype, bias_dtype](
                const Tensor& g_in, const std::vector<Tensor>& s) -> std::vector<Tensor> {
              const Tensor& in = s[0];
              const Tensor g = g_in.to(in.dtype()).contiguous();
              const TensorOptions param_options(statistics_dtype(in.dtype()), in.device());
-             Tensor grad_x = empty(in.sizes(), TensorOptions(in.dtype(), in.device()));
+             Tensor grad_x =
+                 grad_input ? empty(in.sizes(), TensorOptions(in.dtype(), in.device())) : Tensor();
              Tensor grad_weight = weight_dtype ? empty({channels}, param_options) : Tensor();
              Tensor grad_bias = bias_dtype ? empty({channels}, param_options) : Tensor();
              dispatch_floating(in.dtype(), "batch_norm", [&]<typename T>() {
@@ -322,18 +330,17 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                if (in.is_cuda()) {
                  kernels::cuda::batch_norm_backward<T>(
                      static_cast<const T*>(g.data_ptr()), static_cast<const T*>(in.data_ptr()),
-                     mean_data, rstd_data, data_or_null<Acc>(s[1]),
-                     static_cast<T*>(grad_x.data_ptr()), mutable_data_or_null<Acc>(grad_weight),
-                     mutable_data_or_null<Acc>(grad_bias), batch, channels, spatial, training,
-                     stream_of(in));
+                     mean_data, rstd_data, data_or_null<Acc>(s[1]), mutable_data_or_null<T>(grad_x),
+                     mutable_data_or_null<Acc>(grad_weight), mutable_data_or_null<Acc>(grad_bias),
+                     batch, channels, spatial, training, stream_of(in));
                  return;
                }
 #endif
                kernels::cpu::batch_norm_backward<T>(
                    static_cast<const T*>(g.data_ptr()), static_cast<const T*>(in.data_ptr()),
-                   mean_data, rstd_data, data_or_null<Acc>(s[1]),
-                   static_cast<T*>(grad_x.data_ptr()), mutable_data_or_null<Acc>(grad_weight),
-                   mutable_data_or_null<Acc>(grad_bias), batch, channels, spatial, training);
+                   mean_data, rstd_data, data_or_null<Acc>(s[1]), mutable_data_or_null<T>(grad_x),
+                   mutable_data_or_null<Acc>(grad_weight), mutable_data_or_null<Acc>(grad_bias),
+                   batch, channels, spatial, training);
              });
              if (weight_dtype) grad_weight = grad_weight.to(*weight_dtype);
              if (bias_dtype) grad_bias = grad_bias.to(*bias_dtype);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 
+#include "runtime/autograd/node.h"
 #include "runtime/ops.h"
 
 namespace ember {
@@ -532,6 +533,67 @@ TEST(BatchNorm, ScaledF16GradientsOfF32ParametersDoNotOverflow) {
   EXPECT_EQ(to_vector<double>(b.grad()), (std::vector<double>{4294967296.0, 4294967296.0}));
   for (double v : to_vector<double>(w.grad()))
     EXPECT_TRUE(std::isfinite(v)) << v;
+}
+
+// The backward of layer_norm and batch_norm computes only the gradients whose inputs require
+// one (a frozen weight or bias, an input that is data): the node returns no tensor for the others,
+// and the ones it returns are the bits of the run where all three are wanted. Called on the node
+// itself, as the autograd engine drops a gradient no edge takes. On the CPU, and on the GPU when
+// one is visible (the kernels' null-output paths).
+TEST(Normalization, BackwardComputesOnlyTheWantedGradients) {
+  Generator g(37);
+  const Tensor x = randn({6, 4, 5}, DType::f32, &g);
+  const Tensor w = randn({4}, DType::f32, &g), b = randn({4}, DType::f32, &g);
+  const Tensor w_rows = randn({5}, DType::f32, &g), b_rows = randn({5}, DType::f32, &g);
+  const Tensor cotangent = randn({6, 4, 5}, DType::f32, &g);
+  using Op = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>;
+  const std::vector<std::pair<std::string, Op>> ops = {
+      {"layer_norm", [](const Tensor& xt, const Tensor& wt,
+                        const Tensor& bt) { return layer_norm(xt, {5}, wt, bt); }},
+      {"batch_norm (training)",
+       [](const Tensor& xt, const Tensor& wt, const Tensor& bt) {
+         return batch_norm(xt, Tensor(), Tensor(), wt, bt, true);
+       }},
+  };
+  std::vector<Device> devices = {Device::cpu()};
+  if (cuda_device_count() > 0) devices.push_back(Device::cuda(0));
+  for (const Device& device : devices) {
+    for (const auto& [name, op] : ops) {
+      const bool rows = name == "layer_norm";
+      // wanted: bit 0 x, bit 1 weight, bit 2 bias.
+      auto node_gradients = [&](int wanted) {
+        Tensor inputs[3] = {x.to(device), (rows ? w_rows : w).to(device),
+                            (rows ? b_rows : b).to(device)};
+        for (int i = 0; i < 3; ++i)
+          inputs[i] = inputs[i].clone().requires_grad_(((wanted >> i) & 1) != 0);
+        const Tensor y = op(inputs[0], inputs[1], inputs[2]);
+        return y.grad_fn()->apply(cotangent.to(device));
+      };
+      const std::vector<Tensor> all = node_gradients(0b111);
+      ASSERT_EQ(all.size(), 3u) << name;
+      for (int wanted = 0b001; wanted < 0b111; ++wanted) {
+        const std::vector<Tensor> some = node_gradients(wanted);
+        ASSERT_EQ(some.size(), 3u) << name;
+        for (int i = 0; i < 3; ++i) {
+          const std::string what = name + " on " + device.str() + ", wanted " +
+                                   std::to_string(wanted) + ", gradient " + std::to_string(i);
+          if (!((wanted >> i) & 1)) {
+            EXPECT_FALSE(some[i].defined()) << what << " was computed though not wanted";
+            continue;
+          }
+          ASSERT_TRUE(some[i].defined()) << what;
+          // The same kernels on the same values: the same bits on the CPU; the GPU's column
+          // sums may be ordered otherwise.
+          if (device.is_cpu()) {
+            EXPECT_EQ(to_vector<float>(some[i]), to_vector<float>(all[i])) << what;
+          } else {
+            EXPECT_TRUE(allclose(some[i].to(Device::cpu()), all[i].to(Device::cpu()), 1e-6, 1e-6))
+                << what;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(BatchNorm, Errors) {
