@@ -3,7 +3,8 @@
 # says to embed it. Checks what that project gets:
 #   - its program compiles against ember's headers (C++20, EMBER_WITH_CUDA, the include folder);
 #   - ember's warning flags (-Wall, -Werror) stay on ember's own code and never reach the program;
-#   - ember's own warnings are not errors there, and no tests or programs of ember are built.
+#   - ember's own warnings are not errors there, no tests or programs of ember are built, and
+#     ember adds no install rules.
 # Linking the program would build all of ember a second time, so only its compile is run.
 #
 # usage: embedding_test.sh EMBER_ROOT CXX_COMPILER
@@ -50,6 +51,10 @@ targets=$(ninja -C "$work" -t targets all)
 for target in ember_runtime_tests ember_cli ember_api_tour; do
   ! grep -q "^$target:" <<<"$targets" || fail "$target is built inside another project"
 done
+
+# EMBER_INSTALL is off there: installing the user's project installs nothing of ember's.
+! grep -rqs "emberTargets\|libember_" "$work/ember/cmake_install.cmake" ||
+  fail "ember's install rules are on inside another project"
 
 ninja -C "$work" CMakeFiles/consumer.dir/main.cpp.o >"$work/build.log" 2>&1 ||
   { cat "$work/build.log"; fail "the program did not compile against ember's headers"; }
