@@ -123,10 +123,10 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
     const bool grad_input = x.requires_grad();
     const bool grad_weight_wanted = weight.defined() && weight.requires_grad();
     const bool grad_bias_wanted = bias.defined() && bias.requires_grad();
-    const Shape norm_shape = normalized_shape;
     record(OpId::layer_norm, {x, weight, bias}, out, {input, weight_dense, mean, rstd},
-           [rows, cols, grad_input, grad_weight_wanted, grad_bias_wanted, norm_shape](
-               const Tensor& g_in, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+           [rows, cols, grad_input, grad_weight_wanted, grad_bias_wanted,
+            norm_shape = normalized_shape](const Tensor& g_in,
+                                           const std::vector<Tensor>& s) -> std::vector<Tensor> {
              const Tensor& in = s[0];
              const Tensor g = g_in.to(in.dtype()).contiguous();
              const TensorOptions options(in.dtype(), in.device());
