@@ -20,6 +20,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/optimizers.h"
 #include "kernels/cpu/reduce.h"
+#include "runtime/autograd/node.h"
 #include "runtime/ops.h"
 #include "runtime/ops/layout.h"
 
@@ -235,6 +236,47 @@ void BM_layer_norm(benchmark::State& state) {
   set_bytes(state, 2.0 * static_cast<double>(x.nbytes()));
 }
 BENCHMARK(BM_layer_norm)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The backward node alone (grad_fn()->apply), with the gradients wanted given by the argument:
+// bit 0 the input, bit 1 the weight, bit 2 the bias (7: all; 1: a frozen affine; 6: the input is
+// data). Bytes: what the all-wanted pass moves at least (read g and x, write grad_x), for every
+// variant alike, so that bytes/s compare as times do.
+Tensor leaf(const Tensor& t, bool requires_grad) {
+  return t.clone().requires_grad_(requires_grad);
+}
+
+void BM_layer_norm_backward(benchmark::State& state) {
+  const int wanted = static_cast<int>(state.range(0));
+  Tensor x = leaf(randn({8192, 1024}), wanted & 1), weight = leaf(randn({1024}), wanted & 2),
+         bias = leaf(randn({1024}), wanted & 4), cotangent = randn({8192, 1024});
+  const Tensor y = layer_norm(x, {1024}, weight, bias);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(y.grad_fn()->apply(cotangent));
+  set_bytes(state, 3.0 * static_cast<double>(x.nbytes()));
+}
+BENCHMARK(BM_layer_norm_backward)
+    ->ArgName("wanted")
+    ->Arg(7)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+void BM_batch_norm_backward(benchmark::State& state) {
+  const int wanted = static_cast<int>(state.range(0));
+  Tensor x = leaf(randn({128, 64, 32, 32}), wanted & 1), weight = leaf(randn({64}), wanted & 2),
+         bias = leaf(randn({64}), wanted & 4), cotangent = randn({128, 64, 32, 32});
+  const Tensor y = batch_norm(x, Tensor(), Tensor(), weight, bias, /*training=*/true);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(y.grad_fn()->apply(cotangent));
+  set_bytes(state, 3.0 * static_cast<double>(x.nbytes()));
+}
+BENCHMARK(BM_batch_norm_backward)
+    ->ArgName("wanted")
+    ->Arg(7)
+    ->Arg(1)
+    ->Arg(6)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // input (128, 32, 32, 32), weight (32, 32, 3, 3), padding 1: 2 N K C R S P Q FLOPs.
 constexpr double kConvFlops = 2.0 * 128 * 32 * 32 * 3 * 3 * 32 * 32;
