@@ -7,10 +7,13 @@
 #     ember adds no install rules.
 # Linking the program would build all of ember a second time, so only its compile is run.
 #
-# usage: embedding_test.sh EMBER_ROOT CXX_COMPILER
+# usage: embedding_test.sh EMBER_ROOT CXX_COMPILER [CMAKE_ARGS...]
+#   CMAKE_ARGS: what the build running the test was configured with and the consumer needs too
+#   (tests/CMakeLists.txt passes EMBER_MPI, and ZLIB_ROOT where set: the GPU machine has no MPI).
 set -euo pipefail
 root=$1
 compiler=$2
+shift 2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -20,7 +23,7 @@ fail() {
 }
 
 if ! cmake -S "$root/tests/embedding/consumer" -B "$work" -G Ninja -DEMBER_ROOT="$root" \
-  -DCMAKE_CXX_COMPILER="$compiler" -DEMBER_CUDA=OFF -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
+  -DCMAKE_CXX_COMPILER="$compiler" -DEMBER_CUDA=OFF -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "$@" \
   >"$work/configure.log" 2>&1; then
   cat "$work/configure.log"
   fail "the consumer project did not configure"

@@ -8,11 +8,13 @@
 #   - the program compiles against the installed headers (C++20, EMBER_WITH_CUDA, none of ember's
 #     warning flags), links against the installed libraries, and runs one training step.
 #
-# usage: install_test.sh EMBER_ROOT EMBER_BUILD_DIR CXX_COMPILER
+# usage: install_test.sh EMBER_ROOT EMBER_BUILD_DIR CXX_COMPILER [CMAKE_ARGS...]
+#   CMAKE_ARGS: passed to the consumer's configure (tests/CMakeLists.txt: ZLIB_ROOT where set).
 set -euo pipefail
 root=$1
 build=$2
 compiler=$3
+shift 3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -37,14 +39,12 @@ if grep -rlF -e "$root/" -e "$build" "$work/prefix/lib/cmake/ember"; then
   fail "the package files above name the source or build folder"
 fi
 
-configure() {  # configure <build folder> [cmake args...]
-  local folder=$1
-  shift
-  cmake -S "$root/tests/embedding/consumer" -B "$folder" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
-    -DCMAKE_CXX_COMPILER="$compiler" -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "$@"
-}
-
-configure "$work/consumer" >"$work/configure.log" 2>&1 ||
+# CMAKE_PREFIX_PATH: the installed ember first, then what the environment names (the GPU
+# machine's carried Debian libraries).
+cmake -S "$root/tests/embedding/consumer" -B "$work/consumer" -G Ninja \
+  -DCMAKE_PREFIX_PATH="$work/prefix${CMAKE_PREFIX_PATH:+;${CMAKE_PREFIX_PATH//:/;}}" \
+  -DCMAKE_CXX_COMPILER="$compiler" -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "$@" \
+  >"$work/configure.log" 2>&1 ||
   { cat "$work/configure.log"; fail "find_package(ember 0.1) did not find the installed ember"; }
 consumer=$(grep -m1 '"command": .* -c [^ ]*/consumer/main.cpp"' "$work/consumer/compile_commands.json" |
   sed 's/^ *"command": "//; s/",\{0,1\}$//' || true)
