@@ -60,5 +60,8 @@ install(FILES ${PROJECT_BINARY_DIR}/emberConfig.cmake ${PROJECT_BINARY_DIR}/embe
   DESTINATION ${EMBER_INSTALL_CMAKEDIR} COMPONENT ember_development)
 
 if(TARGET ember_cli)
+  # The installed command keeps the run paths of the libraries it links outside the system's
+  # folders (cuDNN and NCCL under /usr/local/cuda, a wheel's, MPI's), as the built one has them.
+  set_target_properties(ember_cli PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
   install(TARGETS ember_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT ember_cli)
 endif()

@@ -2,7 +2,7 @@
 # ember installed (cmake --install) and found by a project of a user's own with
 # find_package(ember) (consumer/), as the README says. Checks:
 #   - the development component installs headers, static libraries and the package files, and
-#     nothing else (no sources, no tests);
+#     nothing else (no sources, no tests); the ember_cli component, bin/ember, which runs;
 #   - the installed tree can be moved: it refers to neither the source nor the build folder;
 #   - find_package(ember 0.1) finds it, with the packages ember's libraries link;
 #   - the program compiles against the installed headers (C++20, EMBER_WITH_CUDA, none of ember's
@@ -31,6 +31,12 @@ for expected in include/ember/nn/nn.h include/ember/runtime/tensor.h lib/libembe
 done
 stray=$(find "$work/staged" -type f ! -name '*.h' ! -name '*.cuh' ! -name '*.a' ! -name '*.cmake')
 [ -z "$stray" ] || fail "files that are not headers, libraries or package files were installed: $stray"
+# The command, where this build has it (component ember_cli), goes to bin/.
+if [ -x "$build/bin/ember" ]; then
+  cmake --install "$build" --prefix "$work/staged" --component ember_cli >>"$work/install.log" 2>&1 ||
+    { cat "$work/install.log"; fail "cmake --install --component ember_cli failed"; }
+  [ -x "$work/staged/bin/ember" ] || fail "bin/ember was not installed"
+fi
 ! find "$work/staged" -path '*/tests/*' | grep -q . || fail "test files were installed"
 
 # Moved after installing: a tree that still pointed at $root or $build would break here.
@@ -64,4 +70,7 @@ ninja -C "$work/consumer" >"$work/build.log" 2>&1 ||
 output=$(OMP_NUM_THREADS=1 "$work/consumer/consumer") || fail "the program failed: $output"
 echo "$output"
 [[ "$output" =~ ^consumer:\ loss\ [0-9]+\.[0-9]+\ on\ cpu$ ]] || fail "unexpected output: $output"
+if [ -x "$work/prefix/bin/ember" ]; then
+  "$work/prefix/bin/ember" --help | grep -q "^usage: ember" || fail "the installed bin/ember does not run"
+fi
 echo "install_test: the installed ember is found, moved, compiled against, linked and run"
