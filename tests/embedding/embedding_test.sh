@@ -14,13 +14,9 @@ set -euo pipefail
 root=$1
 compiler=$2
 shift 2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-fail() {
-  echo "embedding_test: $*" >&2
-  exit 1
-}
+test_name=embedding_test
+# shellcheck source=tests/embedding/common.sh
+source "$(dirname "$0")/common.sh"
 
 if ! cmake -S "$root/tests/embedding/consumer" -B "$work" -G Ninja -DEMBER_ROOT="$root" \
   -DCMAKE_CXX_COMPILER="$compiler" -DEMBER_CUDA=OFF -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "$@" \
@@ -29,24 +25,14 @@ if ! cmake -S "$root/tests/embedding/consumer" -B "$work" -G Ninja -DEMBER_ROOT=
   fail "the consumer project did not configure"
 fi
 
-# The compile command of one source file, from compile_commands.json (CMake writes one
-# `"command": "... -c FILE"` line per file).
-command_of() {
-  grep -m1 "\"command\": .* -c [^ ]*$1\"" "$work/compile_commands.json" |
-    sed 's/^ *"command": "//; s/",\{0,1\}$//' || true
-}
-consumer=$(command_of /consumer/main.cpp)
-ember_source=$(command_of /runtime/tensor.cpp)
+consumer=$(compile_command_of "$work" /consumer/main.cpp)
+ember_source=$(compile_command_of "$work" /runtime/tensor.cpp)
 [ -n "$consumer" ] || fail "no compile command for consumer/main.cpp"
 [ -n "$ember_source" ] || fail "no compile command for ember's runtime/tensor.cpp"
 echo "consumer: $consumer"
 
 [[ " $consumer " == *" -I$root "* ]] || fail "the program does not get ember's include folder ($root)"
-[[ "$consumer" =~ -std=(c|gnu)\+\+(20|2a) ]] || fail "the program is not compiled as C++20"
-[[ "$consumer" == *"-DEMBER_WITH_CUDA=0"* ]] || fail "the program does not get EMBER_WITH_CUDA"
-for flag in -Wall -Wextra -Werror; do
-  [[ " $consumer " != *" $flag "* ]] || fail "ember's $flag reached the program: $consumer"
-done
+expect_user_flags "$consumer"
 [[ " $ember_source " == *" -Wall "* ]] || fail "ember's own code lost its warnings: $ember_source"
 [[ " $ember_source " != *" -Werror "* ]] || fail "ember's warnings are errors inside another project"
 

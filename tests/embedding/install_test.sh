@@ -15,13 +15,9 @@ root=$1
 build=$2
 compiler=$3
 shift 3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-fail() {
-  echo "install_test: $*" >&2
-  exit 1
-}
+test_name=install_test
+# shellcheck source=tests/embedding/common.sh
+source "$(dirname "$0")/common.sh"
 
 cmake --install "$build" --prefix "$work/staged" --component ember_development >"$work/install.log" 2>&1 ||
   { cat "$work/install.log"; fail "cmake --install of $build failed"; }
@@ -52,18 +48,13 @@ cmake -S "$root/tests/embedding/consumer" -B "$work/consumer" -G Ninja \
   -DCMAKE_CXX_COMPILER="$compiler" -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "$@" \
   >"$work/configure.log" 2>&1 ||
   { cat "$work/configure.log"; fail "find_package(ember 0.1) did not find the installed ember"; }
-consumer=$(grep -m1 '"command": .* -c [^ ]*/consumer/main.cpp"' "$work/consumer/compile_commands.json" |
-  sed 's/^ *"command": "//; s/",\{0,1\}$//' || true)
+consumer=$(compile_command_of "$work/consumer" /consumer/main.cpp)
 [ -n "$consumer" ] || fail "no compile command for consumer/main.cpp"
 echo "consumer: $consumer"
 [[ " $consumer " == *" $work/prefix/include/ember "* ]] || fail "the program does not get include/ember"
 [[ "$consumer" != *"$root/runtime"* && " $consumer " != *" -I$root "* ]] ||
   fail "the program reads ember's headers from the source folder"
-[[ "$consumer" =~ -std=(c|gnu)\+\+(20|2a) ]] || fail "the program is not compiled as C++20"
-[[ "$consumer" == *"-DEMBER_WITH_CUDA="* ]] || fail "the program does not get EMBER_WITH_CUDA"
-for flag in -Wall -Wextra -Werror; do
-  [[ " $consumer " != *" $flag "* ]] || fail "ember's $flag reached the program"
-done
+expect_user_flags "$consumer"
 
 ninja -C "$work/consumer" >"$work/build.log" 2>&1 ||
   { cat "$work/build.log"; fail "the program did not build against the installed ember"; }
