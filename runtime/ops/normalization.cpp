@@ -120,17 +120,17 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   });
   if (any_requires_grad({&x, &weight, &bias})) {
     // Only the gradients that are wanted are computed (a frozen weight, an input that is data).
-    const bool grad_input = x.requires_grad();
+    const bool grad_input_wanted = x.requires_grad();
     const bool grad_weight_wanted = weight.defined() && weight.requires_grad();
     const bool grad_bias_wanted = bias.defined() && bias.requires_grad();
     record(OpId::layer_norm, {x, weight, bias}, out, {input, weight_dense, mean, rstd},
-           [rows, cols, grad_input, grad_weight_wanted, grad_bias_wanted,
+           [rows, cols, grad_input_wanted, grad_weight_wanted, grad_bias_wanted,
             norm_shape = normalized_shape](const Tensor& g_in,
                                            const std::vector<Tensor>& s) -> std::vector<Tensor> {
              const Tensor& in = s[0];
              const Tensor g = g_in.to(in.dtype()).contiguous();
              const TensorOptions options(in.dtype(), in.device());
-             Tensor grad_x = grad_input ? empty(in.sizes(), options) : Tensor();
+             Tensor grad_x = grad_input_wanted ? empty(in.sizes(), options) : Tensor();
              Tensor grad_weight = grad_weight_wanted ? empty(norm_shape, options) : Tensor();
              Tensor grad_bias = grad_bias_wanted ? empty(norm_shape, options) : Tensor();
              dispatch_floating(in.dtype(), "layer_norm", [&]<typename T>() {
@@ -305,7 +305,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   if (any_requires_grad({&x, &weight_in, &bias_in})) {
     // Each parameter's gradient comes back in that parameter's dtype.
     // Only the gradients that are wanted are computed (a frozen weight, an input that is data).
-    const bool grad_input = x.requires_grad();
+    const bool grad_input_wanted = x.requires_grad();
     const std::optional<DType> weight_dtype = weight_in.defined() && weight_in.requires_grad()
                                                   ? std::optional(weight_in.dtype())
                                                   : std::nullopt;
@@ -313,13 +313,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                                                 ? std::optional(bias_in.dtype())
                                                 : std::nullopt;
     record(OpId::batch_norm, {x, weight_in, bias_in}, out, {input, weight_dense, mean, rstd},
-           [batch, channels, spatial, training, grad_input, weight_dtype, bias_dtype](
+           [batch, channels, spatial, training, grad_input_wanted, weight_dtype, bias_dtype](
                const Tensor& g_in, const std::vector<Tensor>& s) -> std::vector<Tensor> {
              const Tensor& in = s[0];
              const Tensor g = g_in.to(in.dtype()).contiguous();
              const TensorOptions param_options(statistics_dtype(in.dtype()), in.device());
-             Tensor grad_x =
-                 grad_input ? empty(in.sizes(), TensorOptions(in.dtype(), in.device())) : Tensor();
+             Tensor grad_x = grad_input_wanted
+                                 ? empty(in.sizes(), TensorOptions(in.dtype(), in.device()))
+                                 : Tensor();
              Tensor grad_weight = weight_dtype ? empty({channels}, param_options) : Tensor();
              Tensor grad_bias = bias_dtype ? empty({channels}, param_options) : Tensor();
              dispatch_floating(in.dtype(), "batch_norm", [&]<typename T>() {
