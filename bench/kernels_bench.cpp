@@ -245,14 +245,17 @@ Tensor leaf(const Tensor& t, bool requires_grad) {
   return t.clone().requires_grad_(requires_grad);
 }
 
+void time_backward_node(benchmark::State& state, const Tensor& y, const Tensor& cotangent) {
+  for (auto _ : state)
+    benchmark::DoNotOptimize(y.grad_fn()->apply(cotangent));
+  set_bytes(state, 3.0 * static_cast<double>(cotangent.nbytes()));
+}
+
 void BM_layer_norm_backward(benchmark::State& state) {
   const int wanted = static_cast<int>(state.range(0));
   Tensor x = leaf(randn({8192, 1024}), wanted & 1), weight = leaf(randn({1024}), wanted & 2),
          bias = leaf(randn({1024}), wanted & 4), cotangent = randn({8192, 1024});
-  const Tensor y = layer_norm(x, {1024}, weight, bias);
-  for (auto _ : state)
-    benchmark::DoNotOptimize(y.grad_fn()->apply(cotangent));
-  set_bytes(state, 3.0 * static_cast<double>(x.nbytes()));
+  time_backward_node(state, layer_norm(x, {1024}, weight, bias), cotangent);
 }
 BENCHMARK(BM_layer_norm_backward)
     ->ArgName("wanted")
@@ -265,10 +268,8 @@ void BM_batch_norm_backward(benchmark::State& state) {
   const int wanted = static_cast<int>(state.range(0));
   Tensor x = leaf(randn({128, 64, 32, 32}), wanted & 1), weight = leaf(randn({64}), wanted & 2),
          bias = leaf(randn({64}), wanted & 4), cotangent = randn({128, 64, 32, 32});
-  const Tensor y = batch_norm(x, Tensor(), Tensor(), weight, bias, /*training=*/true);
-  for (auto _ : state)
-    benchmark::DoNotOptimize(y.grad_fn()->apply(cotangent));
-  set_bytes(state, 3.0 * static_cast<double>(x.nbytes()));
+  time_backward_node(state, batch_norm(x, Tensor(), Tensor(), weight, bias, /*training=*/true),
+                     cotangent);
 }
 BENCHMARK(BM_batch_norm_backward)
     ->ArgName("wanted")

@@ -546,11 +546,17 @@ TEST(Normalization, BackwardComputesOnlyTheWantedGradients) {
   const Tensor w = randn({4}, DType::f32, &g), b = randn({4}, DType::f32, &g);
   const Tensor w_rows = randn({5}, DType::f32, &g), b_rows = randn({5}, DType::f32, &g);
   const Tensor cotangent = randn({6, 4, 5}, DType::f32, &g);
-  using Op = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>;
-  const std::vector<std::pair<std::string, Op>> ops = {
-      {"layer_norm", [](const Tensor& xt, const Tensor& wt,
-                        const Tensor& bt) { return layer_norm(xt, {5}, wt, bt); }},
-      {"batch_norm (training)",
+  struct Case {
+    std::string name;
+    Tensor weight, bias;
+    std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)> op;
+  };
+  const std::vector<Case> cases = {
+      {"layer_norm", w_rows, b_rows,
+       [](const Tensor& xt, const Tensor& wt, const Tensor& bt) {
+         return layer_norm(xt, {5}, wt, bt);
+       }},
+      {"batch_norm (training)", w, b,
        [](const Tensor& xt, const Tensor& wt, const Tensor& bt) {
          return batch_norm(xt, Tensor(), Tensor(), wt, bt, true);
        }},
@@ -558,12 +564,10 @@ TEST(Normalization, BackwardComputesOnlyTheWantedGradients) {
   std::vector<Device> devices = {Device::cpu()};
   if (cuda_device_count() > 0) devices.push_back(Device::cuda(0));
   for (const Device& device : devices) {
-    for (const auto& [name, op] : ops) {
-      const bool rows = name == "layer_norm";
+    for (const auto& [name, weight, bias, op] : cases) {
       // wanted: bit 0 x, bit 1 weight, bit 2 bias.
       auto node_gradients = [&](int wanted) {
-        Tensor inputs[3] = {x.to(device), (rows ? w_rows : w).to(device),
-                            (rows ? b_rows : b).to(device)};
+        Tensor inputs[3] = {x.to(device), weight.to(device), bias.to(device)};
         for (int i = 0; i < 3; ++i)
           inputs[i] = inputs[i].clone().requires_grad_(((wanted >> i) & 1) != 0);
         const Tensor y = op(inputs[0], inputs[1], inputs[2]);
