@@ -182,7 +182,6 @@ template <typename Body>
 int over_images(int64_t batch, Body body) {
   const int threads = omp_get_max_threads();
   if (threads > 1 && batch >= threads) {
-    use_blas_threads(1);
 #pragma omp parallel num_threads(threads)
     {
       const int t = omp_get_thread_num();
@@ -255,7 +254,6 @@ template <typename Body>
 void over_image_groups(int64_t batch, int64_t per_group, Body body) {
   const int64_t groups = ceil_div(batch, per_group);
   const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), groups));
-  if (threads > 1) use_blas_threads(1);
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const int t = omp_get_thread_num();

@@ -3,8 +3,9 @@
 #include <cblas.h>
 #include <omp.h>
 
-#include <atomic>
 #include <climits>
+#include <condition_variable>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -90,12 +91,45 @@ void reduced_gemm(const GemmShape& s, float alpha, const T* a, const T* b, float
 
 }  // namespace
 
-void use_blas_threads(int threads) {
-  static std::atomic<int> current{0};
-  if (current.load(std::memory_order_relaxed) != threads) {
-    openblas_set_num_threads(threads);
-    current.store(threads, std::memory_order_relaxed);
+struct BlasThreadsLease::State {
+  std::mutex mutex;
+  std::condition_variable released;
+  int threads = 0;          // OpenBLAS's count as last set here (0: not set yet)
+  int active = 0;           // calls running with it
+  int changes_waiting = 0;  // calls waiting to set another
+};
+
+BlasThreadsLease::BlasThreadsLease(int threads) {
+  State& s = state();
+  std::unique_lock lock(s.mutex);
+  if (s.active > 0 && (s.threads != threads || s.changes_waiting > 0)) {
+    const bool change = s.threads != threads;
+    if (change) ++s.changes_waiting;
+    s.released.wait(lock, [&] {
+      return s.active == 0 || (s.threads == threads && (change || s.changes_waiting == 0));
+    });
+    if (change) --s.changes_waiting;
   }
+  if (s.threads != threads || openblas_get_num_threads() != threads) {  // (or set by others)
+    openblas_set_num_threads(threads);
+    s.threads = threads;
+  }
+  ++s.active;
+}
+
+BlasThreadsLease::~BlasThreadsLease() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (--s.active == 0) s.released.notify_all();
+}
+
+BlasThreadsLease::State& BlasThreadsLease::state() {
+  static State instance;
+  return instance;
+}
+
+int blas_threads() {
+  return openblas_get_num_threads();
 }
 
 const char* blas_kernels() {
@@ -113,7 +147,7 @@ void gemm(const GemmShape& s, float alpha, const T* a, const T* b, float beta, T
     scale_only(s, beta, c);
     return;
   }
-  use_blas_threads(blas_threads_for_caller());
+  const BlasThreadsLease lease(blas_threads_for_caller());
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     blas_gemm<T>(s, alpha, a, b, beta, c);
   } else {

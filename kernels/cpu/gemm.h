@@ -31,14 +31,31 @@ void gemm_batched(const GemmShape& shape, int64_t batch, float alpha, const T* a
                   const int64_t* a_offsets, const T* b, const int64_t* b_offsets, float beta, T* c,
                   const int64_t* c_offsets);
 
-// OpenBLAS (Debian's pthreads build) keeps its own thread pool. Every gemm first sets its size:
-// omp_get_max_threads() when called outside an OpenMP region (so omp_set_num_threads and
-// OMP_NUM_THREADS are followed and the two pools take turns on the same cores), and 1 when
-// called from inside one (each OpenMP thread runs its own single-threaded product; nothing is
-// oversubscribed). Cheap when nothing changes. A kernel that calls gemm from a parallel region
-// calls use_blas_threads(1) before entering it, so that the threads do not race to set it.
-void use_blas_threads(int threads);
+// OpenBLAS (Debian's pthreads build) keeps its own thread pool, whose size is one setting for
+// the whole process. Every gemm sets it for its call: omp_get_max_threads() when called outside
+// an OpenMP region (so omp_set_num_threads and OMP_NUM_THREADS are followed and the two pools
+// take turns on the same cores), and 1 when called from inside one (each OpenMP thread runs its
+// own single-threaded product; nothing is oversubscribed).
 int blas_threads_for_caller();  // the count gemm uses from the calling context
+int blas_threads();             // OpenBLAS's count now
+
+// A result's bits depend on that count: OpenBLAS blocks k by it (sgemm (8, 36, 12544) differs in
+// 237 of 288 outputs between 1 and 2 threads on Haswell). So every gemm holds a lease on the
+// count it wants while it runs: calls that want the same count run together, and a call that
+// wants another waits until they are done (calls arriving meanwhile queue behind it). Threads
+// that multiply at once (DataParallel's replicas) thus get the bits they would get alone. Code
+// that calls OpenBLAS itself beside ember holds one too.
+class BlasThreadsLease {
+ public:
+  explicit BlasThreadsLease(int threads);  // blocks until OpenBLAS runs `threads` for this caller
+  ~BlasThreadsLease();
+  BlasThreadsLease(const BlasThreadsLease&) = delete;
+  BlasThreadsLease& operator=(const BlasThreadsLease&) = delete;
+
+ private:
+  struct State;
+  static State& state();
+};
 
 // The kernels OpenBLAS picked for this CPU ("SkylakeX", "Haswell", ...), for benchmark reports:
 // OPENBLAS_CORETYPE overrides the choice, and AVX-512 kernels run about twice as fast as the AVX2

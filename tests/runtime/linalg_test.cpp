@@ -1,11 +1,18 @@
 // matmul, bmm and linear against plain loops; 16-bit floats against f32; error messages.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "runtime/ops.h"
 
 namespace ember {
@@ -121,6 +128,53 @@ TEST(Matmul, F64MatchesNaive) {
   Generator g(12);
   const Tensor a = random({9, 13}, g, DType::f64), b = random({13, 5}, g, DType::f64);
   expect_near_all(matmul(a, b), naive_product(a, b), 1e-12, "f64");
+}
+
+// OpenBLAS's thread count is one setting for the whole process, and its bits depend on it. A
+// product that wants another count than the products running must wait for them: otherwise a
+// DataParallel replica's head layer (2 threads) changed the count under the other replica's
+// weight gradients (1 thread each, inside an OpenMP region), and a resumed `ember train --engine
+// dp --amp fp16` differed from a straight one in conv1's weights.
+TEST(Matmul, AProductWaitsWhileProductsWantingAnotherBlasThreadCountRun) {
+  Generator g(16);
+  const Tensor a = random({64, 64}, g), b = random({64, 64}, g);
+  std::optional<kernels::cpu::BlasThreadsLease> running(std::in_place, 1);  // a product in flight
+  ASSERT_EQ(kernels::cpu::blas_threads(), 1);
+  std::atomic<bool> done{false};
+  Tensor product;
+  std::thread wanting_two([&] {
+    omp_set_num_threads(2);  // this thread's count, outside any OpenMP region
+    product = matmul(a, b);
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(done.load()) << "the product wanting 2 threads ran beside one wanting 1";
+  EXPECT_EQ(kernels::cpu::blas_threads(), 1) << "the count changed under a running product";
+  running.reset();
+  wanting_two.join();
+  EXPECT_TRUE(done.load());
+  EXPECT_EQ(kernels::cpu::blas_threads(), 2);
+  expect_near_all(product, naive_product(a, b), 1e-5, "the product that waited");
+}
+
+// Products that want the same count run together: a second one-thread product does not wait.
+TEST(Matmul, ProductsWantingTheSameBlasThreadCountRunTogether) {
+  Generator g(17);
+  const Tensor a = random({64, 64}, g), b = random({64, 64}, g);
+  std::optional<kernels::cpu::BlasThreadsLease> running(std::in_place, 1);
+  std::atomic<bool> done{false};
+  Tensor product;
+  std::thread wanting_one([&] {
+    omp_set_num_threads(1);
+    product = matmul(a, b);
+    done = true;
+  });
+  for (int waited_ms = 0; !done && waited_ms < 10000; waited_ms += 10)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(done.load()) << "a product wanting 1 thread waited for another wanting 1";
+  running.reset();
+  wanting_one.join();
+  expect_near_all(product, naive_product(a, b), 1e-5, "the product beside another");
 }
 
 TEST(Matmul, MismatchedInnerDimsNameTheShapes) {
