@@ -27,7 +27,7 @@ void print_usage(std::ostream& os) {
         "commands:\n"
         "  train       train ResNet9 on Fashion-MNIST with the best engine for this machine\n"
         "  report      draw a run's training curves as an SVG (ember report LOGDIR)\n"
-        "  ckpt        inspect a checkpoint file (ember ckpt inspect FILE)\n"
+        "  ckpt        inspect or compare checkpoints (ember ckpt inspect FILE, ckpt diff A B)\n"
         "  demo        fit a small regression with ember's tensors and autograd\n"
         "  version     print ember's version and build options\n"
         "\n"
