@@ -12,6 +12,7 @@
 #   include/ember/<layer>/...h       the public headers, included as "nn/nn.h" (as in the repository)
 #   lib/libember_<layer>.a           one static library per layer (DESIGN.md)
 #   lib/cmake/ember/                 emberConfig.cmake, its version file and the exported targets
+#   lib/pkgconfig/ember.pc           the same for pkg-config (cmake/EmberPkgConfig.cmake)
 #   bin/ember                        the command (component ember_cli)
 # The installed tree refers to nothing in the source or build folder, so it can be moved.
 include(GNUInstallDirs)
@@ -58,6 +59,8 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/emberConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/emberConfig.cmake ${PROJECT_BINARY_DIR}/emberConfigVersion.cmake
   DESTINATION ${EMBER_INSTALL_CMAKEDIR} COMPONENT ember_development)
+
+include(EmberPkgConfig)  # lib/pkgconfig/ember.pc
 
 if(TARGET ember_cli)
   # The installed command keeps the run paths of the libraries it links outside the system's
