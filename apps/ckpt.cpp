@@ -53,8 +53,8 @@ int inspect(const std::string& path) {
 }
 
 // How two tensors of one dtype and shape differ: elements whose bytes differ, and the largest
-// |a - b| and |a - b| / |b| over them (infinite where one side is NaN or infinite and the other
-// is not).
+// |a - b| and |a - b| / |b| over them (|a - b| itself where b is 0; infinite where one side is
+// NaN or infinite and the other is not).
 struct ElementDifference {
   int64_t differing = 0;
   double max_abs = 0, max_rel = 0;

@@ -11,11 +11,11 @@
 
 # The libraries in link order: each layer before the layers it uses (DESIGN.md), kernels last.
 set(_pc_libs "")
-list(REVERSE EMBER_LAYERS)
-foreach(layer IN LISTS EMBER_LAYERS ITEMS ember_kernels)
+set(_pc_layers ${EMBER_LAYERS})
+list(REVERSE _pc_layers)
+foreach(layer IN LISTS _pc_layers ITEMS ember_kernels)
   string(APPEND _pc_libs " -l${layer}")
 endforeach()
-list(REVERSE EMBER_LAYERS)
 
 set(_pc_cflags "-std=c++20 ${OpenMP_CXX_FLAGS} -pthread")
 foreach(feature CUDA MPI NCCL)  # 0 or 1, as ember_flags and ember_distributed define them
@@ -88,6 +88,7 @@ Libs: -L\${libdir}${_pc_libs}
 ")
 install(FILES ${PROJECT_BINARY_DIR}/ember.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
   COMPONENT ember_development)
+unset(_pc_layers)
 unset(_pc_libs)
 unset(_pc_cflags)
 unset(_pc_rpaths)
