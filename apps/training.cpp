@@ -20,6 +20,7 @@
 #include "optim/adam.h"
 #include "optim/schedulers.h"
 #include "runtime/io/checkpoint.h"
+#include "runtime/io/metadata_numbers.h"
 #include "runtime/ops.h"
 
 namespace ember::apps {
@@ -92,7 +93,8 @@ void note_a_change_of_world_size(const std::string& checkpoint_path, const engin
         << " from a checkpoint of " << nodes_written
         << " nodes, each with its own optimizer state: every node starts from node 0's\n";
   if (!checkpoint.metadata.count("world_size")) return;
-  const int64_t written_by = std::stoll(checkpoint.meta("world_size"));
+  const int64_t written_by =
+      parse_integer(checkpoint.meta("world_size"), "resume: the checkpoint's world_size", 1);
   const int64_t ranks = engine.world_size();
   if (written_by == ranks) return;
   out << "resuming a run of " << written_by << (written_by == 1 ? " process" : " processes")

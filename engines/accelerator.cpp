@@ -7,6 +7,7 @@
 #include "engines/factory.h"
 #include "optim/grad_clip.h"
 #include "runtime/error.h"
+#include "runtime/io/metadata_numbers.h"
 #include "runtime/ops.h"
 
 namespace ember::engines {
@@ -245,7 +246,8 @@ void Accelerator::load_state(const std::string& dir) {
   engine_->unpack_checkpoint(checkpoint, model_->module().get(), &optimizer_->optimizer(),
                              scheduler_ ? &scheduler_->scheduler() : nullptr);
   if (checkpoint.metadata.count("accelerator.steps"))
-    steps_taken_ = std::stoll(checkpoint.meta("accelerator.steps"));
+    steps_taken_ = parse_integer(checkpoint.meta("accelerator.steps"),
+                                 "Accelerator::load_state: " + path + "'s accelerator.steps", 0);
 }
 
 }  // namespace ember::engines

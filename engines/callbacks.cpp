@@ -11,6 +11,7 @@
 #include "engines/runner.h"
 #include "optim/grad_clip.h"
 #include "runtime/error.h"
+#include "runtime/io/metadata_numbers.h"
 #include "runtime/ops.h"
 
 namespace ember::engines {
@@ -29,12 +30,6 @@ const Tensor& batch_tensor(const IRunner& runner, const std::string& key, const 
 // "run.<key>"; built by append (GCC 12 warns falsely about `run_key(key)`).
 std::string run_key(const std::string& key) {
   return std::string("run.").append(key);
-}
-
-std::string exact(double value) {
-  char buffer[40];
-  std::snprintf(buffer, sizeof(buffer), "%.17g", value);
-  return buffer;
 }
 
 double seconds_now() {
@@ -263,13 +258,18 @@ void CheckpointCallback::on_stage_start(IRunner& runner) {
   auto meta_or = [&](const char* key, const std::string& fallback) {
     return checkpoint.metadata.count(key) ? checkpoint.meta(key) : fallback;
   };
+  auto count = [&](const std::string& text, const char* key) {
+    return parse_integer(text, "resume: " + path + "'s " + key, 0);
+  };
   // Where the checkpoint was made. (Checkpoints from before stages were recorded come from a run
   // of one stage: the first, and the global epoch is the stage's.)
-  const int64_t checkpoint_stage_index = std::stoll(meta_or("checkpoint.stage_index", "0"));
+  const int64_t checkpoint_stage_index =
+      count(meta_or("checkpoint.stage_index", "0"), "checkpoint.stage_index");
   const std::string checkpoint_stage = meta_or("checkpoint.stage", runner.stage);
-  const int64_t checkpoint_epoch = std::stoll(checkpoint.meta("checkpoint.epoch"));
+  const int64_t checkpoint_epoch = count(checkpoint.meta("checkpoint.epoch"), "checkpoint.epoch");
   const int64_t checkpoint_global_epoch =
-      std::stoll(meta_or("checkpoint.global_epoch", std::to_string(checkpoint_epoch)));
+      count(meta_or("checkpoint.global_epoch", std::to_string(checkpoint_epoch)),
+            "checkpoint.global_epoch");
   EMBER_CHECK(checkpoint_stage_index < runner.num_stages, "resume: ", path, " was made in stage ",
               checkpoint_stage_index + 1, " ('", checkpoint_stage, "'), but this run has ",
               runner.num_stages, " stage(s); resume with the same stages()");
@@ -286,21 +286,33 @@ void CheckpointCallback::on_stage_start(IRunner& runner) {
   EMBER_CHECK(checkpoint_stage == runner.stage, "resume: ", path, " was made in stage '",
               checkpoint_stage, "', but this run's stage ", runner.stage_index + 1, " is '",
               runner.stage, "'; resume with the same stages()");
-  runner.engine->unpack_checkpoint(checkpoint, runner.model.get(), runner.optimizer.get(),
-                                   runner.scheduler.get());
-  runner.epoch = checkpoint_epoch;
-  runner.global_epoch = checkpoint_global_epoch;
-  runner.batch_step = std::stoll(checkpoint.meta("checkpoint.batch_step"));
-  // A stage that had stopped early (EarlyStoppingCallback) stays stopped: the next stage follows.
-  runner.need_early_stop = meta_or("checkpoint.need_early_stop", "0") == "1";
+  const int64_t batch_step =
+      count(checkpoint.meta("checkpoint.batch_step"), "checkpoint.batch_step");
+  const std::string stopped = meta_or("checkpoint.need_early_stop", "0");
+  EMBER_CHECK(stopped == "0" || stopped == "1", "resume: ", path,
+              "'s checkpoint.need_early_stop should be 0 or 1, got '", stopped, "'");
   // "epoch:value,epoch:value", best first.
+  std::vector<std::pair<int64_t, double>> best;
   std::istringstream list(checkpoint.meta("checkpoint.best"));
   std::string item;
   while (std::getline(list, item, ',')) {
     const size_t colon = item.find(':');
-    if (colon != std::string::npos)
-      best_.emplace_back(std::stoll(item.substr(0, colon)), std::stod(item.substr(colon + 1)));
+    EMBER_CHECK(colon != std::string::npos, "resume: ", path,
+                "'s checkpoint.best should list epoch:value pairs, got '",
+                checkpoint.meta("checkpoint.best"), "'");
+    best.emplace_back(
+        count(item.substr(0, colon), "checkpoint.best epoch"),
+        parse_real(item.substr(colon + 1), "resume: " + path + "'s checkpoint.best value"));
   }
+  // Everything read: the engine loads the model, optimizer and scheduler, then the runner moves.
+  runner.engine->unpack_checkpoint(checkpoint, runner.model.get(), runner.optimizer.get(),
+                                   runner.scheduler.get());
+  runner.epoch = checkpoint_epoch;
+  runner.global_epoch = checkpoint_global_epoch;
+  runner.batch_step = batch_step;
+  // A stage that had stopped early (EarlyStoppingCallback) stays stopped: the next stage follows.
+  runner.need_early_stop = stopped == "1";
+  best_ = std::move(best);
   for (const auto& [name, callback] : runner.callbacks) {
     const std::string prefix = "callback." + name + ".";
     std::map<std::string, std::string> state;
@@ -347,11 +359,11 @@ void CheckpointCallback::on_epoch_logged(IRunner& runner) {
   metadata["checkpoint.global_epoch"] = std::to_string(runner.global_epoch);
   metadata["checkpoint.need_early_stop"] = stage_stopped_early_ ? "1" : "0";
   metadata["checkpoint.metric"] = options_.loader_key + "/" + options_.metric_key;
-  metadata["checkpoint.value"] = exact(value_);
+  metadata["checkpoint.value"] = format_exact(value_);
   std::string list;
   for (const auto& [epoch, metric] : best_) {
     if (!list.empty()) list += ',';
-    list.append(std::to_string(epoch)).append(":").append(exact(metric));
+    list.append(std::to_string(epoch)).append(":").append(format_exact(metric));
   }
   metadata["checkpoint.best"] = list;
   for (const auto& [name, callback] : runner.callbacks)
@@ -404,7 +416,7 @@ void EarlyStoppingCallback::on_epoch_end(IRunner& runner) {
 
 std::map<std::string, std::string> EarlyStoppingCallback::state_dict() const {
   return {{"has_best", has_best_ ? "1" : "0"},
-          {"best", exact(best_)},
+          {"best", format_exact(best_)},
           {"bad_epochs", std::to_string(bad_epochs_)}};
 }
 
@@ -415,9 +427,15 @@ void EarlyStoppingCallback::load_state_dict(const std::map<std::string, std::str
                 key, "\"");
     return found->second;
   };
-  has_best_ = value_of("has_best") == "1";
-  best_ = std::stod(value_of("best"));
-  bad_epochs_ = std::stoll(value_of("bad_epochs"));
+  const std::string& has_best = value_of("has_best");
+  EMBER_CHECK(has_best == "0" || has_best == "1",
+              "EarlyStoppingCallback: the checkpoint's has_best should be 0 or 1, got '", has_best,
+              "'");
+  const double best = parse_real(value_of("best"), "EarlyStoppingCallback: the checkpoint's best");
+  bad_epochs_ = parse_integer(value_of("bad_epochs"),
+                              "EarlyStoppingCallback: the checkpoint's bad_epochs", 0);
+  has_best_ = has_best == "1";
+  best_ = best;
 }
 
 // ---- progress ----

@@ -1,9 +1,11 @@
 #include "engines/distributed_engines.h"
 
 #include <cstdio>
+#include <limits>
 
 #include "distributed/data_parallel.h"
 #include "distributed/distributed_sampler.h"
+#include "runtime/io/metadata_numbers.h"
 #include "runtime/random.h"
 
 namespace ember::engines {
@@ -181,13 +183,11 @@ Checkpoint DasoEngine::pack_checkpoint(const nn::Module* model, const optim::Opt
   Checkpoint checkpoint = DeviceEngine::pack_checkpoint(model, optimizer, scheduler, extra);
   if (daso_ && daso_->schedule().current_batch() == 0) {
     const dist::DasoScheduleState state = daso_->schedule().state();
-    char best[32];
-    std::snprintf(best, sizeof(best), "%.17g", state.plateau_best);  // exact, and "inf" at first
     checkpoint.metadata["daso.global_skip"] = std::to_string(state.skips.global_skip);
     checkpoint.metadata["daso.local_skip"] = std::to_string(state.skips.local_skip);
     checkpoint.metadata["daso.batches_to_wait"] = std::to_string(state.skips.batches_to_wait);
     checkpoint.metadata["daso.epochs_completed"] = std::to_string(state.epochs_completed);
-    checkpoint.metadata["daso.plateau_best"] = best;
+    checkpoint.metadata["daso.plateau_best"] = format_exact(state.plateau_best);  // "inf" at first
     checkpoint.metadata["daso.plateau_epochs_without_improvement"] =
         std::to_string(state.plateau_epochs_without_improvement);
     if (!node_optimizer_states_.empty() && gathered_after_epochs_ == state.epochs_completed) {
@@ -203,23 +203,15 @@ Checkpoint DasoEngine::pack_checkpoint(const nn::Module* model, const optim::Opt
 
 int64_t DasoEngine::optimizer_states_in(const Checkpoint& checkpoint) {
   if (!checkpoint.metadata.count("daso.nodes")) return 1;
-  const std::string& text = checkpoint.meta("daso.nodes");
-  try {
-    return std::stoll(text);
-  } catch (const std::exception&) {
-    EMBER_FAIL("DASO checkpoint: metadata daso.nodes is '", text, "', not a number");
-  }
+  return parse_integer(checkpoint.meta("daso.nodes"), "DASO checkpoint: metadata daso.nodes", 1);
 }
 
 void DasoEngine::unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* model,
                                    optim::Optimizer* optimizer, optim::LRScheduler* scheduler) {
-  auto number = [&](const char* key) -> double {
-    const std::string& text = checkpoint.meta(key);
-    try {
-      return std::stod(text);
-    } catch (const std::exception&) {
-      EMBER_FAIL(name(), ": checkpoint metadata ", key, " is '", text, "', not a number");
-    }
+  auto what = [&](const char* key) { return name() + ": checkpoint metadata " + key; };
+  auto count = [&](const char* key) {
+    return static_cast<int>(
+        parse_integer(checkpoint.meta(key), what(key), 0, std::numeric_limits<int>::max()));
   };
   const int node = groups_.global->rank();
   if (node > 0 && optimizer_states_in(checkpoint) == nodes()) {
@@ -242,13 +234,13 @@ void DasoEngine::unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* mod
   continue_this_ranks_random_stream(groups_.world->rank());
   if (!daso_ || !checkpoint.metadata.count("daso.epochs_completed")) return;
   dist::DasoScheduleState state;
-  state.skips.global_skip = static_cast<int>(number("daso.global_skip"));
-  state.skips.local_skip = static_cast<int>(number("daso.local_skip"));
-  state.skips.batches_to_wait = static_cast<int>(number("daso.batches_to_wait"));
-  state.epochs_completed = static_cast<int64_t>(number("daso.epochs_completed"));
-  state.plateau_best = number("daso.plateau_best");
-  state.plateau_epochs_without_improvement =
-      static_cast<int>(number("daso.plateau_epochs_without_improvement"));
+  state.skips.global_skip = count("daso.global_skip");
+  state.skips.local_skip = count("daso.local_skip");
+  state.skips.batches_to_wait = count("daso.batches_to_wait");
+  state.epochs_completed =
+      parse_integer(checkpoint.meta("daso.epochs_completed"), what("daso.epochs_completed"), 0);
+  state.plateau_best = parse_real(checkpoint.meta("daso.plateau_best"), what("daso.plateau_best"));
+  state.plateau_epochs_without_improvement = count("daso.plateau_epochs_without_improvement");
   daso_->load_schedule_state(state);
 }
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "runtime/error.h"
+#include "runtime/io/metadata_numbers.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
 
@@ -179,7 +180,10 @@ void IEngine::unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* model,
   if (scheduler) scheduler->load_state_dict(checkpoint.metadata);
   if (checkpoint.metadata.count("rng.seed") && checkpoint.metadata.count("rng.offset")) {
     default_generator().set_state(
-        {std::stoull(checkpoint.meta("rng.seed")), std::stoull(checkpoint.meta("rng.offset"))});
+        {parse_unsigned(checkpoint.meta("rng.seed"),
+                        "unpack_checkpoint: the checkpoint's rng.seed"),
+         parse_unsigned(checkpoint.meta("rng.offset"),
+                        "unpack_checkpoint: the checkpoint's rng.offset")});
   }
 }
 

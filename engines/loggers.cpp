@@ -17,15 +17,10 @@
 #include "engines/runner.h"
 #include "engines/tensorboard.h"
 #include "runtime/error.h"
+#include "runtime/io/metadata_numbers.h"
 
 namespace ember::engines {
 namespace {
-
-std::string exact(double value) {
-  char buffer[40];
-  std::snprintf(buffer, sizeof(buffer), "%.17g", value);
-  return buffer;
-}
 
 double wall_time() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -210,7 +205,7 @@ void CSVLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& runner) {
   for (const std::string& column : columns_) {
     file << ",";
     for (const auto& [name, value] : values)
-      if (name == column) file << exact(value);
+      if (name == column) file << format_exact(value);
   }
   file << "\n";
 }
@@ -236,7 +231,7 @@ void JsonlLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& runner)
   }
   for (const auto& [name, value] : flat(metrics)) {
     // JSON has no Inf or NaN: written as null.
-    file << ", \"" << name << "\": " << (std::isfinite(value) ? exact(value) : "null");
+    file << ", \"" << name << "\": " << (std::isfinite(value) ? format_exact(value) : "null");
   }
   file << "}\n";
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cpu/amp.h"
+#include "runtime/io/metadata_numbers.h"
 #include "runtime/ops.h"
 
 #if EMBER_WITH_CUDA
@@ -16,22 +17,18 @@ namespace ember::optim {
 
 namespace {
 
-std::string format_double(double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.17g", value);
-  return buffer;
+const std::string& entry(const Metadata& state, const std::string& key) {
+  const auto it = state.find(key);
+  EMBER_CHECK(it != state.end(), "GradScaler.load_state_dict: no '", key, "' entry");
+  return it->second;
 }
 
 double read_number(const Metadata& state, const std::string& key) {
-  const auto it = state.find(key);
-  EMBER_CHECK(it != state.end(), "GradScaler.load_state_dict: no '", key, "' entry");
-  try {
-    size_t used = 0;
-    const double value = std::stod(it->second, &used);
-    if (used == it->second.size()) return value;
-  } catch (const std::exception&) {
-  }
-  EMBER_FAIL("GradScaler.load_state_dict: '", key, "' should be a number, got '", it->second, "'");
+  return parse_real(entry(state, key), "GradScaler.load_state_dict: '" + key + "'");
+}
+
+int64_t read_integer(const Metadata& state, const std::string& key, int64_t min) {
+  return parse_integer(entry(state, key), "GradScaler.load_state_dict: '" + key + "'", min);
 }
 
 // Unscales one gradient in place; returns whether it held Inf or NaN.
@@ -259,9 +256,9 @@ int64_t GradScaler::growth_tracker() const {
 
 Metadata GradScaler::state_dict() const {
   if (!options_.enabled) return {};
-  return {{"scaler.scale", format_double(get_scale())},
-          {"scaler.growth_factor", format_double(options_.growth_factor)},
-          {"scaler.backoff_factor", format_double(options_.backoff_factor)},
+  return {{"scaler.scale", format_exact(get_scale())},
+          {"scaler.growth_factor", format_exact(options_.growth_factor)},
+          {"scaler.backoff_factor", format_exact(options_.backoff_factor)},
           {"scaler.growth_interval", std::to_string(options_.growth_interval)},
           {"scaler.growth_tracker", std::to_string(growth_tracker())}};
 }
@@ -275,16 +272,21 @@ void GradScaler::load_state_dict(const Metadata& state) {
   const double scale = read_number(state, "scaler.scale");
   const double growth_factor = read_number(state, "scaler.growth_factor");
   const double backoff_factor = read_number(state, "scaler.backoff_factor");
-  const double growth_interval = read_number(state, "scaler.growth_interval");
-  const double growth_tracker = read_number(state, "scaler.growth_tracker");
-  EMBER_CHECK(scale > 0.0 && growth_interval >= 1.0 && growth_tracker >= 0.0,
-              "GradScaler.load_state_dict: out-of-range values (scale ", scale,
-              ", growth_interval ", growth_interval, ", growth_tracker ", growth_tracker, ")");
+  const int64_t growth_interval = read_integer(state, "scaler.growth_interval", 1);
+  const int64_t growth_tracker = read_integer(state, "scaler.growth_tracker", 0);
+  // The constructor's rules, and a scale that stays finite in f32 (an infinite one would make
+  // every gradient infinite and never back off).
+  EMBER_CHECK(
+      std::isfinite(static_cast<float>(scale)) && scale > 0.0 && growth_factor > 1.0 &&
+          std::isfinite(growth_factor) && backoff_factor > 0.0 && backoff_factor < 1.0,
+      "GradScaler.load_state_dict: out-of-range values (scale ", scale, ", growth_factor ",
+      growth_factor, ", backoff_factor ", backoff_factor,
+      "; expected a finite positive scale, growth_factor > 1 and backoff_factor in (0, 1))");
   scale_ = static_cast<float>(scale);
   options_.growth_factor = growth_factor;
   options_.backoff_factor = backoff_factor;
-  options_.growth_interval = static_cast<int64_t>(growth_interval);
-  growth_tracker_ = static_cast<int64_t>(growth_tracker);
+  options_.growth_interval = growth_interval;
+  growth_tracker_ = growth_tracker;
   if (device_scale_.defined()) {
     NoGradGuard no_grad;
     device_scale_.fill_(static_cast<double>(scale_));

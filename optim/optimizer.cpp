@@ -3,37 +3,19 @@
 #include <cstdio>
 #include <set>
 
+#include "runtime/io/metadata_numbers.h"
 #include "runtime/ops.h"
 
 namespace ember::optim {
 
 namespace {
 
-// Numbers in state dicts: 17 significant digits read back to the same double.
-std::string format_double(double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.17g", value);
-  return buffer;
-}
-
 double parse_double(const std::string& text, const std::string& key) {
-  try {
-    size_t used = 0;
-    const double value = std::stod(text, &used);
-    if (used == text.size()) return value;
-  } catch (const std::exception&) {
-  }
-  EMBER_FAIL("load_state_dict: metadata '", key, "' should be a number, got '", text, "'");
+  return parse_real(text, "load_state_dict: metadata '" + key + "'");
 }
 
 int64_t parse_count(const std::string& text, const std::string& key) {
-  try {
-    size_t used = 0;
-    const long long value = std::stoll(text, &used);
-    if (used == text.size() && value >= 0) return value;
-  } catch (const std::exception&) {
-  }
-  EMBER_FAIL("load_state_dict: metadata '", key, "' should be a count, got '", text, "'");
+  return parse_integer(text, "load_state_dict: metadata '" + key + "'", 0);
 }
 
 const std::string& require(const Metadata& metadata, const std::string& key) {
@@ -223,13 +205,13 @@ StateDict Optimizer::state_dict() const {
     out.metadata[group_key(g, "num_params")] = std::to_string(group.params.size());
     for (const std::string& field : hyper) {
       if (double* value = double_field(group, field)) {
-        out.metadata[group_key(g, field)] = format_double(*value);
+        out.metadata[group_key(g, field)] = format_exact(*value);
       } else if (bool* flag = bool_field(group, field)) {
         out.metadata[group_key(g, field)] = *flag ? "true" : "false";
       }
     }
     if (group.initial_lr)
-      out.metadata[group_key(g, "initial_lr")] = format_double(*group.initial_lr);
+      out.metadata[group_key(g, "initial_lr")] = format_exact(*group.initial_lr);
     for (size_t i = 0; i < group.names.size(); ++i)
       out.metadata[group_key(g, "param." + std::to_string(i) + ".name")] = group.names[i];
     for (size_t i = 0; i < group.params.size(); ++i) {

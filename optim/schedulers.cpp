@@ -6,26 +6,26 @@
 #include <limits>
 #include <numbers>
 
+#include "runtime/io/metadata_numbers.h"
+
 namespace ember::optim {
 
 namespace {
 
-std::string format_double(double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.17g", value);
-  return buffer;
+const std::string& entry(const Metadata& state, const std::string& key, const char* op) {
+  const auto it = state.find(key);
+  EMBER_CHECK(it != state.end(), op, ".load_state_dict: no '", key, "' entry");
+  return it->second;
 }
 
 double read_number(const Metadata& state, const std::string& key, const char* op) {
-  const auto it = state.find(key);
-  EMBER_CHECK(it != state.end(), op, ".load_state_dict: no '", key, "' entry");
-  try {
-    size_t used = 0;
-    const double value = std::stod(it->second, &used);
-    if (used == it->second.size()) return value;
-  } catch (const std::exception&) {
-  }
-  EMBER_FAIL(op, ".load_state_dict: '", key, "' should be a number, got '", it->second, "'");
+  return parse_real(entry(state, key, op), std::string(op) + ".load_state_dict: '" + key + "'");
+}
+
+// last_epoch starts at -1 (no step yet), the counters at 0.
+int64_t read_integer(const Metadata& state, const std::string& key, const char* op, int64_t min) {
+  return parse_integer(entry(state, key, op), std::string(op) + ".load_state_dict: '" + key + "'",
+                       min);
 }
 
 std::vector<double> group_lrs(const Optimizer& optimizer) {
@@ -75,15 +75,15 @@ Metadata LRScheduler::state_dict() const {
                {"scheduler.step_count", std::to_string(step_count_)},
                {"scheduler.num_groups", std::to_string(base_lrs_.size())}};
   for (size_t g = 0; g < base_lrs_.size(); ++g) {
-    out["scheduler.base_lr." + std::to_string(g)] = format_double(base_lrs_[g]);
-    out["scheduler.last_lr." + std::to_string(g)] = format_double(last_lr_[g]);
+    out["scheduler.base_lr." + std::to_string(g)] = format_exact(base_lrs_[g]);
+    out["scheduler.last_lr." + std::to_string(g)] = format_exact(last_lr_[g]);
   }
   return out;
 }
 
 void LRScheduler::load_state_dict(const Metadata& state) {
-  const double groups = read_number(state, "scheduler.num_groups", "LRScheduler");
-  EMBER_CHECK(groups == static_cast<double>(base_lrs_.size()),
+  const int64_t groups = read_integer(state, "scheduler.num_groups", "LRScheduler", 0);
+  EMBER_CHECK(groups == static_cast<int64_t>(base_lrs_.size()),
               "LRScheduler.load_state_dict: the state dict has ", groups,
               " parameter groups, this scheduler has ", base_lrs_.size());
   std::vector<double> base(base_lrs_.size()), last(base_lrs_.size());
@@ -91,8 +91,9 @@ void LRScheduler::load_state_dict(const Metadata& state) {
     base[g] = read_number(state, "scheduler.base_lr." + std::to_string(g), "LRScheduler");
     last[g] = read_number(state, "scheduler.last_lr." + std::to_string(g), "LRScheduler");
   }
-  last_epoch_ = static_cast<int64_t>(read_number(state, "scheduler.last_epoch", "LRScheduler"));
-  step_count_ = static_cast<int64_t>(read_number(state, "scheduler.step_count", "LRScheduler"));
+  const int64_t last_epoch = read_integer(state, "scheduler.last_epoch", "LRScheduler", -1);
+  step_count_ = read_integer(state, "scheduler.step_count", "LRScheduler", 0);
+  last_epoch_ = last_epoch;
   base_lrs_ = std::move(base);
   last_lr_ = std::move(last);
 }
@@ -330,7 +331,7 @@ void ReduceLROnPlateau::step(double metric) {
 }
 
 Metadata ReduceLROnPlateau::state_dict() const {
-  return {{"plateau.best", format_double(best_)},
+  return {{"plateau.best", format_exact(best_)},
           {"plateau.num_bad_epochs", std::to_string(num_bad_epochs_)},
           {"plateau.cooldown_counter", std::to_string(cooldown_counter_)},
           {"plateau.last_epoch", std::to_string(last_epoch_)}};
@@ -339,13 +340,13 @@ Metadata ReduceLROnPlateau::state_dict() const {
 void ReduceLROnPlateau::load_state_dict(const Metadata& state) {
   const char* op = "ReduceLROnPlateau";
   const double best = read_number(state, "plateau.best", op);
-  const double bad = read_number(state, "plateau.num_bad_epochs", op);
-  const double cooldown = read_number(state, "plateau.cooldown_counter", op);
-  const double epoch = read_number(state, "plateau.last_epoch", op);
+  const int64_t bad = read_integer(state, "plateau.num_bad_epochs", op, 0);
+  const int64_t cooldown = read_integer(state, "plateau.cooldown_counter", op, 0);
+  const int64_t epoch = read_integer(state, "plateau.last_epoch", op, -1);
   best_ = best;
-  num_bad_epochs_ = static_cast<int64_t>(bad);
-  cooldown_counter_ = static_cast<int64_t>(cooldown);
-  last_epoch_ = static_cast<int64_t>(epoch);
+  num_bad_epochs_ = bad;
+  cooldown_counter_ = cooldown;
+  last_epoch_ = epoch;
   last_lr_ = group_lrs(optimizer_);
 }
 
