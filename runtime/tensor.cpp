@@ -22,18 +22,24 @@ std::string shape_str(const Shape& shape) {
 }
 
 int64_t shape_numel(const Shape& shape) {
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t n = 1;
-  for (int64_t s : shape)
-    n *= s;
+  for (int64_t s : shape) {
+    EMBER_CHECK(!__builtin_mul_overflow(n, s, &n), "shape ", shape_str(shape),
+                " has more elements than an int64 counts");
+  }
   return n;
 }
 
+// A size-0 dimension makes no elements but not a zero stride (PyTorch's rule), so a shape such as
+// (2^40, 2^40, 0) is checked here too: the strides of its other dimensions would overflow.
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
   int64_t step = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = step;
-    step *= std::max<int64_t>(shape[i], 1);
+    EMBER_CHECK(!__builtin_mul_overflow(step, std::max<int64_t>(shape[i], 1), &step), "shape ",
+                shape_str(shape), " is too large: its strides overflow an int64");
   }
   return strides;
 }

@@ -8,6 +8,7 @@
 
 #include "runtime/ops.h"
 #include "runtime/random.h"
+#include "tests/common/expect_error.h"
 
 namespace ember {
 namespace {
@@ -259,6 +260,16 @@ TEST(Errors, BadReshapeSaysWhatDoesNotFit) {
     EXPECT_NE(message.find("(5,2)"), std::string::npos) << message;
     EXPECT_NE(message.find("12"), std::string::npos) << message;
   }
+}
+
+// Found by tests/fuzz (an IDX header): a shape whose element count, or whose strides (a size-0
+// dimension beside huge ones), overflow int64 was undefined behaviour; it is an error.
+TEST(Errors, AShapeTooLargeToCountIsAnError) {
+  const int64_t huge = int64_t{1} << 40;
+  EXPECT_ERROR_WITH(empty({huge, huge}, DType::u8), "shape (1099511627776,1099511627776)",
+                    "more elements than an int64 counts");
+  EXPECT_ERROR_WITH(empty({huge, huge, 0}, DType::u8), "strides overflow");
+  EXPECT_EQ(empty({huge, 0}, DType::u8).numel(), 0);  // strides (1, 1): nothing overflows
 }
 
 TEST(Errors, CudaRequestsExplainWhyTheyCannotWork) {
