@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -15,53 +16,92 @@ uint32_t big_endian_u32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
-// The whole (decompressed) file. gzopen reads plain files too.
-std::string read_gz(const std::string& path) {
-  EMBER_CHECK(std::filesystem::exists(path), "fashion-mnist: '", path,
-              "' does not exist (install Debian's dataset-fashion-mnist, or point --data at a "
-              "folder holding the four IDX .gz files)");
-  gzFile file = gzopen(path.c_str(), "rb");
-  EMBER_CHECK(file != nullptr, "fashion-mnist: cannot open '", path, "': ", std::strerror(errno));
-  std::string bytes;
-  char buffer[1 << 16];
-  while (true) {
-    const int n = gzread(file, buffer, sizeof(buffer));
-    if (n < 0) {
-      int code = 0;
-      const std::string message = gzerror(file, &code);
-      gzclose(file);
-      EMBER_FAIL("fashion-mnist: '", path, "' is not a readable gzip file (", message, ")");
-    }
-    if (n == 0) break;
-    bytes.append(buffer, static_cast<size_t>(n));
+// IDX files of u8 hold images and labels; the largest of the MNIST family is far below this. A
+// header that declares more is refused before anything is allocated or read (a damaged header,
+// or a small gzip file that would inflate without end).
+constexpr int64_t kMaxIdxBytes = int64_t{1} << 34;
+
+// An open IDX file, plain or gzipped (gzopen reads both).
+class GzReader {
+ public:
+  explicit GzReader(const std::string& path) : path_(path) {
+    EMBER_CHECK(std::filesystem::exists(path), "fashion-mnist: '", path,
+                "' does not exist (install Debian's dataset-fashion-mnist, or point --data at a "
+                "folder holding the four IDX .gz files)");
+    file_ = gzopen(path.c_str(), "rb");
+    EMBER_CHECK(file_ != nullptr, "fashion-mnist: cannot open '", path,
+                "': ", std::strerror(errno));
   }
-  gzclose(file);
-  return bytes;
-}
+  GzReader(const GzReader&) = delete;
+  GzReader& operator=(const GzReader&) = delete;
+  ~GzReader() { gzclose(file_); }
+
+  // Reads up to `size` bytes into `out`; fewer only at the end of the file.
+  size_t read(void* out, size_t size) {
+    auto* bytes = static_cast<char*>(out);
+    size_t done = 0;
+    while (done < size) {
+      const unsigned chunk = static_cast<unsigned>(std::min<size_t>(size - done, 1u << 30));
+      const int n = gzread(file_, bytes + done, chunk);
+      if (n < 0) {
+        int code = 0;
+        EMBER_FAIL("fashion-mnist: '", path_, "' is not a readable gzip file (",
+                   gzerror(file_, &code), ")");
+      }
+      if (n == 0) break;
+      done += static_cast<size_t>(n);
+    }
+    return done;
+  }
+
+ private:
+  std::string path_;
+  gzFile file_ = nullptr;
+};
 
 }  // namespace
 
 Tensor read_idx(const std::string& path) {
-  const std::string bytes = read_gz(path);
-  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
-  EMBER_CHECK(bytes.size() >= 4 && p[0] == 0 && p[1] == 0 && p[2] == 0x08 && p[3] >= 1 && p[3] <= 4,
+  GzReader file(path);
+  unsigned char magic[4] = {};
+  EMBER_CHECK(file.read(magic, 4) == 4 && magic[0] == 0 && magic[1] == 0 && magic[2] == 0x08 &&
+                  magic[3] >= 1 && magic[3] <= 4,
               "fashion-mnist: '", path,
               "' is not an IDX file of unsigned bytes (expected magic 00 00 08 0N, N = dims)");
-  const int dims = p[3];
-  EMBER_CHECK(bytes.size() >= 4 + 4u * dims, "fashion-mnist: '", path,
+  const int dims = magic[3];
+  unsigned char sizes[16] = {};
+  EMBER_CHECK(file.read(sizes, 4u * dims) == 4u * dims, "fashion-mnist: '", path,
               "' is truncated inside its header");
   Shape shape;
   int64_t numel = 1;
   for (int d = 0; d < dims; ++d) {
-    shape.push_back(big_endian_u32(p + 4 + 4 * d));
-    numel *= shape.back();
+    const int64_t size = big_endian_u32(sizes + 4 * d);
+    shape.push_back(size);
+    // Once past the limit, it stays past it: no product can overflow.
+    numel = size != 0 && numel > kMaxIdxBytes / size ? kMaxIdxBytes + 1 : numel * size;
   }
-  const size_t header = 4 + 4u * static_cast<size_t>(dims);
-  EMBER_CHECK(bytes.size() - header == static_cast<size_t>(numel), "fashion-mnist: '", path,
-              "' declares shape ", shape_str(shape), " (", numel, " bytes) but holds ",
-              bytes.size() - header, " bytes of data (truncated or damaged)");
+  EMBER_CHECK(numel <= kMaxIdxBytes, "fashion-mnist: '", path, "' declares shape ",
+              shape_str(shape), ", more than ", kMaxIdxBytes, " bytes (a damaged header?)");
+  // Read in chunks, so that a header declaring gigabytes in front of a short file costs no more
+  // memory than the file holds; the tensor is made once the data is all there.
+  std::string data;
+  constexpr size_t kChunk = size_t{1} << 24;
+  while (data.size() < static_cast<size_t>(numel)) {
+    const size_t want = std::min(kChunk, static_cast<size_t>(numel) - data.size());
+    const size_t before = data.size();
+    data.resize(before + want);
+    const size_t got = file.read(data.data() + before, want);
+    data.resize(before + got);
+    if (got < want) break;
+  }
+  EMBER_CHECK(data.size() == static_cast<size_t>(numel), "fashion-mnist: '", path,
+              "' declares shape ", shape_str(shape), " (", numel, " bytes) but holds ", data.size(),
+              " bytes of data (truncated or damaged)");
+  char extra = 0;
+  EMBER_CHECK(file.read(&extra, 1) == 0, "fashion-mnist: '", path, "' declares shape ",
+              shape_str(shape), " (", numel, " bytes) but holds more data (damaged?)");
   Tensor out = empty(shape, DType::u8);
-  std::memcpy(out.data_ptr(), bytes.data() + header, static_cast<size_t>(numel));
+  if (numel > 0) std::memcpy(out.data_ptr(), data.data(), data.size());
   return out;
 }
 

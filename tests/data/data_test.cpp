@@ -227,6 +227,14 @@ TEST_F(IdxTest, DamagedFilesNameThePathAndTheProblem) {
   const std::string truncated = write_gz("t.gz", idx({2, 3}, 5, 1));
   EXPECT_NE(message(truncated).find("truncated"), std::string::npos) << message(truncated);
   EXPECT_NE(message(truncated).find(truncated), std::string::npos);
+  const std::string trailing = write_gz("x.gz", idx({2, 3}, 7, 1));
+  EXPECT_NE(message(trailing).find("holds more data"), std::string::npos) << message(trailing);
+  // Found by tests/fuzz: four sizes whose product overflowed int64 (undefined behaviour). A shape
+  // past 16 GiB is refused from the header, before anything is allocated or read.
+  const std::string huge = write_gz("h.gz", idx({91, 0x03000000, 0x03000000, 3}, 4, 1));
+  EXPECT_NE(message(huge).find("more than 17179869184 bytes"), std::string::npos) << message(huge);
+  const std::string large = write_gz("l.gz", idx({0x10000, 0x10000, 5}, 4, 1));
+  EXPECT_NE(message(large).find("more than"), std::string::npos) << message(large);
   const std::string wrong_magic = write_gz("m.gz", std::string("\x01\x02\x03\x04rest"));
   EXPECT_NE(message(wrong_magic).find("not an IDX file"), std::string::npos);
   EXPECT_NE(message((dir_ / "missing.gz").string()).find("does not exist"), std::string::npos);
