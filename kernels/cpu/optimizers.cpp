@@ -138,7 +138,7 @@ EMBER_CLONE_FOR_SIMD void amsgrad_update_run(float* __restrict master,
                                              const AdamScalars s) {
   for (int64_t j = 0; j < count; ++j) {
     const float v = exp_avg_sq[j], v_max_old = max_exp_avg_sq[j];
-    const float v_used = (v_max_old != v_max_old) | (v_max_old > v) ? v_max_old : v;
+    const float v_used = ((v_max_old != v_max_old) | (v_max_old > v)) ? v_max_old : v;
     max_exp_avg_sq[j] = v_used;
     master[j] = adam_parameter(master[j], exp_avg[j], v_used, s);
   }
