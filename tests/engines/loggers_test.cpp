@@ -114,6 +114,7 @@ TEST(Loggers, CsvAddsAColumnForAMetricFirstSeenLater) {
   EXPECT_EQ(read_file(csv.path()),
             "epoch,train_loss,valid_accuracy\n1,0.5,\n2,0.25,0.75\n3,0.0625,1\n");
   EXPECT_FALSE(std::filesystem::exists(csv.path() + ".tmp"));
+  std::filesystem::remove_all(logdir);
 }
 
 TEST(Loggers, FilesHoldOneRowPerEpoch) {
