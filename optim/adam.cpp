@@ -96,6 +96,11 @@ std::vector<std::string> Adam::hyper_parameter_names() const {
   return {"lr", "beta1", "beta2", "eps", "weight_decay", "amsgrad", "maximize"};
 }
 
+std::vector<std::string> Adam::stepped_state_names(const ParamGroup& group) const {
+  if (group.amsgrad) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  return {"exp_avg", "exp_avg_sq"};
+}
+
 void Adam::update_fused(const ParamGroup& group, Tensor& master, const Tensor& grad, Tensor& model,
                         ParamState& state) {
   float* exp_avg = state_tensor(state, "exp_avg", master).data<float>();

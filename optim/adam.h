@@ -48,6 +48,7 @@ class Adam : public Optimizer {
   void update_reference(const ParamGroup& group, Tensor& master, const Tensor& grad,
                         ParamState& state) override;
   std::vector<std::string> hyper_parameter_names() const override;
+  std::vector<std::string> stepped_state_names(const ParamGroup& group) const override;
 
  private:
   bool decoupled_;

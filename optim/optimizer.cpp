@@ -1,5 +1,7 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <set>
 
@@ -246,6 +248,7 @@ void Optimizer::load_state_dict(const StateDict& state) {
   // Build the new groups and states aside; commit only when everything checked out.
   std::vector<ParamGroup> new_groups = groups_;
   std::vector<std::vector<ParamState>> new_states(groups_.size());
+  std::vector<std::vector<char>> has_step(groups_.size());
   const std::vector<std::string> hyper = hyper_parameter_names();
   for (size_t g = 0; g < groups_.size(); ++g) {
     ParamGroup& group = new_groups[g];
@@ -275,6 +278,7 @@ void Optimizer::load_state_dict(const StateDict& state) {
                   "' but the state dict holds the state of '", saved->second, "'");
     }
     new_states[g].resize(group.params.size());
+    has_step[g].assign(group.params.size(), false);
   }
 
   for (const auto& [full_name, tensor] : state.tensors) {
@@ -300,7 +304,11 @@ void Optimizer::load_state_dict(const StateDict& state) {
     if (key == "step") {
       EMBER_CHECK(tensor.numel() == 1, op, ": '", full_name, "' should hold one number, got ",
                   describe(tensor));
-      st.step = static_cast<int64_t>(tensor.item_double());
+      const double step = tensor.item_double();
+      EMBER_CHECK(step >= 0 && step < 0x1p62 && step == std::floor(step), op, ": '", full_name,
+                  "' should hold a step count, got ", step);
+      st.step = static_cast<int64_t>(step);
+      has_step[g][i] = true;
       continue;
     }
     const Tensor& param = new_groups[g].params[i];
@@ -310,6 +318,24 @@ void Optimizer::load_state_dict(const StateDict& state) {
     const DType state_dtype = param.dtype() == DType::f64 ? DType::f64 : DType::f32;
     NoGradGuard no_grad;
     st.tensors[key] = tensor.detach().to(param.device(), state_dtype).contiguous().clone();
+  }
+  // A parameter's state is whole or absent (one that never stepped): a stepped parameter without
+  // its moments would resume with zeros in their place, silently.
+  for (size_t g = 0; g < new_groups.size(); ++g) {
+    const std::vector<std::string> stepped_names = stepped_state_names(new_groups[g]);
+    for (size_t i = 0; i < new_states[g].size(); ++i) {
+      const ParamState& st = new_states[g][i];
+      const std::string prefix = "state." + std::to_string(g) + "." + std::to_string(i) + ".";
+      const bool has_tensors =
+          std::any_of(st.tensors.begin(), st.tensors.end(),
+                      [](const auto& entry) { return entry.first != "master"; });
+      EMBER_CHECK(has_step[g][i] || !has_tensors, op, ": the state dict has state tensors for '",
+                  prefix, "*' but no '", prefix, "step' (a damaged or edited state dict?)");
+      for (const std::string& name : stepped_names)
+        EMBER_CHECK(st.step == 0 || st.tensors.count(name), op, ": the state dict has no '", prefix,
+                    name, "', though that parameter has taken ", st.step,
+                    " steps (a damaged or edited state dict?)");
+    }
   }
   // An f16/bf16 parameter always has a master: keep the current one when the dict has none.
   for (size_t g = 0; g < groups_.size(); ++g)

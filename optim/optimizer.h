@@ -133,6 +133,9 @@ class Optimizer {
                                 ParamState& state) = 0;
   // Hyper-parameters this optimizer records in its state dict.
   virtual std::vector<std::string> hyper_parameter_names() const = 0;
+  // The state tensors a parameter of `group` holds once it has stepped, besides its step and its
+  // master (Adam: exp_avg, exp_avg_sq); load_state_dict refuses a stepped parameter without them.
+  virtual std::vector<std::string> stepped_state_names(const ParamGroup& group) const = 0;
 
   // Called from the subclass constructor, once name() and the checks are available.
   void initialize();

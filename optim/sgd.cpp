@@ -74,6 +74,11 @@ std::vector<std::string> SGD::hyper_parameter_names() const {
   return {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"};
 }
 
+std::vector<std::string> SGD::stepped_state_names(const ParamGroup& group) const {
+  if (group.momentum != 0.0) return {"momentum_buffer"};
+  return {};
+}
+
 void SGD::update_fused(const ParamGroup& group, Tensor& master, const Tensor& grad, Tensor& model,
                        ParamState& state) {
   float* buffer = nullptr;

@@ -523,6 +523,30 @@ TEST(StateDictErrors, MismatchesAreRefusedWithClearMessages) {
   StateDict unknown = state;
   unknown.tensors.emplace_back("state.0.0.velocity", zeros({4}));
   expect_error([&] { fresh.load_state_dict(unknown); }, "unknown state 'velocity'");
+
+  // A parameter's state is whole or absent: without its moments, a stepped parameter would resume
+  // from zeros; without its step, from step 0 (Adam's bias correction restarted).
+  auto without = [&](const std::string& name) {
+    StateDict partial = state;
+    std::erase_if(partial.tensors, [&](const auto& entry) { return entry.first == name; });
+    return partial;
+  };
+  expect_error([&] { fresh.load_state_dict(without("state.0.1.exp_avg_sq")); },
+               "no 'state.0.1.exp_avg_sq', though that parameter has taken 1 steps");
+  expect_error([&] { fresh.load_state_dict(without("state.0.0.step")); },
+               "state tensors for 'state.0.0.*' but no 'state.0.0.step'");
+  StateDict bad_step = state;
+  for (auto& [name, tensor] : bad_step.tensors)
+    if (name == "state.0.0.step") tensor = scalar_tensor(-1.0, DType::f64);
+  expect_error([&] { fresh.load_state_dict(bad_step); }, "should hold a step count, got -1");
+  EXPECT_EQ(fresh.state(0, 0).step, 0);  // nothing was half-loaded
+  // A parameter that never stepped has no state at all: that loads.
+  StateDict never_stepped = without("state.0.1.exp_avg");
+  std::erase_if(never_stepped.tensors,
+                [](const auto& entry) { return entry.first.rfind("state.0.1.", 0) == 0; });
+  fresh.load_state_dict(never_stepped);
+  EXPECT_EQ(fresh.state(0, 0).step, 1);
+  EXPECT_EQ(fresh.state(0, 1).step, 0);
 }
 
 // ---- groups, zero_grad, errors ------------------------------------------------------------------
