@@ -84,9 +84,11 @@ class StopAfterEpoch : public ICallback {
 
 // Trains 2 epochs over 32 samples with Adam and a StepLR (stopping after `stop_after` when > 0),
 // optionally resuming from logdir/last.ckpt; the checkpoints in `logdir` are the result.
-// `batch` is per rank; without dropout the loader does not shuffle either.
+// `batch` is per rank; without dropout the loader does not shuffle either. `callbacks` are added
+// to the runner's own.
 inline void small_run(const std::function<EnginePtr()>& engine, const std::string& logdir,
-                      int64_t stop_after, bool resume, bool dropout = true, int64_t batch = 16) {
+                      int64_t stop_after, bool resume, bool dropout = true, int64_t batch = 16,
+                      Callbacks callbacks = {}) {
   manual_seed(5);
   SupervisedRunner runner;
   TrainOptions options{
@@ -111,6 +113,7 @@ inline void small_run(const std::function<EnginePtr()>& engine, const std::strin
             return std::make_shared<optim::StepLR>(optimizer, 1, 0.5);
           },
   };
+  options.callbacks = std::move(callbacks);
   if (stop_after > 0)
     options.callbacks.emplace_back("stop", std::make_shared<StopAfterEpoch>(stop_after));
   runner.train(std::move(options));

@@ -20,38 +20,13 @@
 namespace ember::engines {
 namespace {
 
-// Two epochs of the fixtures' MLP with every piece of state a checkpoint carries on one process:
-// Adam, a StepLR, an fp16 GradScaler (the AMP engine), early stopping and the best-k list.
+// The fixtures' small run with every piece of state a checkpoint carries on one process: Adam, a
+// StepLR, an fp16 GradScaler (the AMP engine), early stopping and the best-k list.
 void run(const std::string& logdir, int64_t stop_after, bool resume) {
-  manual_seed(5);
-  Callbacks callbacks = {
-      {"early_stopping", std::make_shared<EarlyStoppingCallback>(3, "valid", "loss")}};
-  if (stop_after > 0)
-    callbacks.emplace_back("stop", std::make_shared<testing::StopAfterEpoch>(stop_after));
-  SupervisedRunner runner;
-  runner.train({
-      .model = testing::mlp(),
-      .criterion = [](const Tensor& logits,
-                      const Tensor& targets) { return cross_entropy(logits, targets); },
-      .loaders = {{"train", testing::loader(16, 8, true)},
-                  {"valid", testing::loader(8, 8, false, 11)}},
-      .logdir = logdir,
-      .num_epochs = 2,
-      .valid_metric = "loss",
-      .engine_instance = make_engine("amp", {.precision = DType::f16}),
-      .callbacks = callbacks,
-      .seed = 9,
-      .resume = resume ? logdir + "/last.ckpt" : "",
-      .optimizer_fn =
-          [](nn::Module& model) {
-            return std::make_shared<optim::Adam>(model.named_parameters(),
-                                                 optim::AdamOptions{.lr = 1e-2});
-          },
-      .scheduler_fn =
-          [](optim::Optimizer& optimizer) {
-            return std::make_shared<optim::StepLR>(optimizer, 1, 0.5);
-          },
-  });
+  testing::small_run(
+      [] { return make_engine("amp", {.precision = DType::f16}); }, logdir, stop_after, resume,
+      /*dropout=*/true, /*batch=*/16,
+      {{"early_stopping", std::make_shared<EarlyStoppingCallback>(3, "valid", "loss")}});
 }
 
 struct Outcomes {
