@@ -1,5 +1,6 @@
 #include "engines/distributed_engines.h"
 
+#include <cmath>
 #include <cstdio>
 #include <limits>
 
@@ -239,7 +240,10 @@ void DasoEngine::unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* mod
   state.skips.batches_to_wait = count("daso.batches_to_wait");
   state.epochs_completed =
       parse_integer(checkpoint.meta("daso.epochs_completed"), what("daso.epochs_completed"), 0);
+  // inf before the first epoch's loss; never nan, which no loss would ever improve on.
   state.plateau_best = parse_real(checkpoint.meta("daso.plateau_best"), what("daso.plateau_best"));
+  EMBER_CHECK(!std::isnan(state.plateau_best), what("daso.plateau_best"),
+              " should be a loss or inf, got nan");
   state.plateau_epochs_without_improvement = count("daso.plateau_epochs_without_improvement");
   daso_->load_schedule_state(state);
 }

@@ -85,6 +85,46 @@ TEST(DistributedEngines, EveryDataParallelEngineResumesIdentically) {
   }
 }
 
+// DASO's schedule state in a checkpoint edited by hand: each daso.* value replaced in turn by text
+// DASO never writes. A resume works or throws an ember::Error naming the key; it never throws
+// std::stod's bare message, nor casts nan or 1e400 to int (tests/engines/
+// resume_edited_checkpoint_test.cpp does the same for the single-process state).
+TEST(DistributedEngines, DasoRefusesAScheduleStateItCannotRead) {
+  if (dist::world()->size() > 1) GTEST_SKIP() << "one process is enough (each rank reads alike)";
+  auto daso = [] {
+    return std::make_shared<DasoEngine>(
+        Device::cpu(), 2,
+        dist::DasoOptions{.warmup_epochs = 1, .cooldown_epochs = 0, .max_global_skips = 2});
+  };
+  const std::string first = shared_dir("daso_edited_first"), edited = shared_dir("daso_edited");
+  testing::small_run(daso, first, 1, false, /*dropout=*/true, 8);
+  const Checkpoint written = load_checkpoint(first + "/last.ckpt");
+  int refused = 0, keys = 0;
+  for (const auto& [key, value] : written.metadata) {
+    if (key.rfind("daso.", 0) != 0) continue;
+    ++keys;
+    for (const std::string text : {"", "x", "-1", "1.5", "nan", "1e400", "99999999999"}) {
+      Metadata metadata = written.metadata;
+      metadata[key] = text;
+      save_checkpoint(edited + "/last.ckpt", written.tensors, metadata);
+      try {
+        testing::small_run(daso, edited, 0, true, /*dropout=*/true, 8);
+      } catch (const Error& e) {
+        ++refused;
+        EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << key << " = '" << text << "' (was '" << value << "'): " << e.what();
+      }
+    }
+  }
+  EXPECT_GE(keys, 6) << "the checkpoint holds no DASO schedule state";
+  // Refused: every value but a plateau_best that is a number ("-1", "1.5", "99999999999") and a
+  // count of epochs completed that is one ("99999999999").
+  EXPECT_EQ(refused, 7 * keys - 4);
+  std::filesystem::remove_all(first);
+  std::filesystem::remove_all(edited);
+}
+
 TEST(DistributedEngines, DdpTrainsTheSameModelAsOneProcessOnTheWholeBatch) {
   auto world = dist::world();
   const int ranks = world->size();
