@@ -11,12 +11,16 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
+#include <limits>
 #include <ostream>
 #include <sstream>
 
 #include "engines/runner.h"
 #include "engines/tensorboard.h"
 #include "runtime/error.h"
+#include "runtime/io/csv.h"
+#include "runtime/io/json.h"
 #include "runtime/io/metadata_numbers.h"
 
 namespace ember::engines {
@@ -40,16 +44,6 @@ std::vector<std::pair<std::string, double>> flat(const LoaderMetrics& metrics) {
 std::vector<std::string> leading_columns(const IRunner& runner) {
   if (runner.num_stages > 1) return {"epoch", "stage", "stage_epoch"};
   return {"epoch"};
-}
-
-// `text` as a JSON string, quotes included.
-std::string json_string(const std::string& text) {
-  std::string quoted = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') quoted += '\\';
-    quoted += c;
-  }
-  return quoted + "\"";
 }
 
 void make_parent(const std::string& path) {
@@ -102,6 +96,29 @@ void replace_file(const std::string& path, const std::string& contents) {
   std::filesystem::rename(temporary, path);
 }
 
+std::string read_whole(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+}
+
+// The first `count` rows of a CSV file (all of them if it has fewer), each a row's cells. Rows
+// after those are not read: a row cut short by a crash, after the rows a resume keeps, is dropped.
+std::vector<std::vector<std::string>> first_csv_rows(const std::string& path, int64_t count) {
+  csv::Reader reader(read_whole(path), path);
+  std::vector<std::vector<std::string>> rows;
+  for (std::vector<std::string> cells;
+       static_cast<int64_t>(rows.size()) < count && reader.next(cells);)
+    rows.push_back(cells);
+  return rows;
+}
+
+std::string csv_text(const std::vector<std::vector<std::string>>& rows) {
+  std::string text;
+  for (const auto& row : rows)
+    text += csv::join(row) + "\n";
+  return text;
+}
+
 }  // namespace
 
 void keep_first_lines(const std::string& path, int64_t lines) {
@@ -142,41 +159,29 @@ void CSVLogger::start(const IRunner& runner) {
   has_header_ = false;
   if (runner.global_epoch > 0 && std::filesystem::exists(path_)) {
     // Resumed, or a later stage: the header names the columns; keep the epochs done.
-    std::ifstream file(path_);
-    std::string header;
-    std::getline(file, header);
-    has_header_ = !header.empty();
-    std::istringstream names(header);
+    const auto rows = first_csv_rows(path_, runner.global_epoch + 1);
+    has_header_ = !rows.empty() && !rows[0].empty();
     const std::vector<std::string> leading = leading_columns(runner);
-    std::string name;
-    while (std::getline(names, name, ','))
-      if (std::find(leading.begin(), leading.end(), name) == leading.end())
-        columns_.push_back(name);
-    file.close();
-    keep_first_lines(path_, runner.global_epoch + 1);
+    if (has_header_) {
+      for (const std::string& name : rows[0])
+        if (std::find(leading.begin(), leading.end(), name) == leading.end())
+          columns_.push_back(name);
+    }
+    replace_file(path_, csv_text(rows));
   } else {
     open_or_fail(path_, std::ios::trunc);
   }
 }
 
 void CSVLogger::add_columns(const std::vector<std::string>& added) {
-  std::ifstream old(path_);
-  std::string line, widened;
-  const std::string empty_cells(added.size(), ',');
-  for (bool header = true; std::getline(old, line); header = false) {
-    widened += line;
-    if (header) {
-      for (const std::string& name : added) {
-        widened += ',';
-        widened += name;
-      }
-    } else {
-      widened += empty_cells;
-    }
-    widened += '\n';
+  auto rows = first_csv_rows(path_, std::numeric_limits<int64_t>::max());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i == 0)
+      rows[i].insert(rows[i].end(), added.begin(), added.end());
+    else
+      rows[i].resize(rows[i].size() + added.size());
   }
-  old.close();
-  replace_file(path_, widened);
+  replace_file(path_, csv_text(rows));
   columns_.insert(columns_.end(), added.begin(), added.end());
 }
 
@@ -188,26 +193,24 @@ void CSVLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& runner) {
   }
   if (!has_header_) {
     columns_.insert(columns_.end(), added.begin(), added.end());
-    std::ofstream file = open_or_fail(path_, std::ios::app);
-    const std::vector<std::string> leading = leading_columns(runner);
-    for (size_t i = 0; i < leading.size(); ++i)
-      file << (i > 0 ? "," : "") << leading[i];
-    for (const std::string& column : columns_)
-      file << "," << column;
-    file << "\n";
+    std::vector<std::string> header = leading_columns(runner);
+    header.insert(header.end(), columns_.begin(), columns_.end());
+    open_or_fail(path_, std::ios::app) << csv::join(header) << "\n";
     has_header_ = true;
   } else if (!added.empty()) {
     add_columns(added);  // a metric first seen now, such as a later stage's loader
   }
-  std::ofstream file = open_or_fail(path_, std::ios::app);
-  file << runner.global_epoch;
-  if (runner.num_stages > 1) file << "," << runner.stage << "," << runner.epoch;
-  for (const std::string& column : columns_) {
-    file << ",";
-    for (const auto& [name, value] : values)
-      if (name == column) file << format_exact(value);
+  std::vector<std::string> row = {std::to_string(runner.global_epoch)};
+  if (runner.num_stages > 1) {
+    row.push_back(runner.stage);
+    row.push_back(std::to_string(runner.epoch));
   }
-  file << "\n";
+  for (const std::string& column : columns_) {
+    row.emplace_back();
+    for (const auto& [name, value] : values)
+      if (name == column) row.back() = format_exact(value);
+  }
+  open_or_fail(path_, std::ios::app) << csv::join(row) << "\n";
 }
 
 // ---- JSON lines ----
@@ -227,11 +230,12 @@ void JsonlLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& runner)
   std::ofstream file = open_or_fail(path_, std::ios::app);
   file << "{\"epoch\": " << runner.global_epoch;
   if (runner.num_stages > 1) {
-    file << ", \"stage\": " << json_string(runner.stage) << ", \"stage_epoch\": " << runner.epoch;
+    file << ", \"stage\": " << json::quote(runner.stage) << ", \"stage_epoch\": " << runner.epoch;
   }
   for (const auto& [name, value] : flat(metrics)) {
     // JSON has no Inf or NaN: written as null.
-    file << ", \"" << name << "\": " << (std::isfinite(value) ? format_exact(value) : "null");
+    file << ", " << json::quote(name) << ": "
+         << (std::isfinite(value) ? format_exact(value) : "null");
   }
   file << "}\n";
 }
