@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
 #include <thread>
 
 #include "engines/device_engines.h"
+#include "engines/logged_metrics.h"
 #include "engines/loggers.h"
 #include "engines/tensorboard.h"
 #include "tests/common/expect_error.h"
@@ -114,6 +116,60 @@ TEST(Loggers, CsvAddsAColumnForAMetricFirstSeenLater) {
   EXPECT_EQ(read_file(csv.path()),
             "epoch,train_loss,valid_accuracy\n1,0.5,\n2,0.25,0.75\n3,0.0625,1\n");
   EXPECT_FALSE(std::filesystem::exists(csv.path() + ".tmp"));
+  std::filesystem::remove_all(logdir);
+}
+
+// Names that hold a comma, a quote or a line break (a user's stage or loader names) are quoted as
+// RFC 4180 says, so that every row keeps its columns; a resume reads them back as they were, and
+// so does `ember report`. The JSON lines name them as JSON strings.
+TEST(Loggers, NamesWithCommasAndQuotesKeepTheirColumns) {
+  const std::string logdir = fresh_dir("csv_quoting");
+  SupervisedRunner runner;  // only its epoch and stage fields are read
+  runner.num_stages = 2;
+  runner.stage = "warm, \"up\"";
+  CSVLogger csv(logdir);
+  JsonlLogger jsonl(logdir);
+  runner.global_epoch = 0;
+  csv.start(runner);
+  jsonl.start(runner);
+  const LoaderMetrics first = {{"valid, hard", {{"accuracy", 0.5}}}};
+  const LoaderMetrics second = {{"valid, hard", {{"accuracy", 0.75}}}, {"train", {{"loss", 2.0}}}};
+  for (const auto* metrics : {&first, &second}) {
+    ++runner.global_epoch;
+    runner.epoch = runner.global_epoch;
+    csv.log_epoch(*metrics, runner);
+    jsonl.log_epoch(*metrics, runner);
+  }
+  const std::string written =
+      "epoch,stage,stage_epoch,\"valid, hard_accuracy\",train_loss\n"
+      "1,\"warm, \"\"up\"\"\",1,0.5,\n"
+      "2,\"warm, \"\"up\"\"\",2,0.75,2\n";
+  EXPECT_EQ(read_file(csv.path()), written);
+  EXPECT_EQ(read_file(logdir + "/metrics.jsonl"),
+            "{\"epoch\": 1, \"stage\": \"warm, \\\"up\\\"\", \"stage_epoch\": 1, "
+            "\"valid, hard_accuracy\": 0.5}\n"
+            "{\"epoch\": 2, \"stage\": \"warm, \\\"up\\\"\", \"stage_epoch\": 2, "
+            "\"valid, hard_accuracy\": 0.75, \"train_loss\": 2}\n");
+
+  // Resumed from epoch 1's checkpoint: the quoted header and row are kept as they were.
+  CSVLogger resumed(logdir);
+  runner.global_epoch = 1;
+  resumed.start(runner);
+  EXPECT_EQ(read_file(csv.path()), written.substr(0, written.find("\n2,") + 1));
+  runner.global_epoch = runner.epoch = 2;
+  resumed.log_epoch(second, runner);
+  EXPECT_EQ(read_file(csv.path()), written);
+
+  for (const LoggedMetrics& read :
+       {read_metrics_csv(csv.path()), read_metrics_jsonl(logdir + "/metrics.jsonl")}) {
+    EXPECT_EQ(read.epochs, (std::vector<double>{1, 2}));
+    ASSERT_EQ(read.columns.count("valid, hard_accuracy"), 1u);
+    EXPECT_EQ(read.columns.at("valid, hard_accuracy"), (std::vector<double>{0.5, 0.75}));
+    ASSERT_EQ(read.columns.count("train_loss"), 1u);
+    EXPECT_TRUE(std::isnan(read.columns.at("train_loss")[0]));
+    EXPECT_EQ(read.columns.at("train_loss")[1], 2.0);
+    EXPECT_TRUE(read.skipped.empty());
+  }
   std::filesystem::remove_all(logdir);
 }
 
