@@ -52,6 +52,7 @@ if [[ $with_mpi == yes ]]; then
 fi
 du -sh .debs
 echo "now: device tool run(command=\"bash bench/gpu/run.sh\", carry=[\".debs\"], timeout_s=600)"
+echo "(15 minutes of device time a session: bench/gpu/run.sh's header has the plan that fits)"
 if [[ $with_mpi == yes ]]; then
   echo "and for MPI: run(command=\"bash bench/gpu/run.sh mpi\", carry=[\".debs\"], timeout_s=600)"
 fi

@@ -26,12 +26,17 @@
 #     bash bench/gpu/prepare.sh
 # Then the session calls the device tool:
 #     run(command="bash bench/gpu/run.sh", carry=[".debs"], timeout_s=600)
-# Everything may not fit in one call's 600 s (a build from scratch takes minutes): the steps run
-# in order of value and the last ones are skipped when the budget runs out, saying so. To get them
-# all, split the work over two calls while the machine is warm (build-gpu/ and /tmp/ember-gpu stay
-# between calls on a warm machine; a cold one rebuilds, which the `build` step does):
-#     run(command="bash bench/gpu/run.sh build test sanitize bench torch", carry=[".debs"])
-#     run(command="bash bench/gpu/run.sh build train ctest", carry=[".debs"])
+# A session is lent 15 minutes of device time in all (since 2026-11-27; it was 30), counted from
+# the request for a machine to its give-back: the start (a minute or two), every call, and the
+# idle time between calls. Everything does not fit in one call's 600 s (a build from scratch takes
+# minutes): the steps run in order of value and the last ones are skipped when the budget runs
+# out, saying so. The plan that fits 15 minutes: one full call, then, only if status says 5
+# minutes or more are left, a short second one on the warm machine (build-gpu/ and /tmp/ember-gpu
+# stay between calls on a warm machine; the `build` step is then a no-op), then give_back:
+#     run(command="bash bench/gpu/run.sh", carry=[".debs"], timeout_s=600)
+#     run(command="BUDGET_S=200 bash bench/gpu/run.sh build torch train", carry=[".debs"], timeout_s=230)
+#     give_back()
+# ctest (the CPU suites, which CI runs anyway) and mpi are for a later session's lease.
 # Steps: build test sanitize bench torch train ctest (default: all of them, in that order), and
 # mpi, never in the default: a call of its own, as its build from scratch takes most of one call
 # (on a warm machine a second call picks the build up where it stopped):
@@ -45,7 +50,8 @@
 # targets from scratch ~1-2 min at -j16 (155 compiles; the library and both benchmarks, 125 of
 # them, took 227 s of job time here at -j2, the 17 .cu files 47 s, elementwise.cu 10 s; the
 # longest single file, kernels/cpu/elementwise.cpp, 39 s); the tests, memcheck, benchmarks and
-# PyTorch then take the rest, and train and ctest are usually left to the second call.
+# PyTorch then take the rest, and train and ctest are usually left to the second call. Read the
+# seconds each step took in the first call's summary before planning the next.
 #
 # What comes back ($OUT, at most 8 files): summary.md (the tables), side_by_side.md,
 # gpu_bench.json (Google Benchmark, medians), torch_bench.json, logs.tar.gz (every log and JSON).
