@@ -7,6 +7,7 @@
 // (tests/cuda/cuda_test.cpp); this file checks what they cannot: backward passes and state.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -213,14 +214,57 @@ TEST(CudaConvPool, Conv2dSaysWhichTensorIsOnAnotherDevice) {
 
 // ---- batch_norm --------------------------------------------------------------------------------
 
+// batch_norm's weight gradient in training, dw[c] = rstd[c] * sum(g * (x - mean[c])), is
+// ill-conditioned in the mean: the two devices sum the same values in another order, so their
+// means differ by a few ulps d, and that moves dw[c] by rstd[c] * d * sum(g). With x in [3, 5]
+// and g = distinct_weights (about 1.8), that is about 1.5e-6 per value of the channel (0.025 at
+// 16384 values), while dw itself is about sqrt(count) / 2, because sum(x - mean) is 0. A host
+// replay of the kernels (2026-11-27) put the CUDA and the CPU results equally far from the exact
+// one, and 6 of the 8 shapes below beyond 1e-4 of each other. So dw may differ by 8 ulps of the
+// mean's worth on top of `tol`; a wrong index moves it by about |g * x_hat|, 2 per value.
+std::string weight_gradient_mismatch(const Tensor& cuda_dw, const Tensor& cpu_dw, const Tensor& x,
+                                     double tol) {
+  const Shape& shape = x.sizes();  // (N, C, *), contiguous
+  const int64_t batch = shape[0], channels = shape[1], plane = x.numel() / (batch * channels);
+  const std::vector<double> values = to_vector<double>(x.to(DType::f64));
+  const std::vector<double> g = to_vector<double>(distinct_weights(x).to(DType::f64));
+  const double mean_ulp = x.dtype() == DType::f64 ? 0x1p-52 : 0x1p-23;  // relative: f32 sums
+  const std::vector<double> actual = to_vector<double>(cuda_dw.to(Device::cpu()).to(DType::f64));
+  const std::vector<double> expected = to_vector<double>(cpu_dw.to(DType::f64));
+  for (int64_t c = 0; c < channels; ++c) {
+    double sum = 0, sum_squares = 0, sum_g = 0;
+    for (int64_t n = 0; n < batch; ++n) {
+      for (int64_t i = 0; i < plane; ++i) {
+        const size_t at = static_cast<size_t>((n * channels + c) * plane + i);
+        sum += values[at];
+        sum_squares += values[at] * values[at];
+        sum_g += std::abs(g[at]);
+      }
+    }
+    const double count = static_cast<double>(batch * plane);
+    const double mean = sum / count, variance = std::max(sum_squares / count - mean * mean, 0.0);
+    const double rstd = 1.0 / std::sqrt(variance + 1e-5);
+    const double slack = 8 * mean_ulp * std::abs(mean) * rstd * sum_g;
+    const double a = actual[static_cast<size_t>(c)], e = expected[static_cast<size_t>(c)];
+    if (!(std::abs(a - e) <= tol * (std::abs(e) + 1.0) + slack)) {
+      return "channel " + std::to_string(c) + ": cuda " + std::to_string(a) + ", cpu " +
+             std::to_string(e) + " (tolerance " + std::to_string(tol) + " relative + " +
+             std::to_string(slack) + ")";
+    }
+  }
+  return "";
+}
+
 TEST(CudaConvPool, BatchNormGradientsAndRunningStatisticsMatchTheCpu) {
   EMBER_SKIP_WITHOUT_GPU();
   // (N, C) as batch_norm1d, a count below one block, resnet9's (N, C, 32, 32) at batch 8 (8192
   // values per channel), and batch 1; counts over one block with planes under it ({600, 4},
   // {16, 4, 7, 7}); several blocks per channel (splits, batch_norm_plan.h) with 16-byte vectors
-  // ({64, 3, 16, 16}) and with planes that cannot be read by vectors ({37, 3, 9, 11}).
-  const std::vector<Shape> shapes = {{33, 5},  {8, 16, 9, 7}, {8, 4, 32, 32},  {1, 3, 5, 7},
-                                     {600, 4}, {16, 4, 7, 7}, {64, 3, 16, 16}, {37, 3, 9, 11}};
+  // ({64, 3, 16, 16}) and with planes that cannot be read by vectors ({37, 3, 9, 11}); and 75
+  // to 150 splits, more than a warp has lanes: the finalize kernel's walk ({600, 1, 16, 16}).
+  const std::vector<Shape> shapes = {{33, 5},         {8, 16, 9, 7},  {8, 4, 32, 32},
+                                     {1, 3, 5, 7},    {600, 4},       {16, 4, 7, 7},
+                                     {64, 3, 16, 16}, {37, 3, 9, 11}, {600, 1, 16, 16}};
   Generator generator(8);
   for (const Shape& shape : shapes) {
     const int64_t channels = shape[1];
@@ -256,7 +300,9 @@ TEST(CudaConvPool, BatchNormGradientsAndRunningStatisticsMatchTheCpu) {
           std::string error = mismatch(cuda.output, cpu.output, tol);
           EXPECT_TRUE(error.empty()) << what << ", output: " << error;
           for (size_t i = 0; i < 3; ++i) {
-            error = mismatch(cuda.grads[i], cpu.grads[i], tol);
+            error = i == 1 && training
+                        ? weight_gradient_mismatch(cuda.grads[i], cpu.grads[i], x, tol)
+                        : mismatch(cuda.grads[i], cpu.grads[i], tol);
             EXPECT_TRUE(error.empty()) << what << ", gradient " << i << ": " << error;
           }
           error = mismatch(cuda_mean, cpu_mean, 1e-5);
@@ -318,7 +364,8 @@ TEST(CudaConvPool, BatchNormWithoutAffineOrRunningStatisticsMatchesTheCpu) {
           for (size_t i = 0; i < 3; ++i) {
             ASSERT_EQ(cuda.grads[i].defined(), cpu.grads[i].defined()) << what.str() << ", " << i;
             if (!cpu.grads[i].defined()) continue;
-            error = mismatch(cuda.grads[i], cpu.grads[i], tol);
+            error = i == 1 ? weight_gradient_mismatch(cuda.grads[i], cpu.grads[i], x, tol)
+                           : mismatch(cuda.grads[i], cpu.grads[i], tol);
             EXPECT_TRUE(error.empty()) << what.str() << ", gradient " << i << ": " << error;
           }
           if (!tracked) continue;
