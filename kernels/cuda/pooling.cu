@@ -163,9 +163,10 @@ __global__ void pool_backward_kernel(Pool pool, Pool2dGeometry g, bool count_inc
 // one thread per output writing its four inputs, with no search for the windows that reach an
 // input. Blocks walk the positions of a plane (blockIdx.x, 32-bit arithmetic: a plane is far
 // below 2^31 values) and planes grid-stride (blockIdx.y): no 64-bit division per value. Planes
-// of fewer outputs than a block has threads share a block, kThreadsPerBlock / positions of them
+// of at most half a block's threads share a block, kThreadsPerBlock / positions of them
 // (resnet9's 16x16 -> 8x8 pool has 64 outputs a plane, its 8x8 -> 4x4 pool 16): with a block per
-// plane, 3/4 and 15/16 of the threads would have nothing to do.
+// plane, 3/4 and 15/16 of the threads would have nothing to do. (A plane of 129 to 255 outputs
+// still takes a block of its own.)
 
 struct Tiled2x2 {
   int64_t planes;
