@@ -87,7 +87,9 @@ void expect_forward_backward_match(const std::string& what, const std::vector<Te
     if (!cpu.grads[i].defined()) continue;
     ASSERT_TRUE(cuda.grads[i].defined()) << what << ": no gradient for input " << i << " on CUDA";
     EXPECT_TRUE(cuda.grads[i].is_cuda()) << what << ", gradient " << i;
-    error = mismatch(cuda.grads[i], cpu.grads[i], tol);
+    // Norm-wise: resnet9_layer's f32 weight gradient sums 4096 products, up to 189, with
+    // elements near 0.05 beside them; CPU f32 against f64 used 0.68 of an element-wise 1e-4.
+    error = mismatch_normwise(cuda.grads[i], cpu.grads[i], tol);
     EXPECT_TRUE(error.empty()) << what << ", gradient of input " << i << ": " << error;
   }
 }

@@ -371,9 +371,17 @@ TEST(CudaGemmOnly, Tf32WhenAllowedStaysClose) {
   Generator generator(6);
   const Tensor a = random_cpu({129, 255}, DType::f32, generator);
   const Tensor b = random_cpu({255, 127}, DType::f32, generator);
-  set_matmul_allow_tf32(true);
-  const Tensor tf32 = matmul(on_gpu(a), on_gpu(b));
-  set_matmul_allow_tf32(false);
+  // A process-wide switch: put back even when the product throws, or every later f32 test runs
+  // with TF32.
+  struct AllowTf32 {
+    AllowTf32() { set_matmul_allow_tf32(true); }
+    ~AllowTf32() { set_matmul_allow_tf32(false); }
+  };
+  Tensor tf32;
+  {
+    const AllowTf32 allowed;
+    tf32 = matmul(on_gpu(a), on_gpu(b));
+  }
   // TF32 keeps 10 mantissa bits: about 2^-11 relative per product, sqrt(k) of them adding up.
   EXPECT_EQ(gpu_mismatch(tf32, matmul(a, b), 1e-2), "");
   EXPECT_EQ(gpu_mismatch(matmul(on_gpu(a), on_gpu(b)), matmul(a, b), 1e-5), "");

@@ -12,11 +12,12 @@
 //   products; the worst-case relative rounding error of such a sum is 8192 * 2^-24 = 5e-4 of the
 //   sum of magnitudes, a random-walk one sqrt(8192) * 2^-24 = 5e-6, compounded over 9 layers.
 //   So gradients are compared at 1e-3 of each tensor's largest magnitude (norm-wise, not per
-//   element: a near-zero element has no relative precision to check), with a floor at 1e-3 of
+//   element: a near-zero element has no relative precision to check), with a floor at 1e-2 of
 //   the model's largest gradient for tensors that are pure rounding noise (a conv bias right
-//   before a batch norm has an exact gradient of 0). The loss, a mean of log-softmax terms over
-//   logits carrying the forward's error (the same sums, a few hundred terms per layer), is
-//   compared at 1e-4 relative.
+//   before a batch norm has an exact gradient of 0, and a residue of about 1e-6 of the largest
+//   gradient on each device: a floor of 1e-3 left no room for two). The loss, a mean of log-softmax
+//   terms over logits carrying the forward's error (the same sums, a few hundred terms per layer),
+//   is compared at 1e-4 relative.
 // - AdamW's first step is lr * g / (|g| + eps) per element: the sign of g, amplified. Where the
 //   two devices' gradients differ by dg, the updates may differ by lr * dg * eps / (|g| + eps)^2
 //   (at most 2 lr where g is rounding noise that changes sign). The updated weights are checked
@@ -25,7 +26,10 @@
 // - bf16 / fp16 autocast: conv and matmul round their outputs to 16 bits on both devices, but a
 //   value near a rounding boundary may land on either side: one bf16 ulp is 2^-8 = 4e-3, one f16
 //   ulp 2^-11 = 5e-4, and nine layers compound them. Gradients are compared at 5e-2 (bf16) and
-//   1e-2 (fp16) of each tensor's largest magnitude. The first GPU run should confirm these.
+//   1e-2 (fp16) of each tensor's largest magnitude. Not resnet9's: a host emulation of the CUDA
+//   path (2026-11-27) moved whole tensors of them by 10-70% (resnet9_case says why), so they are
+//   compared together, by the cosine and the norm of all of them. The first GPU run should
+//   confirm these.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -82,30 +86,15 @@ double max_abs(const Tensor& t) {
   return largest;
 }
 
-// Empty when |a - e| <= tol * (|e| + scale) for every element, with scale = max(max |e|, floor):
-// a norm-wise comparison. Else the first element that differs.
-std::string mismatch_normwise(const Tensor& actual, const Tensor& expected, double tol,
-                              double floor) {
-  if (actual.sizes() != expected.sizes()) return "shapes differ: " + describe(actual);
-  const std::vector<double> a = host_values(actual), e = host_values(expected);
-  double scale = floor;
-  for (double v : e)
-    scale = std::max(scale, std::abs(v));
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i]) || !std::isfinite(e[i]) ||
-        std::abs(a[i] - e[i]) > tol * (std::abs(e[i]) + scale))
-      return "element " + std::to_string(i) + ": cuda " + std::to_string(a[i]) + ", cpu " +
-             std::to_string(e[i]) + " (tensor scale " + std::to_string(scale) + ")";
-  }
-  return "";
-}
-
 // A model, a batch for it (on the CPU) and its loss.
 struct ModelCase {
   std::string name;
   std::function<nn::ModulePtr()> build;
   std::function<std::pair<Tensor, Tensor>(Generator&)> batch;  // (inputs, targets)
   std::function<Tensor(const Tensor& logits, const Tensor& targets)> loss;
+  // Under autocast, whole gradients are compared (cosine and norm of all of them together)
+  // instead of each tensor: see resnet9_case.
+  bool gradients_compared_whole_under_autocast = false;
 };
 
 constexpr int64_t kVocab = 37, kContext = 16;
@@ -119,7 +108,14 @@ ModelCase resnet9_case() {
         return std::pair{uniform({8, 1, 32, 32}, -1.0, 1.0, DType::f32, &g),
                          randint(0, 10, {8}, DType::i64, &g)};
       },
-      [](const Tensor& logits, const Tensor& targets) { return cross_entropy(logits, targets); }};
+      [](const Tensor& logits, const Tensor& targets) { return cross_entropy(logits, targets); },
+      // Under bf16 / fp16 autocast a one-ulp difference in a conv's 16-bit output (the CUDA path
+      // rounds the product, then adds the bias and rounds again; the CPU rounds once) moves whole
+      // gradient tensors of this width-8 net at batch 8 by 30-70% (bf16) or 10-43% (fp16), in a
+      // host emulation of the CUDA path against the CPU (2026-11-27); in f32 the same net agrees
+      // to 1e-6. The gradients still point the same way: cosine >= 0.956 and >= 0.991, norms
+      // within 0.7%.
+      /*gradients_compared_whole_under_autocast=*/true};
 }
 
 // gpt_mini(vocab 37, context 16, 2 layers, 2 heads, 32 channels) on (4, 16) tokens.
@@ -242,16 +238,36 @@ void expect_one_step_matches(const ModelCase& c, std::optional<DType> autocast, 
   double largest_gradient = 0;
   for (const auto& [name, param] : cpu_params)
     largest_gradient = std::max(largest_gradient, max_abs(param.grad()));
+  const bool whole = autocast && c.gradients_compared_whole_under_autocast;
+  double dot = 0, cpu_squares = 0, cuda_squares = 0;  // over every gradient, when `whole`
   for (size_t i = 0; i < cpu_params.size(); ++i) {
     const std::string& name = cpu_params[i].first;
     const Tensor& cpu_grad = cpu_params[i].second.grad();
     const Tensor& cuda_grad = cuda_params[i].second.grad();
     ASSERT_TRUE(cpu_grad.defined() && cuda_grad.defined()) << what << ": " << name;
     EXPECT_TRUE(cuda_grad.is_cuda()) << what << ": " << name;
-    EXPECT_EQ(mismatch_normwise(cuda_grad, cpu_grad, grad_tol, 1e-3 * largest_gradient), "")
-        << what << ": gradient of " << name;
+    if (whole) {
+      const std::vector<double> g_cpu = host_values(cpu_grad), g_cuda = host_values(cuda_grad);
+      for (size_t k = 0; k < g_cpu.size(); ++k) {
+        dot += g_cpu[k] * g_cuda[k];
+        cpu_squares += g_cpu[k] * g_cpu[k];
+        cuda_squares += g_cuda[k] * g_cuda[k];
+      }
+    } else {
+      // The floor: a conv bias right before a batch norm has an exact gradient of 0, and its
+      // rounding residue is about 1e-6 of the largest gradient on each device, independently.
+      EXPECT_EQ(mismatch_normwise(cuda_grad, cpu_grad, grad_tol, 1e-2 * largest_gradient), "")
+          << what << ": gradient of " << name;
+    }
     // The replay starts from the initial weights (cloned before the step) with CUDA's gradient.
     replay_params[i].second.set_grad(cuda_grad.to(Device::cpu()));
+  }
+  if (whole) {
+    // About 3x the spread of the host emulation (see resnet9_case).
+    const double cosine = dot / std::sqrt(cpu_squares * cuda_squares);
+    const double norm_ratio = std::sqrt(cuda_squares / cpu_squares);
+    EXPECT_GE(cosine, *autocast == DType::bf16 ? 0.85 : 0.97) << what << ": all gradients";
+    EXPECT_NEAR(norm_ratio, 1.0, 0.02) << what << ": the norm of all gradients";
   }
   replay_optimizer->step();
 

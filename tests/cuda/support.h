@@ -1,12 +1,14 @@
 // What the CUDA test files (tests/cuda/*.cpp) share: skipping a GPU test when no device is
 // visible (saying why), the message of the ember::Error a callable throws, a tensor's raw bytes,
-// and the comparison of a CUDA result with the CPU's at cuda_tolerance(dtype).
+// and the comparisons of a CUDA result with the CPU's: element-wise at cuda_tolerance(dtype), and
+// norm-wise for long sums.
 //
 // Header-only; compiles in every build (with or without CUDA).
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -103,6 +105,31 @@ inline std::string mismatch(const Tensor& actual_any_device, const Tensor& expec
       return "element " + std::to_string(i) + ": cuda " + std::to_string(a[i]) + ", cpu " +
              std::to_string(e[i]) + " (tolerance " + std::to_string(tol) + ")";
     }
+  }
+  return "";
+}
+
+// Empty when |a - e| <= tol * (|e| + scale) for every element, with scale = max(max |e|, floor):
+// a norm-wise comparison, for results that are long sums with cancellation (a weight gradient
+// sums thousands of products, some elements near 0 whose neighbours reach 100; a relative check
+// per element asks those for precision the sum never had). A wrong index still shows: it moves
+// an element by about max |e|. Else the first element that differs. Shapes must be the same.
+inline std::string mismatch_normwise(const Tensor& actual_any_device, const Tensor& expected,
+                                     double tol, double floor = 0) {
+  if (actual_any_device.sizes() != expected.sizes())
+    return "shapes differ: " + describe(actual_any_device) + " vs " + describe(expected);
+  const auto host = [](const Tensor& t) {
+    return to_vector<double>(t.detach().to(Device::cpu()).to(DType::f64).contiguous());
+  };
+  const std::vector<double> a = host(actual_any_device), e = host(expected);
+  double scale = floor;
+  for (double v : e)
+    scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(e[i]) ||
+        std::abs(a[i] - e[i]) > tol * (std::abs(e[i]) + scale))
+      return "element " + std::to_string(i) + ": cuda " + std::to_string(a[i]) + ", cpu " +
+             std::to_string(e[i]) + " (tensor scale " + std::to_string(scale) + ")";
   }
   return "";
 }
