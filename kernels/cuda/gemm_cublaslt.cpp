@@ -192,6 +192,16 @@ const Plan& plan_for(const GemmShape& s, bool tf32, int device, cublasLtHandle_t
   for (const auto& [attribute, bytes] : alignments)
     EMBER_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof(bytes)));
+  // A split-K algorithm may add its parts in the output type (f16/bf16: a rounding per part) or
+  // in the compute type (f32). 16-bit products take only the latter: each is then one f32 sum
+  // rounded once, as on the CPU. (PyTorch allows the former unless
+  // torch.backends.cuda.matmul.allow_{fp16,bf16}_reduced_precision_reduction is False.)
+  const uint32_t reductions =
+      std::is_same_v<T, float>
+          ? uint32_t{CUBLASLT_REDUCTION_SCHEME_MASK}
+          : uint32_t{CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE};
+  EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions, sizeof(reductions)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status =
@@ -217,8 +227,10 @@ void gemm_classic(const GemmShape& s, bool tf32, int device, float alpha, const 
   if (inserted) EMBER_CUBLAS_CHECK(cublasCreate(&it->second));
   cublasHandle_t handle = it->second;
   EMBER_CUBLAS_CHECK(cublasSetStream(handle, stream));
-  EMBER_CUBLAS_CHECK(
-      cublasSetMathMode(handle, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  // No reduced-precision reductions, as in the cuBLASLt preference above.
+  const int math = (tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+                   CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+  EMBER_CUBLAS_CHECK(cublasSetMathMode(handle, static_cast<cublasMath_t>(math)));
   const cudaDataType_t type = data_type_of<T>();
   const double alpha64 = alpha, beta64 = beta;
   const bool f64 = std::is_same_v<T, double>;
