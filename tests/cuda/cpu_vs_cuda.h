@@ -31,8 +31,12 @@ struct Run {
   std::vector<Tensor> grads;
 };
 
+// The cotangent for an output: distinct_weights unless a test passes its own (made on the host,
+// from the output's shape and dtype, so that both devices get the same values).
+using Cotangent = std::function<Tensor(const Tensor& out)>;
+
 inline Run run_on(Device device, const Fn& fn, const Inputs& host_inputs,
-                  const std::vector<bool>& wants_grad) {
+                  const std::vector<bool>& wants_grad, const Cotangent& cotangent = {}) {
   Inputs inputs;
   for (size_t i = 0; i < host_inputs.size(); ++i) {
     // A fresh leaf on each device (to() returns the same tensor when it is already there).
@@ -42,20 +46,22 @@ inline Run run_on(Device device, const Fn& fn, const Inputs& host_inputs,
   }
   Run run;
   run.out = fn(inputs);
-  if (run.out.requires_grad()) run.out.backward(distinct_weights(run.out));
+  if (run.out.requires_grad())
+    run.out.backward(cotangent ? cotangent(run.out).to(device) : distinct_weights(run.out));
   for (size_t i = 0; i < inputs.size(); ++i)
     run.grads.push_back(wants_grad[i] ? inputs[i].grad() : Tensor());
   return run;
 }
 
 // fn on the CPU and on CUDA: the outputs, and each wanted gradient, agree within
-// cuda_tolerance(dtype of the output) x tolerance_scale.
+// cuda_tolerance(dtype of the output) x tolerance_scale. `cotangent` as in run_on.
 inline void expect_same_forward_and_backward(const std::string& what, const Fn& fn,
                                              const Inputs& host_inputs,
                                              const std::vector<bool>& wants_grad,
-                                             double tolerance_scale = 1.0) {
-  const Run cpu = run_on(Device::cpu(), fn, host_inputs, wants_grad);
-  const Run cuda = run_on(Device::cuda(0), fn, host_inputs, wants_grad);
+                                             double tolerance_scale = 1.0,
+                                             const Cotangent& cotangent = {}) {
+  const Run cpu = run_on(Device::cpu(), fn, host_inputs, wants_grad, cotangent);
+  const Run cuda = run_on(Device::cuda(0), fn, host_inputs, wants_grad, cotangent);
   ASSERT_TRUE(cuda.out.is_cuda()) << what;
   const double tol = cuda_tolerance(cpu.out.dtype()) * tolerance_scale;
   std::string error = mismatch(cuda.out, cpu.out, tol);
