@@ -209,9 +209,15 @@ const char* direction_name(ConvDirection direction) {
   return "?";
 }
 
-// The first (best-ranked) algorithm the heuristics say is supported, and its workspace with the
-// math type it needs (workspace_query(algo, &bytes) returns cuDNN's status). The descriptors' math
-// type is set to it as a side effect.
+// The first (best-ranked) deterministic algorithm the heuristics say is supported, else the first
+// supported one, and its workspace with the math type it needs (workspace_query(algo, &bytes)
+// returns cuDNN's status). The descriptors' math type is set to it as a side effect.
+//
+// Deterministic first: the others (BWD_DATA_ALGO_0, BWD_FILTER_ALGO_0 and _3) add with atomics,
+// so two runs of the same training differ in the last bits, which 16-bit rounding and Adam
+// amplify past any useful tolerance (a host emulation of fp16 AMP, 2026-11-27: 5x the 1e-3 of
+// tests/cuda/train_path_test.cpp, which compares a straight run with a resumed one). ember's own
+// kernels are deterministic too. (PyTorch: torch.backends.cudnn.deterministic = True.)
 constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;
 
 template <typename Perf, typename Query, typename WorkspaceQuery>
@@ -221,21 +227,25 @@ Algorithm pick(const Descriptors& d, ConvDataType dtype, ConvDirection direction
   Perf results[kRequested];
   int returned = 0;
   query(kRequested, &returned, results);
-  for (int i = 0; i < returned; ++i) {
-    if (results[i].status != CUDNN_STATUS_SUCCESS) continue;
-    // f32 and f64 skip an algorithm that would use tensor cores (TF32, or a conversion to f16);
-    // f32 runs the others with FMA math only.
-    const cudnnMathType_t math = results[i].mathType;
-    if (!is_16_bit(dtype) && math != CUDNN_FMA_MATH && math != CUDNN_DEFAULT_MATH) continue;
-    Algorithm chosen;
-    chosen.algorithm = static_cast<int>(results[i].algo);
-    chosen.math = dtype == ConvDataType::f32 ? CUDNN_FMA_MATH : math;
-    EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, chosen.math));
-    // A candidate whose workspace cannot be sized under this math type is skipped, and so is a
-    // workspace of gigabytes (some FFT algorithms), which would crowd out the activations.
-    if (workspace_query(results[i].algo, &chosen.workspace_bytes) != CUDNN_STATUS_SUCCESS) continue;
-    if (chosen.workspace_bytes > kMaxWorkspaceBytes) continue;
-    return chosen;
+  for (const bool deterministic_only : {true, false}) {
+    for (int i = 0; i < returned; ++i) {
+      if (results[i].status != CUDNN_STATUS_SUCCESS) continue;
+      if (deterministic_only && results[i].determinism != CUDNN_DETERMINISTIC) continue;
+      // f32 and f64 skip an algorithm that would use tensor cores (TF32, or a conversion to f16);
+      // f32 runs the others with FMA math only.
+      const cudnnMathType_t math = results[i].mathType;
+      if (!is_16_bit(dtype) && math != CUDNN_FMA_MATH && math != CUDNN_DEFAULT_MATH) continue;
+      Algorithm chosen;
+      chosen.algorithm = static_cast<int>(results[i].algo);
+      chosen.math = dtype == ConvDataType::f32 ? CUDNN_FMA_MATH : math;
+      EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, chosen.math));
+      // A candidate whose workspace cannot be sized under this math type is skipped, and so is a
+      // workspace of gigabytes (some FFT algorithms), which would crowd out the activations.
+      if (workspace_query(results[i].algo, &chosen.workspace_bytes) != CUDNN_STATUS_SUCCESS)
+        continue;
+      if (chosen.workspace_bytes > kMaxWorkspaceBytes) continue;
+      return chosen;
+    }
   }
   throw CudaError(std::string("conv2d on CUDA: cuDNN offers no ") + direction_name(direction) +
                   " algorithm for this convolution (" + std::to_string(returned) +
