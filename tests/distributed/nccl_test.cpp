@@ -201,7 +201,10 @@ TEST_F(Nccl, WorkCompletesAsynchronouslyAndWaitIsRepeatable) {
   // next kernel launch's check would find it ("device not ready").
   Tensor gathered = empty({1 << 22}, TensorOptions(DType::f32, kGpu));
   WorkPtr gather = group->allgather(gathered, tensor);
-  while (!gather->is_completed()) {
+  // Polled for at most 30 s: a collective that never completes must fail the test, not hang it
+  // (wait() below is bounded by EMBER_COLLECTIVE_TIMEOUT).
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!gather->is_completed() && std::chrono::steady_clock::now() < give_up) {
   }
   gather->wait();
   EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
