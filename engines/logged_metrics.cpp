@@ -3,14 +3,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <set>
 
 #include "runtime/error.h"
 #include "runtime/io/csv.h"
 #include "runtime/io/json.h"
+#include "runtime/io/read_file.h"
 
 namespace ember::engines {
 namespace {
@@ -24,12 +23,6 @@ double number_or_nan(const std::string& text) {
   char* end = nullptr;
   const double value = std::strtod(text.c_str(), &end);
   return end == text.c_str() + text.size() ? value : kNaN;
-}
-
-std::string read_whole(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  EMBER_CHECK(file.good(), "report: cannot read '", path, "'");
-  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
 }
 
 // Adds a row (its epoch and its values by column) unless its epoch is not a finite number.
@@ -54,7 +47,7 @@ void add_row(LoggedMetrics& metrics, const std::string& where, const std::string
 }  // namespace
 
 LoggedMetrics read_metrics_csv(const std::string& path) {
-  csv::Reader reader(read_whole(path), path);
+  csv::Reader reader(read_whole_file(path, "report"), path);
   std::vector<std::string> header;
   EMBER_CHECK(reader.next(header), "report: ", path, " is empty (has the run logged an epoch?)");
   EMBER_CHECK(!header.empty() && header[0] == "epoch", "report: ", path,
@@ -85,7 +78,7 @@ LoggedMetrics read_metrics_csv(const std::string& path) {
 }
 
 LoggedMetrics read_metrics_jsonl(const std::string& path) {
-  const std::string text = read_whole(path);
+  const std::string text = read_whole_file(path, "report");
   LoggedMetrics metrics;
   size_t start = 0;
   for (int64_t number = 1; start < text.size(); ++number) {

@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <iterator>
 #include <limits>
 #include <ostream>
 #include <sstream>
@@ -22,6 +21,7 @@
 #include "runtime/io/csv.h"
 #include "runtime/io/json.h"
 #include "runtime/io/metadata_numbers.h"
+#include "runtime/io/read_file.h"
 
 namespace ember::engines {
 namespace {
@@ -96,15 +96,10 @@ void replace_file(const std::string& path, const std::string& contents) {
   std::filesystem::rename(temporary, path);
 }
 
-std::string read_whole(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-}
-
 // The first `count` rows of a CSV file (all of them if it has fewer), each a row's cells. Rows
 // after those are not read: a row cut short by a crash, after the rows a resume keeps, is dropped.
 std::vector<std::vector<std::string>> first_csv_rows(const std::string& path, int64_t count) {
-  csv::Reader reader(read_whole(path), path);
+  csv::Reader reader(read_whole_file(path, "logger"), path);
   std::vector<std::vector<std::string>> rows;
   for (std::vector<std::string> cells;
        static_cast<int64_t>(rows.size()) < count && reader.next(cells);)
@@ -122,11 +117,15 @@ std::string csv_text(const std::vector<std::vector<std::string>>& rows) {
 }  // namespace
 
 void keep_first_lines(const std::string& path, int64_t lines) {
-  std::ifstream old(path);
-  std::string line, kept;
-  for (int64_t row = 0; row < lines && std::getline(old, line); ++row)
-    kept += line + "\n";
-  old.close();
+  const std::string text = read_whole_file(path, "logger");
+  std::string kept;
+  size_t line_start = 0;
+  for (int64_t row = 0; row < lines && line_start < text.size(); ++row) {
+    const size_t line_break = text.find('\n', line_start);
+    const size_t line_end = line_break == std::string::npos ? text.size() : line_break;
+    kept.append(text, line_start, line_end - line_start).push_back('\n');
+    line_start = line_end + 1;
+  }
   replace_file(path, kept);
 }
 

@@ -9,11 +9,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/io/json.h"
+#include "runtime/io/read_file.h"
 
 namespace ember {
 
@@ -228,9 +228,7 @@ void save_checkpoint(const std::string& path, const NamedTensors& tensors,
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  EMBER_CHECK(file.good(), "load_checkpoint: cannot open '", path, "': ", std::strerror(errno));
-  const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const std::string bytes = read_whole_file(path, "load_checkpoint");
   if (bytes.size() < 8) {
     refuse(path, "is " + std::to_string(bytes.size()) +
                      " bytes long, too short to hold a header length (truncated?)");

@@ -273,6 +273,23 @@ TEST(Loggers, KeepFirstLinesTruncatesForResume) {
   EXPECT_EQ(read_file(path), "h\n1\n2\n");
   keep_first_lines(path, 10);
   EXPECT_EQ(read_file(path), "h\n1\n2\n");
+  // A last line cut short by a crash (no line break) is kept whole, with its line break.
+  std::ofstream(path) << "h\n1\n2";
+  keep_first_lines(path, 3);
+  EXPECT_EQ(read_file(path), "h\n1\n2\n");
+  keep_first_lines(path, 0);
+  EXPECT_EQ(read_file(path), "");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Loggers, KeepFirstLinesOfAFileThatCannotBeReadIsAnErrorNotAnEmptyFile) {
+  const std::string dir = fresh_dir("keep_unreadable");
+  EXPECT_ERROR_WITH(keep_first_lines(dir + "/missing.jsonl", 3), "cannot open", "missing.jsonl");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/missing.jsonl"));
+  // A directory in the file's place: the read fails, and nothing is written over it.
+  std::filesystem::create_directories(dir + "/metrics.jsonl");
+  EXPECT_ERROR_WITH(keep_first_lines(dir + "/metrics.jsonl", 3), "cannot read", "metrics.jsonl");
+  EXPECT_TRUE(std::filesystem::is_directory(dir + "/metrics.jsonl"));
   std::filesystem::remove_all(dir);
 }
 

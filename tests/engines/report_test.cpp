@@ -78,7 +78,7 @@ TEST_F(Report, CsvFilesThatAreNotTheLoggersAreRefusedNamingTheFile) {
                     "twice.csv's header names the column 'loss' twice");
   EXPECT_ERROR_WITH(read_metrics_csv(write("quote.csv", "epoch,loss\n1,\"0.5\n")),
                     "quote.csv line 2", "never closed");
-  EXPECT_ERROR_WITH(read_metrics_csv(logdir_ + "/missing.csv"), "cannot read", "missing.csv");
+  EXPECT_ERROR_WITH(read_metrics_csv(logdir_ + "/missing.csv"), "cannot open", "missing.csv");
 }
 
 TEST_F(Report, JsonLinesNullsAreGapsAndAMetricFirstSeenLaterHasGapsBefore) {
