@@ -4,6 +4,7 @@
 #include "runtime/autocast.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/ops/conv.h"
+#include "runtime/ops/copy.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/indexing.h"
 #include "runtime/ops/linalg.h"

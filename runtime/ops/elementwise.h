@@ -1,5 +1,5 @@
-// Elementwise ops: unary math, broadcasting binary arithmetic, comparisons, selection, and the
-// copies and conversions everything else is built from. All accept non-contiguous inputs.
+// Elementwise ops: unary math, broadcasting binary arithmetic, comparisons, selection and in-place
+// arithmetic (copies and conversions: runtime/ops/copy.h). All accept non-contiguous inputs.
 #pragma once
 
 #include <optional>
@@ -68,14 +68,6 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol 
 // ---- selection ----
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);       // condition: bool
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);  // mask: bool
-
-// ---- copies and conversions ----
-Tensor to_dtype(const Tensor& x, DType dtype);  // differentiable
-// differentiable; non_blocking: see Tensor::to
-Tensor to_device(const Tensor& x, const Device& device, bool non_blocking = false);
-Tensor clone(const Tensor& x);                   // a contiguous copy; differentiable
-void copy_into(Tensor& dst, const Tensor& src);  // dst's shape; broadcasts; no autograd
-void fill_into(Tensor& dst, const Scalar& value);
 
 // ---- in-place: self = op(self, other); bumps self's version ----
 void binary_inplace(kernels::BinaryOp op, Tensor& self, const Tensor& other, const Scalar& alpha);
