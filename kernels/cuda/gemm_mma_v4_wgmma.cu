@@ -140,59 +140,45 @@ __device__ __forceinline__ void tma_load(void* shared_dst, const CUtensorMap* ma
 
 // d (64 x 128, f32, accumulator layout below) += a (64 x 16) @ b (16 x 128), both from shared
 // memory through descriptors; scale-d 1 (accumulate), no negation, no transposition (K-major).
+// The instruction names its input type, and an asm string must be a literal: the macro writes the
+// one statement for "f16" and "bf16".
+#define EMBER_WGMMA_M64N128K16(INPUT_TYPE)                                                         \
+  asm volatile(                                                                                    \
+      "{\n"                                                                                        \
+      ".reg .pred accumulate;\n"                                                                   \
+      "setp.ne.b32 accumulate, %66, 0;\n"                                                          \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." INPUT_TYPE "." INPUT_TYPE                     \
+      " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "         \
+      "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, "      \
+      "%35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, "      \
+      "%52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "                              \
+      "%64, %65, accumulate, 1, 1, 0, 0;\n"                                                        \
+      "}\n"                                                                                        \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),        \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), \
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
+        "+f"(d[63])                                                                                \
+      : "l"(a_descriptor), "l"(b_descriptor), "r"(1))
+
 template <typename T>
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t a_descriptor,
                                                  uint64_t b_descriptor) {
 #if EMBER_V4_DEVICE
   if constexpr (std::is_same_v<T, Half>) {
-    asm volatile(
-        "{\n"
-        ".reg .pred accumulate;\n"
-        "setp.ne.b32 accumulate, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
-        "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
-        "%55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "%64, %65, accumulate, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-          "+f"(d[63])
-        : "l"(a_descriptor), "l"(b_descriptor), "r"(1));
+    EMBER_WGMMA_M64N128K16("f16");
   } else {
-    asm volatile(
-        "{\n"
-        ".reg .pred accumulate;\n"
-        "setp.ne.b32 accumulate, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
-        "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
-        "%55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "%64, %65, accumulate, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-          "+f"(d[63])
-        : "l"(a_descriptor), "l"(b_descriptor), "r"(1));
+    EMBER_WGMMA_M64N128K16("bf16");
   }
 #endif
 }
+
+#undef EMBER_WGMMA_M64N128K16
 
 __device__ __forceinline__ void wgmma_fence() {
 #if EMBER_V4_DEVICE
@@ -210,7 +196,8 @@ __device__ __forceinline__ void wgmma_wait_all() {
 #endif
 }
 
-// grid (row tiles, column tiles, batch), kV4Threads threads, kV4SharedBytes dynamic shared memory.
+// grid (row tiles, column tiles, batch), kV4Threads threads, kV4SharedBytes dynamic shared
+// memory.
 template <typename T>
 __global__ void __launch_bounds__(kV4Threads)
     gemm_mma_v4_kernel(const __grid_constant__ CUtensorMap a_map,
@@ -314,7 +301,8 @@ CUtensorMap make_map(const T* base, int64_t rows, int64_t k, int64_t ld, int64_t
   CUtensorMap map{};
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows),
                               static_cast<cuuint64_t>(batch)};
-  // Byte strides of dims 1 and 2; a batch of one still needs a legal (16-byte multiple) stride.
+  // Byte strides of dims 1 and 2; a batch of one still needs a legal (16-byte multiple)
+  // stride.
   const int64_t batch_stride = batch > 1 ? stride : ((ld * rows + 7) / 8) * 8;
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld * 2),
                                  static_cast<cuuint64_t>(batch_stride * 2)};
@@ -343,8 +331,8 @@ bool gemm_mma_v4_handles(const GemmShape& s, const void* a, const void* b) {
                        (s.batch <= 1 || (s.stride_a > 0 && s.stride_b > 0));
   const bool small = s.m < (int64_t{1} << 31) && s.n < (int64_t{1} << 31) &&
                      s.k < (int64_t{1} << 31) && s.batch <= 65535;
-  // A TMA map's batch stride spans a whole matrix: overlapping batches (a stride below rows x ld,
-  // from an expanded view) go to v3.
+  // A TMA map's batch stride spans a whole matrix: overlapping batches (a stride below rows x
+  // ld, from an expanded view) go to v3.
   const bool separate = s.batch <= 1 || (s.stride_a >= s.m * s.lda && s.stride_b >= s.n * s.ldb);
   return !s.trans_a && s.trans_b && s.k > 0 && aligned && separate && small;
 }
