@@ -41,7 +41,8 @@
 # mpi, never in the default: a call of its own, as its build from scratch takes most of one call
 # (on a warm machine a second call picks the build up where it stopped):
 #     run(command="bash bench/gpu/run.sh mpi", carry=[".debs"], timeout_s=600)
-# Environment: BUDGET_S (570), EMBER_CUDA_ARCHS (90; "90a" for wgmma kernels), REPETITIONS (10),
+# Environment: BUDGET_S (570), EMBER_CUDA_ARCHS (90; GEMM v4, the wgmma kernel, is built for
+# 90a on its own whenever the list holds 90: CMakeLists.txt), REPETITIONS (10),
 # SANITIZE_FILTER (a gtest filter for the memcheck run), EMBER_WERROR (OFF: the GPU machine's
 # compilers, newer than the Debian 12 GCC 12 and nvcc that CI builds with, may warn where they do
 # not, and a warning must not cost the one GPU call its build; build.log keeps the warnings).
