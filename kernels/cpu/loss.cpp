@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kernels/common/convert.h"
+#include "kernels/common/cross_entropy.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/vector_math.h"
 
@@ -115,13 +116,8 @@ void cross_entropy_forward(const T* logits, const I* target, int64_t batch, int6
       loss[p] = 0;
       continue;
     }
-    const A nll = lse - static_cast<A>(row[t * inner]);
-    A value = nll;
-    if (smoothing != A(0)) {
-      const A smooth = lse - values / static_cast<A>(classes);
-      value = (A(1) - smoothing) * nll + smoothing * smooth;
-    }
-    loss[p] = value;
+    loss[p] =
+        smoothed_cross_entropy(lse, static_cast<A>(row[t * inner]), values, classes, smoothing);
   }
 }
 

@@ -1,6 +1,7 @@
 #include <cstdint>
 
 #include "kernels/common/convert.h"
+#include "kernels/common/cross_entropy.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.h"
@@ -46,13 +47,7 @@ __device__ __forceinline__ void write_loss(int64_t p, const T* row, int64_t inne
     loss[p] = 0;
     return;
   }
-  const Acc nll = lse - convert<Acc>(row[t * inner]);
-  Acc value = nll;
-  if (smoothing != Acc(0)) {
-    const Acc smooth = lse - values / static_cast<Acc>(classes);
-    value = (Acc(1) - smoothing) * nll + smoothing * smooth;
-  }
-  loss[p] = value;
+  loss[p] = smoothed_cross_entropy(lse, convert<Acc>(row[t * inner]), values, classes, smoothing);
 }
 
 // inner == 1. logits (N, C) -> loss, logsumexp (N): a warp or a block per row.
