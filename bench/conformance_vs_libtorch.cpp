@@ -551,9 +551,12 @@ void reductions() {
   check(
       "min all with NaN", {nans}, [](const EList& in) { return ember::min(in[0]); },
       [](const TList& in) { return torch::min(in[0]); });
+  // ember::min(x) is torch.min(x); with its dims listed it is torch.amin (runtime/ops/reduce.h).
   check(
-      "min all with NaN vs amin (all dims)", {nans},
-      [](const EList& in) { return ember::min(in[0]); },
+      "min over dims {0, 1} with NaN vs amin", {nans},
+      [](const EList& in) {
+        return ember::min(in[0], {0, 1});
+      },
       [](const TList& in) {
         return torch::amin(in[0], at::IntArrayRef{0, 1});
       });
@@ -752,10 +755,23 @@ void losses() {
                                                          torch_reduction(red));
         });
   }
-  check(
-      "mse_loss broadcasting target (3,1) vs (3,4)", {randn64({3, 4}), randn64({3, 1})},
-      [](const EList& in) { return ember::mse_loss(in[0], in[1]); },
-      [](const TList& in) { return torch::mse_loss(in[0], in[1]); });
+  // A deliberate departure: PyTorch broadcasts a target of another shape (with a warning that the
+  // result is likely wrong); ember refuses it. INFO when ember throws a message naming both shapes.
+  {
+    Result r = named("mse_loss target (3,1) for input (3,4): ember refuses, torch broadcasts");
+    try {
+      (void)ember::mse_loss(randn64({3, 4}), randn64({3, 1}));
+      r.status = "FAIL";
+      r.note = "ember no longer refuses it: compare the values instead";
+    } catch (const ember::Error& e) {
+      const std::string message = e.what();
+      const bool says_shapes =
+          message.find("(3,4)") != std::string::npos && message.find("(3,1)") != std::string::npos;
+      r.status = says_shapes ? "INFO" : "FAIL";
+      r.note = "deliberate: " + message;
+    }
+    record(r);
+  }
   not_in_ember("binary_cross_entropy_with_logits pos_weight / weight", "no such options");
 }
 

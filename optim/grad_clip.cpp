@@ -18,28 +18,36 @@ std::vector<Tensor> defined_grads(const std::vector<Tensor>& params) {
   return grads;
 }
 
-// The norm_type-norm of all gradients seen as one vector, as an f32 0-d tensor. Sums run in f32
-// (an f16 gradient's squares would overflow in f16): sum_i ||g_i||_p^p, then the p-th root.
-Tensor total_grad_norm(const std::vector<Tensor>& grads, double norm_type) {
+// f64 when any gradient is f64, else f32: a 16-bit gradient's squares would overflow in 16 bits
+// (PyTorch sums them in f32 too, inside its norm kernel), and f64 gradients keep their precision.
+DType norm_dtype(const std::vector<Tensor>& grads) {
+  for (const Tensor& grad : grads)
+    if (grad.dtype() == DType::f64) return DType::f64;
+  return DType::f32;
+}
+
+// The norm_type-norm of all gradients seen as one vector, as a 0-d tensor of `dtype`:
+// sum_i ||g_i||_p^p in `dtype`, then the p-th root.
+Tensor total_grad_norm(const std::vector<Tensor>& grads, double norm_type, DType dtype) {
   if (std::isinf(norm_type)) {
-    // max |g| over every element; NaN propagates, as torch.max does.
-    float largest = 0.0f;
+    // max |g| over every element; NaN propagates, as torch.max does. Exact in any dtype.
+    double largest = 0.0;
     for (const Tensor& grad : grads)
-      for (float value : to_vector<float>(grad)) {
-        const float magnitude = std::abs(value);
+      for (double value : to_vector<double>(grad)) {
+        const double magnitude = std::abs(value);
         if (std::isnan(magnitude) || std::isnan(largest)) {
-          largest = std::numeric_limits<float>::quiet_NaN();
+          largest = std::numeric_limits<double>::quiet_NaN();
         } else if (magnitude > largest) {
           largest = magnitude;
         }
       }
-    return scalar_tensor(static_cast<double>(largest), DType::f32);
+    return scalar_tensor(largest, dtype);
   }
   // On the gradients' device: a host 0-d tensor meeting a CUDA one is copied there, and a host to
   // device copy waits for the GPU.
-  Tensor total = scalar_tensor(0.0, TensorOptions(DType::f32, grads.front().device()));
+  Tensor total = scalar_tensor(0.0, TensorOptions(dtype, grads.front().device()));
   for (const Tensor& grad : grads) {
-    const Tensor magnitude = abs(grad.to(DType::f32));
+    const Tensor magnitude = abs(grad.to(dtype));
     const Tensor powered = norm_type == 1.0   ? magnitude
                            : norm_type == 2.0 ? square(magnitude)
                                               : pow(magnitude, norm_type);
@@ -59,7 +67,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
               norm_type);
   std::vector<Tensor> grads = defined_grads(params);
   if (grads.empty()) return scalar_tensor(0.0, DType::f32);
-  const Tensor total_norm = total_grad_norm(grads, norm_type);
+  const Tensor total_norm = total_grad_norm(grads, norm_type, norm_dtype(grads));
   if (error_if_nonfinite) {
     const double value = total_norm.item_double();
     EMBER_CHECK(std::isfinite(value), "clip_grad_norm_: the total norm of order ", norm_type,
@@ -69,7 +77,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   // Always multiplied (by a coefficient clamped to 1), as PyTorch does, so that the result does
   // not depend on a host-side comparison.
   const Tensor clip_coef =
-      div(scalar_tensor(max_norm, TensorOptions(DType::f32, total_norm.device())),
+      div(scalar_tensor(max_norm, TensorOptions(total_norm.dtype(), total_norm.device())),
           add(total_norm, 1e-6));
   const Tensor clamped = clamp(clip_coef, std::nullopt, 1.0);
   for (Tensor& grad : grads)

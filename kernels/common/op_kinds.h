@@ -40,7 +40,7 @@ enum class CompareOp { eq, ne, lt, le, gt, ge };
 // The fused backward of an activation: grad_in = grad_out * f'(...), from the tensor the forward
 // saved (its input x or its output y).
 enum class ActivationGrad {
-  relu,       // from y: grad_out where y > 0, else 0
+  relu,       // from y: 0 where y <= 0, else grad_out (NaN y passes it on, as in PyTorch)
   gelu_erf,   // from x
   gelu_tanh,  // from x
   silu,       // from x

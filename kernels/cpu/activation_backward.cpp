@@ -27,7 +27,7 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
 template <ActivationGrad op, typename Acc>
 [[gnu::always_inline]] inline Acc grad_times(Acc g, Acc v) {
   if constexpr (op == ActivationGrad::relu) {
-    return v > Acc(0) ? g : Acc(0);
+    return v <= Acc(0) ? Acc(0) : g;  // NaN passes g on, as PyTorch's threshold_backward
   } else if constexpr (op == ActivationGrad::sigmoid) {
     return g * (v * (Acc(1) - v));
   } else if constexpr (op == ActivationGrad::tanh) {

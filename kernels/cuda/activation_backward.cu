@@ -21,7 +21,7 @@ template <typename Acc>
 __device__ __forceinline__ Acc grad_times(ActivationGrad op, Acc g, Acc v) {
   switch (op) {
     case ActivationGrad::relu:
-      return v > Acc(0) ? g : Acc(0);
+      return v <= Acc(0) ? Acc(0) : g;  // NaN passes g on, as PyTorch's threshold_backward
     case ActivationGrad::sigmoid:
       return g * (v * (Acc(1) - v));
     case ActivationGrad::tanh:

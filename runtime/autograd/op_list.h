@@ -11,6 +11,7 @@
   /* elementwise, unary */              \
   X(neg)                                \
   X(abs)                                \
+  X(sign)                               \
   X(exp)                                \
   X(log)                                \
   X(sqrt)                               \
@@ -42,6 +43,7 @@
   X(max)                                \
   X(min)                                \
   X(var)                                \
+  X(std)                                \
   X(logsumexp)                          \
   X(norm)                               \
   /* normalisation and activations */   \

@@ -205,17 +205,32 @@ std::vector<Tensor> binary_backward(BinaryOp op, const Tensor& g, const Tensor& 
     case BinaryOp::div:
       return only([&] { return g / b; }, [&] { return -g * out / b; });
     case BinaryOp::pow:
-      // d/da = b a^(b-1); d/db = out ln(a), taken as 0 where a == 0 (PyTorch's convention).
-      return only([&] { return g * b * pow(a, sub(b, 1)); },
-                  [&] { return g * out * where(eq(a, 0), zeros_like(a), log(a)); });
+      // d/da = b a^(b-1), taken as 0 where b == 0 (0^0 would give 0 * inf); d/db = out ln(a),
+      // taken as 0 where a == 0 and b >= 0 (0^-1 keeps inf * -inf = -inf). PyTorch's
+      // pow_backward_self and pow_backward_exponent.
+      return only(
+          [&] {
+            const Tensor grad = g * b * pow(a, sub(b, 1));
+            return where(eq(b, 0), zeros_like(grad), grad);
+          },
+          [&] {
+            const Tensor grad = g * out * log(a);
+            return where(eq(a, 0), where(ge(b, 0), zeros_like(grad), grad), grad);
+          });
     case BinaryOp::maximum:
     case BinaryOp::minimum: {
-      // The larger (smaller) input takes the gradient; ties split it evenly, as PyTorch does.
+      // The larger (smaller) input takes the gradient; ties split it evenly; an input that
+      // loses to the other gets 0. PyTorch's formula: where(a == b, g / 2, g), with 0 where a
+      // loses. With a NaN nothing compares true, so both inputs take all of g.
       const bool is_max = op == BinaryOp::maximum;
-      Tensor a_wins = (is_max ? gt(a, b) : lt(a, b)).to(g.dtype());
-      Tensor tie = eq(a, b).to(g.dtype()) * 0.5;
-      Tensor share_a = a_wins + tie;
-      return only([&] { return g * share_a; }, [&] { return g * (1.0 - share_a); });
+      const Tensor a_loses = is_max ? lt(a, b) : gt(a, b);
+      const Tensor b_loses = is_max ? gt(a, b) : lt(a, b);
+      const Tensor tie = eq(a, b);
+      const auto share = [&](const Tensor& loses) {  // masks and g: the broadcast shape
+        const Tensor kept = where(tie, g * 0.5, g);
+        return where(loses, zeros_like(kept), kept);
+      };
+      return only([&] { return share(a_loses); }, [&] { return share(b_loses); });
     }
   }
   return {};
@@ -439,7 +454,8 @@ Tensor relu(const Tensor& x) {
                     if (Tensor fused = fused_activation_grad(ActivationGrad::relu, g, y);
                         fused.defined())
                       return fused;
-                    return g * gt(y, 0).to(g.dtype());
+                    // 0 where y <= 0 (PyTorch's threshold_backward): a NaN y passes g on.
+                    return where(le(y, 0), zeros_like(g), g);
                   });
 }
 
@@ -508,7 +524,10 @@ Tensor reciprocal(const Tensor& x) {
 }
 
 Tensor sign(const Tensor& x) {
-  return unary_op(UnaryOp::sign, OpId::abs, x, 0, true, false, false, nullptr);  // no node
+  // Differentiable with a zero gradient, as in PyTorch: a loss that passes through sign still
+  // reaches the inputs before it, with nothing from this path.
+  return unary_op(UnaryOp::sign, OpId::sign, x, 0, true, false, false,
+                  [](const Tensor& g, const Tensor&, const Tensor&) { return zeros_like(g); });
 }
 
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {

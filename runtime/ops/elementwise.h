@@ -33,7 +33,7 @@ Tensor erf(const Tensor& x);
 Tensor pow(const Tensor& x, const Scalar& exponent);
 Tensor square(const Tensor& x);
 Tensor reciprocal(const Tensor& x);
-Tensor sign(const Tensor& x);  // not differentiable (gradient zero)
+Tensor sign(const Tensor& x);  // gradient zero, as in PyTorch
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 
 // ---- binary, broadcasting ----

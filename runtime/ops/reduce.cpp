@@ -85,10 +85,18 @@ Tensor extreme(const Tensor& x, const Dims& dims, bool keepdim, bool is_max) {
   if (any_requires_grad({&x})) {
     const Shape keep_shape = plan.keepdim_shape;
     const Dims reduced = reduced_dims(plan);
+    // Without dims this is torch.max(x), whose gradient goes to the NaN elements when the result
+    // is NaN; with dims, torch.amax(x, dims), which compares with == alone and so gives NaN
+    // (0 winners, 0 / 0) to every element of such a slice. PyTorch's own two conventions.
+    const bool nan_wins = dims.empty();
     record(is_max ? OpId::max : OpId::min, {x}, out, {x, out},
-           [keep_shape, reduced](const Tensor& g,
-                                 const std::vector<Tensor>& s) -> std::vector<Tensor> {
-             const Tensor winners = eq(s[0], s[1].reshape(keep_shape)).to(g.dtype());
+           [keep_shape, reduced, nan_wins](const Tensor& g,
+                                           const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             const Tensor result = s[1].reshape(keep_shape);
+             Tensor winners = eq(s[0], result).to(g.dtype());
+             if (nan_wins)  // a NaN is never == anything: the two masks never overlap
+               winners =
+                   winners + (ne(s[0], s[0]).to(g.dtype()) * ne(result, result).to(g.dtype()));
              const Tensor share = winners / sum(winners, reduced, true);
              return {g.reshape(keep_shape) * share};
            });

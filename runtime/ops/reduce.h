@@ -15,7 +15,8 @@ using Dims = std::vector<int64_t>;
 Tensor sum(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 // Largest / smallest value over dims (torch.amax / amin); NaN propagates. The gradient goes to
-// the arg-extreme elements, split evenly between ties.
+// the arg-extreme elements, split evenly between ties. Where the result is NaN: without dims
+// (torch.max(x)) the NaN elements share the gradient; with dims (torch.amax) the slice gets NaN.
 Tensor max(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor min(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 // Index (i64) of the first largest value along dim, or into the flattened tensor when no dim.

@@ -60,12 +60,17 @@ Tensor run_statistic(const ReductionPlan& plan, const Tensor& x, const char* op,
 
 }  // namespace
 
-Tensor var(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) {
-  check_statistic_input(x, "var");
-  EMBER_CHECK(correction >= 0, "var: correction must be >= 0, got ", correction);
-  const ReductionPlan plan = plan_reduction(x, dims, keepdim, "var");
+namespace {
+
+// var, and the gradient of either var or std = sqrt(var) (`is_std`) recorded on the result.
+Tensor variance_or_deviation(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim,
+                             bool is_std) {
+  const char* name = is_std ? "std" : "var";
+  check_statistic_input(x, name);
+  EMBER_CHECK(correction >= 0, name, ": correction must be >= 0, got ", correction);
+  const ReductionPlan plan = plan_reduction(x, dims, keepdim, name);
   Tensor out = run_statistic(
-      plan, x, "var", [&]<typename T>(const T* in, T* result, [[maybe_unused]] Stream stream) {
+      plan, x, name, [&]<typename T>(const T* in, T* result, [[maybe_unused]] Stream stream) {
 #if EMBER_WITH_CUDA
         if (x.is_cuda()) {
           kernels::cuda::variance<T>(in, result, plan.outer, plan.reduce, plan.inner, correction,
@@ -75,24 +80,39 @@ Tensor var(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) 
 #endif
         kernels::cpu::variance<T>(in, result, plan.outer, plan.reduce, plan.inner, correction);
       });
+  if (is_std) {
+    NoGradGuard no_grad;
+    out = sqrt(out);
+  }
   if (any_requires_grad({&x})) {
-    // d var / dx = 2 (x - mean) / (n - correction)
+    // d var / dx = 2 (x - mean) / (n - correction); d std / d var = 1 / (2 std), taken as 0
+    // where std is 0 (a constant row), as PyTorch's std_backward does: not inf * 0 = NaN.
     const Shape keep_shape = plan.keepdim_shape;
     const Dims reduced = reduced_dims(plan);
     const double divisor = static_cast<double>(std::max<int64_t>(0, plan.reduce - correction));
-    record(OpId::var, {x}, out, {x},
-           [keep_shape, reduced, divisor](const Tensor& g,
-                                          const std::vector<Tensor>& s) -> std::vector<Tensor> {
+    record(is_std ? OpId::std : OpId::var, {x}, out, {x, out},
+           [keep_shape, reduced, divisor, is_std](
+               const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             Tensor g_var = g.reshape(keep_shape);
+             if (is_std) {
+               const Tensor deviation = s[1].reshape(keep_shape);
+               g_var = where(eq(deviation, 0), zeros_like(g_var), g_var / (2.0 * deviation));
+             }
              const Tensor centred = s[0] - mean(s[0], reduced, true);
-             return {g.reshape(keep_shape) * centred * (2.0 / divisor)};
+             return {g_var * centred * (2.0 / divisor)};
            });
   }
   return out;
 }
 
+}  // namespace
+
+Tensor var(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) {
+  return variance_or_deviation(x, dims, correction, keepdim, false);
+}
+
 Tensor std(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) {
-  check_statistic_input(x, "std");
-  return sqrt(var(x, dims, correction, keepdim));
+  return variance_or_deviation(x, dims, correction, keepdim, true);
 }
 
 Tensor logsumexp(const Tensor& x_in, const Dims& dims, bool keepdim) {

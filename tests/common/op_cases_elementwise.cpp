@@ -80,6 +80,7 @@ EMBER_OP_CASES(elementwise) {
   std::vector<OpCase> cases = {
       unary_case("neg", OpId::neg, neg, false),
       unary_case("abs", OpId::abs, abs, true),
+      unary_case("sign", OpId::sign, sign, true),
       unary_case("exp", OpId::exp, exp_fn, false),
       unary_case("log", OpId::log, log_fn, false, 0.5, 2.0),
       unary_case("sqrt", OpId::sqrt, sqrt_fn, false, 0.5, 2.0),

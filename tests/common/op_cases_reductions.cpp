@@ -57,8 +57,10 @@ EMBER_OP_CASES(reductions) {
                      [](const Tensor& x) {
                        return var(x, {0, 2}, 2);
                      }),
-      reduction_case("var/through_std", OpId::var, {4, 6},
+      reduction_case("std/last_dim", OpId::std, {4, 6},
                      [](const Tensor& x) { return std(x, {-1}); }),
+      reduction_case("std/all_biased_keepdim", OpId::std, {3, 5},
+                     [](const Tensor& x) { return std(x, {}, 0, true); }),
       reduction_case(
           "logsumexp/last_dim", OpId::logsumexp, {4, 7},
           [](const Tensor& x) { return logsumexp(x, {-1}); }, false, -3.0, 3.0),

@@ -196,6 +196,23 @@ TEST(ClipGradNorm, ScalesToMaxNormAndReturnsTheTotalNorm) {
   EXPECT_NEAR(to_vector<float>(b.grad())[0], 12 * coef, 1e-5);
 }
 
+TEST(ClipGradNorm, F64GradientsKeepF64Precision) {
+  // The norm is computed and returned in f64 when a gradient is f64 (PyTorch: the gradients'
+  // dtype); in f32 it would be off by about 1e-8 here.
+  Tensor a = from_vector(std::vector<double>{0, 0, 0}, {3}, DType::f64);
+  a.requires_grad_();
+  a.set_grad(from_vector(std::vector<double>{0.1, 1.0 / 3.0, 4.4}, {3}, DType::f64));
+  const double expected = std::sqrt(0.1 * 0.1 + 1.0 / 9.0 + 4.4 * 4.4);
+  const Tensor total = clip_grad_norm_({a}, 1.0);
+  EXPECT_EQ(total.dtype(), DType::f64);
+  EXPECT_NEAR(total.item<double>(), expected, 1e-15 * expected);
+  const double coef = 1.0 / (expected + 1e-6);
+  EXPECT_NEAR(to_vector<double>(a.grad())[2], 4.4 * coef, 1e-15);
+  // f32 gradients: an f32 norm, as before.
+  Tensor b = param_with_grad({0}, {3});
+  EXPECT_EQ(clip_grad_norm_({b}, 1.0).dtype(), DType::f32);
+}
+
 TEST(ClipGradNorm, SmallNormsAreLeftAlone) {
   Tensor a = param_with_grad({0, 0}, {0.3f, -0.4f});
   Tensor no_grad = from_vector(std::vector<float>{1}, {1});

@@ -298,6 +298,38 @@ TEST(Reductions, MaxGradientSplitsTiesEvenly) {
   EXPECT_EQ(to_vector<double>(y.grad()), (std::vector<double>{0.5, 0, 0.5}));
 }
 
+// PyTorch's two conventions where the result is NaN: torch.max(x) (no dims) gives the gradient to
+// the NaN elements, evenly; torch.amax(x, dims) compares with == alone, so the slice gets NaN.
+TEST(Reductions, MaxGradientWhereTheResultIsNaN) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor x = from_vector(std::vector<double>{1, nan, 3, nan}, {2, 2}, DType::f64);
+  x.requires_grad_();
+  max(x).backward();
+  EXPECT_EQ(to_vector<double>(x.grad()), (std::vector<double>{0, 0.5, 0, 0.5}));
+
+  Tensor y = from_vector(std::vector<double>{1, nan, 3, 4}, {2, 2}, DType::f64);
+  y.requires_grad_();
+  sum(min(y, {1})).backward();
+  const std::vector<double> g = to_vector<double>(y.grad());
+  EXPECT_TRUE(std::isnan(g[0]) && std::isnan(g[1])) << g[0] << " " << g[1];
+  EXPECT_EQ(g[2], 1.0);
+  EXPECT_EQ(g[3], 0.0);
+}
+
+TEST(Reductions, StdOfAConstantRowHasAZeroGradient) {
+  // d std / dx = (x - mean) / ((n - 1) std): 0 / 0 on a constant row, which PyTorch's
+  // std_backward takes as 0. The other row keeps its gradient.
+  Tensor x = from_vector(std::vector<double>{2, 2, 2, 1, 2, 6}, {2, 3}, DType::f64);
+  x.requires_grad_();
+  sum(std(x, {1})).backward();
+  const std::vector<double> g = to_vector<double>(x.grad());
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(g[i], 0.0) << i;
+  const double mean = 3.0, deviation = std::sqrt((4.0 + 1.0 + 9.0) / 2.0);
+  EXPECT_NEAR(g[3], (1.0 - mean) / (2.0 * deviation), 1e-15);
+  EXPECT_NEAR(g[5], (6.0 - mean) / (2.0 * deviation), 1e-15);
+}
+
 TEST(Reductions, LogsumexpIsStable) {
   const Tensor x =
       from_vector(std::vector<float>{1000, 1000, -1000, -INFINITY, -INFINITY, -INFINITY}, {2, 3});
