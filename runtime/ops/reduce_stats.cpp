@@ -90,7 +90,11 @@ Tensor variance_or_deviation(const Tensor& x, const Dims& dims, int64_t correcti
     const Shape keep_shape = plan.keepdim_shape;
     const Dims reduced = reduced_dims(plan);
     const double divisor = static_cast<double>(std::max<int64_t>(0, plan.reduce - correction));
-    record(is_std ? OpId::std : OpId::var, {x}, out, {x, out},
+    // std's node saves its result too; var's does not, so that var's result may still be
+    // changed in place before backward (as in PyTorch).
+    std::vector<Tensor> saved = {x};
+    if (is_std) saved.push_back(out);
+    record(is_std ? OpId::std : OpId::var, {x}, out, saved,
            [keep_shape, reduced, divisor, is_std](
                const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
              Tensor g_var = g.reshape(keep_shape);

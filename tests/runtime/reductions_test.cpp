@@ -330,6 +330,17 @@ TEST(Reductions, StdOfAConstantRowHasAZeroGradient) {
   EXPECT_NEAR(g[5], (6.0 - mean) / (2.0 * deviation), 1e-15);
 }
 
+TEST(Reductions, VarResultMayBeChangedInPlaceBeforeBackward) {
+  // var's node does not save its result (std's does), as in PyTorch.
+  Tensor x = from_vector(std::vector<double>{1, 2, 6}, {3}, DType::f64);
+  x.requires_grad_();
+  Tensor v = var(x);
+  v.mul_(2.0);
+  v.backward();
+  // d (2 var) / dx = 4 (x - mean) / (n - 1), mean 3
+  EXPECT_EQ(to_vector<double>(x.grad()), (std::vector<double>{-4, -2, 6}));
+}
+
 TEST(Reductions, LogsumexpIsStable) {
   const Tensor x =
       from_vector(std::vector<float>{1000, 1000, -1000, -INFINITY, -INFINITY, -INFINITY}, {2, 3});
