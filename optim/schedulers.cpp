@@ -223,6 +223,17 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, std::vector<double> max_lrs, int64_
               "OneCycleLR: pct_start must be in [0, 1], got ", options.pct_start);
   EMBER_CHECK(max_lrs_.size() == groups.size(), "OneCycleLR: got ", max_lrs_.size(),
               " max_lr values for ", groups.size(), " parameter groups");
+  // PyTorch's _schedule_phases: end steps as floats, one step before the phase's share ends.
+  const double total = static_cast<double>(total_steps);
+  const double low = options.base_momentum, high = options.max_momentum;
+  if (options.three_phase) {
+    phases_ = {{options.pct_start * total - 1, Level::initial, Level::max, high, low},
+               {2 * options.pct_start * total - 2, Level::max, Level::initial, low, high},
+               {total - 1, Level::initial, Level::min, high, high}};
+  } else {
+    phases_ = {{options.pct_start * total - 1, Level::initial, Level::max, high, low},
+               {total - 1, Level::max, Level::min, low, high}};
+  }
   for (size_t g = 0; g < groups.size(); ++g) {
     initial_lrs_.push_back(max_lrs_[g] / options.div_factor);
     min_lrs_.push_back(initial_lrs_[g] / options.final_div_factor);
@@ -238,34 +249,48 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, std::vector<double> max_lrs, int64_
   initialize();
 }
 
+double OneCycleLR::level(Level which, size_t group) const {
+  switch (which) {
+    case Level::initial:
+      return initial_lrs_[group];
+    case Level::max:
+      return max_lrs_[group];
+    case Level::min:
+      return min_lrs_[group];
+  }
+  return 0.0;
+}
+
 std::vector<double> OneCycleLR::compute_lr() {
   EMBER_CHECK(last_epoch_ <= total_steps_, "OneCycleLR: tried to step ", last_epoch_,
               " times; the specified number of total steps is ", total_steps_);
-  const auto anneal_cos = [](double start, double end, double pct) {
+  const bool linear = options_.anneal_strategy == OneCycleOptions::Anneal::linear;
+  const auto anneal = [linear](double start, double end, double pct) {
+    if (linear) return (end - start) * pct + start;
     return end + (start - end) / 2.0 * (std::cos(kPi * pct) + 1);
   };
   const double step = static_cast<double>(last_epoch_);
-  const double phase1_end = options_.pct_start * static_cast<double>(total_steps_) - 1;
-  const double phase2_end = static_cast<double>(total_steps_) - 1;
   std::vector<ParamGroup>& groups = optimizer_.param_groups();
   std::vector<double> lrs(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
-    double pct = 0.0, momentum = 0.0;
-    if (step <= phase1_end) {
-      pct = step / phase1_end;
-      lrs[g] = anneal_cos(initial_lrs_[g], max_lrs_[g], pct);
-      momentum = anneal_cos(options_.max_momentum, options_.base_momentum, pct);
-    } else {
-      pct = (step - phase1_end) / (phase2_end - phase1_end);
-      lrs[g] = anneal_cos(max_lrs_[g], min_lrs_[g], pct);
-      momentum = anneal_cos(options_.base_momentum, options_.max_momentum, pct);
-    }
-    if (options_.cycle_momentum) {
-      if (use_beta1_) {
-        groups[g].beta1 = momentum;
-      } else {
-        groups[g].momentum = momentum;
+    // The first phase whose end the step has not passed (the last one past the end).
+    double start_step = 0.0;
+    for (size_t i = 0; i < phases_.size(); ++i) {
+      const Phase& phase = phases_[i];
+      if (step <= phase.end_step || i + 1 == phases_.size()) {
+        const double pct = (step - start_step) / (phase.end_step - start_step);
+        lrs[g] = anneal(level(phase.start_lr, g), level(phase.end_lr, g), pct);
+        const double momentum = anneal(phase.start_momentum, phase.end_momentum, pct);
+        if (options_.cycle_momentum) {
+          if (use_beta1_) {
+            groups[g].beta1 = momentum;
+          } else {
+            groups[g].momentum = momentum;
+          }
+        }
+        break;
       }
+      start_step = phase.end_step;
     }
   }
   return lrs;

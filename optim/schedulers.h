@@ -126,17 +126,22 @@ class LinearWarmup : public LinearLR {
 };
 
 struct OneCycleOptions {
+  enum class Anneal { cos, linear };
   double pct_start = 0.3;
+  Anneal anneal_strategy = Anneal::cos;
   double div_factor = 25.0;       // initial_lr = max_lr / div_factor
   double final_div_factor = 1e4;  // min_lr = initial_lr / final_div_factor
-  bool cycle_momentum = true;     // SGD's momentum, or Adam's beta1
+  bool three_phase = false;
+  bool cycle_momentum = true;  // SGD's momentum, or Adam's beta1
   double base_momentum = 0.85;
   double max_momentum = 0.95;
 };
 
-// The 1cycle policy with cosine annealing, two phases (three_phase = false): from max_lr /
-// div_factor up to max_lr over pct_start of total_steps, then down to min_lr. Stepping past
-// total_steps is an error.
+// The 1cycle policy (torch.optim.lr_scheduler.OneCycleLR), cosine or linear annealing. Two
+// phases: from max_lr / div_factor up to max_lr over pct_start of total_steps, then down to
+// min_lr. Three phases: up to max_lr, back down to max_lr / div_factor over as many steps, then
+// down to min_lr. Momentum (or Adam's beta1) moves the other way, between max_momentum and
+// base_momentum. Stepping past total_steps is an error.
 class OneCycleLR : public LRScheduler {
  public:
   OneCycleLR(Optimizer& optimizer, double max_lr, int64_t total_steps,
@@ -148,8 +153,19 @@ class OneCycleLR : public LRScheduler {
   std::vector<double> compute_lr() override;
 
  private:
+  // A phase runs from the previous phase's end_step to its own, annealing the learning rate
+  // from one of the three levels to another, and the momentum between its two.
+  enum class Level { initial, max, min };
+  struct Phase {
+    double end_step;
+    Level start_lr, end_lr;
+    double start_momentum, end_momentum;
+  };
+  double level(Level which, size_t group) const;
+
   int64_t total_steps_;
   OneCycleOptions options_;
+  std::vector<Phase> phases_;
   std::vector<double> initial_lrs_, max_lrs_, min_lrs_;
   bool use_beta1_;
 };

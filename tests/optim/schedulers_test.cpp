@@ -129,6 +129,54 @@ TEST(OneCycleLR, CyclesAdamsBeta1) {
   EXPECT_NEAR(adam.param_groups()[0].lr, one_cycle(7, 0.01, 25, 0.3, 4e-4, 0.01, 4e-8), 1e-15);
 }
 
+TEST(OneCycleLR, ThreePhasesWithLinearAnnealing) {
+  // PyTorch's three phases for 10 steps at pct_start 0.3: up to max_lr by step 0.3 * 10 - 1 = 2,
+  // back down to initial_lr by 2 * 3 - 2 = 4, then down to min_lr by 9; linear: start + (end -
+  // start) * pct. Momentum: 0.95 -> 0.85 -> 0.95, then flat.
+  SGD sgd(params(), {.lr = 0.01, .momentum = 0.9});
+  OneCycleLR scheduler(sgd, 1.0, 10,
+                       {.anneal_strategy = OneCycleOptions::Anneal::linear, .three_phase = true});
+  const double initial = 1.0 / 25, min_lr = initial / 1e4;
+  const auto line = [](double start, double end, double pct) {
+    return start + (end - start) * pct;
+  };
+  const std::vector<double> lrs = {initial,
+                                   line(initial, 1, 0.5),
+                                   1,
+                                   line(1, initial, 0.5),
+                                   initial,
+                                   line(initial, min_lr, 0.2),
+                                   line(initial, min_lr, 0.4),
+                                   line(initial, min_lr, 0.6),
+                                   line(initial, min_lr, 0.8),
+                                   min_lr};
+  const std::vector<double> momenta = {0.95, 0.9, 0.85, 0.9, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95};
+  for (int step = 0; step < 10; ++step) {
+    if (step > 0) scheduler.step();
+    EXPECT_NEAR(sgd.param_groups()[0].lr, lrs[step], 1e-15) << "step " << step;
+    EXPECT_NEAR(sgd.param_groups()[0].momentum, momenta[step], 1e-15) << "step " << step;
+  }
+}
+
+TEST(OneCycleLR, ThreePhasesWithCosineAnnealing) {
+  // The same phases, cosine: end + (start - end) / 2 (cos(pi pct) + 1).
+  Adam adam(params());
+  OneCycleLR scheduler(adam, 0.5, 20, {.pct_start = 0.25, .three_phase = true});
+  const double initial = 0.5 / 25, min_lr = initial / 1e4;
+  const auto cosine = [](double start, double end, double pct) {
+    return end + (start - end) / 2.0 * (std::cos(std::acos(-1.0) * pct) + 1);
+  };
+  for (int step = 0; step <= 20; ++step) {
+    if (step > 0) scheduler.step();
+    // Phase ends: 0.25 * 20 - 1 = 4, 2 * 5 - 2 = 8, 19 (step 20 continues the last phase).
+    const double expected = step <= 4   ? cosine(initial, 0.5, step / 4.0)
+                            : step <= 8 ? cosine(0.5, initial, (step - 4) / 4.0)
+                                        : cosine(initial, min_lr, (step - 8) / 11.0);
+    EXPECT_NEAR(adam.param_groups()[0].lr, expected, 1e-15) << "step " << step;
+  }
+  EXPECT_NEAR(adam.param_groups()[0].beta1, 0.95, 1e-15);  // flat in the third phase
+}
+
 TEST(Schedulers, StateDictRoundTripContinuesTheSchedule) {
   SGD a(params(), {.lr = 0.1}), b(params(), {.lr = 0.1});
   CosineAnnealingLR sa(a, 12, 0.0), sb_first(b, 12, 0.0);
