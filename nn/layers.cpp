@@ -158,20 +158,33 @@ std::string LayerNorm::extra_repr() const {
   return out.str();
 }
 
-Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim) {
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim,
+                     std::optional<int64_t> padding_index) {
   EMBER_CHECK(num_embeddings > 0 && embedding_dim > 0, "Embedding: sizes must be positive, got ",
               num_embeddings, " and ", embedding_dim);
+  if (padding_index) {
+    EMBER_CHECK(*padding_index >= -num_embeddings && *padding_index < num_embeddings,
+                "Embedding: padding_idx ", *padding_index, " is outside the table of ",
+                num_embeddings, " rows (expected -", num_embeddings, " <= padding_idx < ",
+                num_embeddings, ")");
+    padding_idx = *padding_index < 0 ? *padding_index + num_embeddings : *padding_index;
+  }
   weight = register_parameter("weight", empty({num_embeddings, embedding_dim}));
   init::normal_(weight, 0.0, 1.0);
+  if (padding_idx) {
+    NoGradGuard no_grad;
+    weight.select(0, *padding_idx).zero_();
+  }
 }
 
 std::shared_ptr<Module> Embedding::make_clone() const {
-  return make<Embedding>(weight.size(0), weight.size(1));
+  return make<Embedding>(weight.size(0), weight.size(1), padding_idx);
 }
 
 std::string Embedding::extra_repr() const {
   std::ostringstream out;
   out << weight.size(0) << ", " << weight.size(1);
+  if (padding_idx) out << ", padding_idx=" << *padding_idx;
   return out.str();
 }
 

@@ -124,14 +124,17 @@ class LayerNorm : public Module {
   std::shared_ptr<Module> make_clone() const override;
 };
 
-// indices (...) -> (..., dim); weight (num, dim) ~ N(0, 1).
+// indices (...) -> (..., dim); weight (num, dim) ~ N(0, 1). With padding_idx (negative: counted
+// from num), that row starts at zeros and takes no gradient (torch.nn.Embedding's padding_idx).
 class Embedding : public Module {
  public:
-  Embedding(int64_t num_embeddings, int64_t embedding_dim);
-  Tensor forward(const Tensor& indices) override { return embedding(indices, weight); }
+  Embedding(int64_t num_embeddings, int64_t embedding_dim,
+            std::optional<int64_t> padding_idx = std::nullopt);
+  Tensor forward(const Tensor& indices) override { return embedding(indices, weight, padding_idx); }
   std::string type_name() const override { return "Embedding"; }
   std::string extra_repr() const override;
   Tensor weight;
+  std::optional<int64_t> padding_idx;  // in [0, num) once constructed
 
  protected:
   std::shared_ptr<Module> make_clone() const override;

@@ -601,13 +601,19 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& padding, double value) {
   return out;
 }
 
-Tensor embedding(const Tensor& indices, const Tensor& weight) {
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
   const char* op = "embedding";
   check_same_device(op, weight, {&indices});
   check_index_dtype(op, indices);
   EMBER_CHECK(weight.dim() == 2, op, ": expected a weight of shape (num_embeddings, dim), got ",
               describe(weight));
   const int64_t vocabulary = weight.size(0), width = weight.size(1);
+  if (padding_idx) {
+    EMBER_CHECK(*padding_idx >= -vocabulary && *padding_idx < vocabulary, op, ": padding_idx ",
+                *padding_idx, " is outside the embedding table of ", vocabulary,
+                " rows (expected -", vocabulary, " <= padding_idx < ", vocabulary, ")");
+    if (*padding_idx < 0) *padding_idx += vocabulary;
+  }
   // indices (...) -> flat (K); out (K, D) viewed as (..., D).
   const Tensor flat = indices.reshape({indices.numel()}).contiguous();
   check_indices(op, flat, vocabulary, "the embedding table (num_embeddings)");
@@ -619,9 +625,15 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
   if (any_requires_grad({&weight})) {
     record(
         OpId::embedding, {weight}, out, {flat},
-        [vocabulary, width](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
-          // Rows picked several times sum their gradients.
-          const Tensor g_rows = g.reshape({s[0].numel(), width});
+        [vocabulary, width, padding_idx](const Tensor& g,
+                                         const std::vector<Tensor>& s) -> std::vector<Tensor> {
+          // Rows picked several times sum their gradients; padding positions add nothing (not
+          // even a NaN or inf of theirs, as PyTorch's embedding_backward skips them).
+          Tensor g_rows = g.reshape({s[0].numel(), width});
+          if (padding_idx) {
+            const Tensor is_padding = eq(s[0], *padding_idx).unsqueeze(1);  // (K, 1)
+            g_rows = where(is_padding, zeros_like(g_rows), g_rows);
+          }
           return {index_add_into_zeros("embedding backward", {vocabulary, width}, 0, s[0], g_rows)};
         });
   }

@@ -1,6 +1,8 @@
 // Joining, splitting, indexing and padding.
 #pragma once
 
+#include <optional>
+
 #include <vector>
 
 #include "runtime/tensor.h"
@@ -29,6 +31,8 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 Tensor pad(const Tensor& x, const std::vector<int64_t>& padding, double value = 0.0);
 
 // indices (...) of i64/i32 into weight (V, D) -> (..., D); as torch.nn.functional.embedding.
-Tensor embedding(const Tensor& indices, const Tensor& weight);
+// Positions holding padding_idx (negative: counted from V) read their row but send it no gradient.
+Tensor embedding(const Tensor& indices, const Tensor& weight,
+                 std::optional<int64_t> padding_idx = std::nullopt);
 
 }  // namespace ember

@@ -243,4 +243,19 @@ EMBER_OP_CASES(indexing) {
   };
 }
 
+// Row 1 is padding: picked three times, it reads its values (the forward, compared on CUDA) and
+// gets no gradient, which by design is not the derivative: no finite-difference check here
+// (tests/runtime/indexing_test.cpp checks that gradient).
+EMBER_OP_CASES(embedding_padding) {
+  OpCase c = make_case(
+      "embedding/padding_idx", OpId::embedding,
+      [](DType dtype, Device device, Generator& g) -> Inputs {
+        return {index_tensor({1, 4, 1, 0, 1, 3}, {2, 3}, device),
+                random_input({5, 3}, dtype, device, g)};
+      },
+      [](const Inputs& in) { return embedding(in[0], in[1], 1); }, {false, true});
+  c.differentiable_op = false;
+  return {c};
+}
+
 }  // namespace ember::testing

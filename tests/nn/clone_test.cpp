@@ -123,6 +123,12 @@ TEST(Clone, PoolingNormalisationEmbedding) {
   check_clone(make<Embedding>(10, 4), [] {
     return from_vector(std::vector<int64_t>{3, 0, 9, 3}, {2, 2}, DType::i64);
   });
+  const auto padded = make<Embedding>(10, 4, -1);  // row 9: zeros, and kept by the clone
+  EXPECT_EQ(padded->padding_idx, 9);
+  EXPECT_EQ(to_vector<float>(padded->weight.select(0, 9)), std::vector<float>(4, 0.0f));
+  EXPECT_EQ(std::static_pointer_cast<Embedding>(padded->clone())->padding_idx, 9);
+  EXPECT_NE(padded->extra_repr().find("padding_idx=9"), std::string::npos);
+  EXPECT_THROW(make<Embedding>(10, 4, 10), Error);
 }
 
 TEST(Clone, StatelessLayersAndLosses) {

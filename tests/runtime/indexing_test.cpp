@@ -2,6 +2,8 @@
 // against plain loops, their views, dtypes and error messages.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <string>
 
 #include "runtime/ops.h"
@@ -287,6 +289,27 @@ TEST(Embedding, MatchesNaiveLookupAndSumsGradientsOfRepeatedRows) {
   EXPECT_ERROR_WITH(embedding(bad, weight), "embedding", "index 5", "[0, 5)");
   EXPECT_ERROR_WITH(embedding(bad, zeros({5})), "embedding", "num_embeddings");
   EXPECT_ERROR_WITH(embedding(zeros({2}), weight), "embedding", "i64 or i32");
+}
+
+TEST(Embedding, PaddingPositionsReadTheirRowButSendItNoGradient) {
+  Tensor weight = random_tensor({5, 2}, 22).requires_grad_();
+  const Tensor indices = from_vector(std::vector<int64_t>{1, 4, 1, 0}, {4}, DType::i64);
+  for (int64_t padding : {1, -4}) {  // -4: row 5 - 4 = 1
+    weight.set_grad(Tensor());
+    const Tensor out = embedding(indices, weight, padding);
+    EXPECT_EQ(to_vector<double>(out.select(0, 0)), to_vector<double>(weight.select(0, 1)));
+    // An inf cotangent at a padding position adds nothing, not inf * 0 = NaN.
+    const double inf = std::numeric_limits<double>::infinity();
+    const Tensor cotangent =
+        from_vector(std::vector<double>{inf, 1, 2, 3, 4, 5, 6, 7}, {4, 2}, DType::f64)
+            .to(weight.dtype());
+    sum(out * cotangent).backward();
+    EXPECT_EQ(to_vector<double>(weight.grad()), (std::vector<double>{6, 7, 0, 0, 0, 0, 0, 0, 2, 3}))
+        << "padding_idx " << padding;
+  }
+  EXPECT_ERROR_WITH(embedding(indices, weight, 5), "embedding", "padding_idx 5",
+                    "-5 <= padding_idx < 5");
+  EXPECT_ERROR_WITH(embedding(indices, weight, -6), "padding_idx -6");
 }
 
 }  // namespace
