@@ -1,14 +1,21 @@
 // Loss modules: `loss(input, target)` returns the reduced loss, as torch.nn's losses.
 #pragma once
 
+#include <utility>
+
 #include "nn/module.h"
 #include "runtime/ops.h"
 
 namespace ember::nn {
 
+// A class weight (options.weight) is registered as the buffer "weight", as in PyTorch: it moves
+// with to(device) and is part of the state_dict.
 class CrossEntropyLoss : public Module {
  public:
-  explicit CrossEntropyLoss(CrossEntropyOptions options = {}) : options(options) {}
+  explicit CrossEntropyLoss(CrossEntropyOptions options = {}) : options(std::move(options)) {
+    if (this->options.weight.defined())
+      this->options.weight = register_buffer("weight", this->options.weight);
+  }
   Tensor operator()(const Tensor& logits, const Tensor& target) const {
     return cross_entropy(logits, target, options);
   }
@@ -16,23 +23,31 @@ class CrossEntropyLoss : public Module {
   CrossEntropyOptions options;
 
  protected:
-  std::shared_ptr<Module> make_clone() const override { return make<CrossEntropyLoss>(options); }
+  std::shared_ptr<Module> make_clone() const override {
+    CrossEntropyOptions copy = options;  // a weight of its own, not the original's
+    if (copy.weight.defined()) copy.weight = copy.weight.clone();
+    return make<CrossEntropyLoss>(copy);
+  }
 };
 
 class NLLLoss : public Module {
  public:
-  explicit NLLLoss(int64_t ignore_index = -100, Reduction reduction = Reduction::mean)
-      : ignore_index(ignore_index), reduction(reduction) {}
+  explicit NLLLoss(int64_t ignore_index = -100, Reduction reduction = Reduction::mean,
+                   const Tensor& class_weight = Tensor())
+      : ignore_index(ignore_index), reduction(reduction) {
+    if (class_weight.defined()) weight = register_buffer("weight", class_weight);
+  }
   Tensor operator()(const Tensor& log_probs, const Tensor& target) const {
-    return nll_loss(log_probs, target, ignore_index, reduction);
+    return nll_loss(log_probs, target, ignore_index, reduction, weight);
   }
   std::string type_name() const override { return "NLLLoss"; }
   int64_t ignore_index;
   Reduction reduction;
+  Tensor weight;  // (C), optional: the buffer "weight"
 
  protected:
   std::shared_ptr<Module> make_clone() const override {
-    return make<NLLLoss>(ignore_index, reduction);
+    return make<NLLLoss>(ignore_index, reduction, weight.defined() ? weight.clone() : Tensor());
   }
 };
 

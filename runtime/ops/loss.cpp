@@ -121,6 +121,56 @@ Tensor elementwise_upstream(const Tensor& g, Reduction reduction, int64_t numel)
   return g;
 }
 
+// The loss with a class weight (C), composed of ember ops so that it runs and differentiates on
+// any device. PyTorch's nll_loss with weight, and the label-smoothing term of its cross_entropy
+// (cross_entropy_loss_label_smoothing), per position i with target t_i (0 where ignored):
+//   nll_i = -w[t_i] log_probs[i, t_i]      smooth_i = -sum_c w[c] log_probs[i, c]
+//   loss = (1 - s) reduce(nll) + s / C reduce(smooth)
+// where mean divides both sums by the sum of w[t_i] over the targets that are not ignored.
+// log_probs (N, C, d...) in the accumulation dtype; the result in `dtype`.
+Tensor class_weighted_loss(const char* op, const Tensor& log_probs, const Tensor& target,
+                           const Tensor& weight_in, const ClassLayout& layout, int64_t ignore_index,
+                           double smoothing, Reduction reduction, DType dtype) {
+  EMBER_CHECK(weight_in.dim() == 1 && weight_in.size(0) == layout.classes, op,
+              ": expected a weight of shape (", layout.classes, "), one per class, got ",
+              describe(weight_in));
+  EMBER_CHECK(is_floating(weight_in.dtype()), op, ": expected a floating-point weight, got ",
+              describe(weight_in));
+  EMBER_CHECK(weight_in.device() == log_probs.device(), op, ": expected the weight on ",
+              log_probs.device().str(), " with the scores, got ", describe(weight_in));
+  const Tensor weight = weight_in.to(log_probs.dtype());
+  const Tensor index = target.to(DType::i64);
+  const Tensor counted = ne(index, ignore_index);            // (N, d...)
+  const Tensor safe_index = index * counted.to(DType::i64);  // ignored -> class 0, masked below
+  const Tensor zeros_at = zeros(index.sizes(), TensorOptions(log_probs.dtype(), index.device()));
+  const Tensor target_weight = where(
+      counted, index_select(weight, 0, safe_index.reshape({index.numel()})).reshape(index.sizes()),
+      zeros_at);
+  const Tensor picked = gather(log_probs, 1, safe_index.unsqueeze(1)).squeeze(1);
+  // where, not a product: an ignored position's -inf log-probability must not give NaN.
+  const Tensor nll = where(counted, -picked * target_weight, zeros_at);
+  const auto reduce = [&](const Tensor& per_position) {
+    switch (reduction) {
+      case Reduction::none:
+        return per_position;
+      case Reduction::sum:
+        return sum(per_position);
+      case Reduction::mean:
+        return sum(per_position) / sum(target_weight);
+    }
+    return Tensor();
+  };
+  Tensor loss = reduce(nll);
+  if (smoothing > 0.0) {
+    Shape class_shape(static_cast<size_t>(log_probs.dim()), 1);
+    class_shape[1] = layout.classes;  // weight (C) -> (1, C, 1...)
+    const Tensor smooth = -sum(log_probs * weight.reshape(class_shape), {1});
+    loss = loss * (1.0 - smoothing) + reduce(where(counted, smooth, zeros_at)) *
+                                          (smoothing / static_cast<double>(layout.classes));
+  }
+  return loss.to(dtype);
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
@@ -138,6 +188,11 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
   const ClassLayout layout = check_class_inputs(op, logits, target_dense, options.ignore_index);
   const Tensor target = kernel_target(target_dense);
   const DType dtype = logits.dtype(), acc = accumulate_dtype(dtype);
+  if (options.weight.defined()) {
+    return class_weighted_loss(op, log_softmax(logits.to(acc), 1), target, options.weight, layout,
+                               options.ignore_index, options.label_smoothing, options.reduction,
+                               dtype);
+  }
   Tensor losses = empty(target.sizes(), TensorOptions(acc, logits.device()));
   Tensor lse = empty(target.sizes(), TensorOptions(acc, logits.device()));
   dispatch_floating(dtype, op, [&]<typename T>() {
@@ -200,11 +255,11 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
 }
 
 Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target_in, int64_t ignore_index,
-                Reduction reduction) {
+                Reduction reduction, const Tensor& weight) {
   const char* op = "nll_loss";
   if (log_probs_in.defined() && log_probs_in.dim() == 1) {
-    Tensor out =
-        nll_loss(log_probs_in.unsqueeze(0), target_in.unsqueeze(0), ignore_index, reduction);
+    Tensor out = nll_loss(log_probs_in.unsqueeze(0), target_in.unsqueeze(0), ignore_index,
+                          reduction, weight);
     return reduction == Reduction::none ? out.squeeze(0) : out;
   }
   const Tensor log_probs = autocast_fp32(log_probs_in).contiguous();
@@ -212,6 +267,10 @@ Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target_in, int64_t ign
   const ClassLayout layout = check_class_inputs(op, log_probs, target_dense, ignore_index);
   const Tensor target = kernel_target(target_dense);
   const DType dtype = log_probs.dtype(), acc = accumulate_dtype(dtype);
+  if (weight.defined()) {
+    return class_weighted_loss(op, log_probs.to(acc), target, weight, layout, ignore_index, 0.0,
+                               reduction, dtype);
+  }
   Tensor losses = empty(target.sizes(), TensorOptions(acc, log_probs.device()));
   dispatch_floating(dtype, op, [&]<typename T>() {
     if (log_probs.is_cuda()) {

@@ -14,15 +14,18 @@ struct CrossEntropyOptions {
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;
   Reduction reduction = Reduction::mean;
+  Tensor weight{};  // optional (C): each class's loss scaled by its weight, as PyTorch's weight
 };
 
 // One fused log-softmax + NLL. logits (N, C) or (N, C, d...), target (N) or (N, d...) of class
-// indices (i64/i32). mean: over the targets that are not ignore_index, as PyTorch.
+// indices (i64/i32). mean: over the targets that are not ignore_index, as PyTorch; with a class
+// weight, divided by the sum of the targets' weights instead (and composed of ember ops, not
+// fused).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      const CrossEntropyOptions& options = {});
-// log_probs (N, C) or (N, C, d...), target as above.
+// log_probs (N, C) or (N, C, d...), target as above; weight (C) optional, as for cross_entropy.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index = -100,
-                Reduction reduction = Reduction::mean);
+                Reduction reduction = Reduction::mean, const Tensor& weight = Tensor());
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
 // Numerically stable: max(x, 0) - x t + log(1 + exp(-|x|)).
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,

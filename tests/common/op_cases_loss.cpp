@@ -63,6 +63,28 @@ EMBER_OP_CASES(loss) {
           },
           [](const Inputs& in) { return cross_entropy(in[0], in[1], with(Reduction::mean, 0.1)); },
           {true, false}),
+      // Class weights (composed of ember ops): the logits' and the weight's gradients.
+      make_case(
+          "cross_entropy/class_weights_smoothing_ignore", OpId::cross_entropy,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({2, 4, 3}, dtype, device, g, -2.0, 2.0),
+                    targets({3, -100, 0, 2, 3, 1}, {2, 3}, device),
+                    random_input({4}, dtype, device, g, 0.5, 2.0)};
+          },
+          [](const Inputs& in) {
+            CrossEntropyOptions options = with(Reduction::mean, 0.2);
+            options.weight = in[2];
+            return cross_entropy(in[0], in[1], options);
+          },
+          {true, false, true}),
+      make_case(
+          "nll_loss/class_weights_sum", OpId::nll_loss,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({4, 3}, dtype, device, g), targets({2, 0, -100, 2}, {4}, device),
+                    random_input({3}, dtype, device, g, 0.5, 2.0)};
+          },
+          [](const Inputs& in) { return nll_loss(in[0], in[1], -100, Reduction::sum, in[2]); },
+          {true, false, true}),
       make_case(
           "nll_loss/mean_ignore", OpId::nll_loss,
           [](DType dtype, Device device, Generator& g) -> Inputs {

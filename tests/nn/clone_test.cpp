@@ -152,6 +152,19 @@ TEST(Clone, StatelessLayersAndLosses) {
   auto nll = nn::clone(make<NLLLoss>(3, Reduction::sum));
   EXPECT_EQ(nll->ignore_index, 3);
   EXPECT_EQ(nll->reduction, Reduction::sum);
+  // A class weight is the buffer "weight"; a clone has a weight of its own.
+  const Tensor class_weight = from_vector(std::vector<float>{1, 2, 3}, {3});
+  auto weighted = make<CrossEntropyLoss>(CrossEntropyOptions{.weight = class_weight});
+  EXPECT_EQ(weighted->named_buffers().size(), 1u);
+  EXPECT_EQ(weighted->named_buffers()[0].first, "weight");
+  auto weighted_copy = nn::clone(weighted);
+  EXPECT_EQ(to_vector<float>(weighted_copy->options.weight), (std::vector<float>{1, 2, 3}));
+  EXPECT_FALSE(weighted_copy->options.weight.is_same(class_weight));
+  weighted_copy->options.weight.fill_(0.0);
+  EXPECT_EQ(to_vector<float>(class_weight), (std::vector<float>{1, 2, 3}));
+  auto weighted_nll = nn::clone(make<NLLLoss>(-100, Reduction::mean, class_weight));
+  EXPECT_EQ(to_vector<float>(weighted_nll->weight), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(weighted_nll->named_buffers()[0].first, "weight");
   EXPECT_EQ(nn::clone(make<MSELoss>(Reduction::none))->reduction, Reduction::none);
   EXPECT_EQ(nn::clone(make<BCEWithLogitsLoss>(Reduction::sum))->reduction, Reduction::sum);
 }

@@ -206,6 +206,65 @@ TEST(CrossEntropy, BadTargetsAreClearErrors) {
   EXPECT_ERROR_WITH(nll_loss(logits, class_targets({0, 4, 1})), "nll_loss", "target value 4");
 }
 
+// PyTorch's class weights: nll_i = -w[t_i] logp[i, t_i], smooth_i = -sum_c w[c] logp[i, c] (0 at
+// ignored positions); loss = (1 - s) nll + s / C smooth, mean dividing by sum of w[t_i] counted.
+TEST(CrossEntropy, ClassWeightsFollowPyTorchsFormula) {
+  const int64_t n = 5, c = 4;
+  const Tensor logits = random_tensor({n, c}, 31);
+  const std::vector<int64_t> target = {2, -100, 0, 3, 2};
+  const std::vector<double> w = {0.5, 2.0, 1.5, 0.25};
+  const Tensor weight = from_vector(w, {c}, DType::f64);
+  const auto logp = log_softmax_rows(to_vector<double>(logits), n, c);
+  for (double smoothing : {0.0, 0.2}) {
+    std::vector<double> per(n, 0.0);
+    double nll_sum = 0, smooth_sum = 0, weight_sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (target[i] == -100) continue;
+      const double nll = -w[target[i]] * logp[i][target[i]];
+      double smooth = 0;
+      for (int64_t j = 0; j < c; ++j)
+        smooth -= w[j] * logp[i][j];
+      per[i] = (1 - smoothing) * nll + smoothing / c * smooth;
+      nll_sum += nll;
+      smooth_sum += smooth;
+      weight_sum += w[target[i]];
+    }
+    const double mean = ((1 - smoothing) * nll_sum + smoothing / c * smooth_sum) / weight_sum;
+    double total = 0;
+    for (double v : per)
+      total += v;
+    CrossEntropyOptions options{.label_smoothing = smoothing, .weight = weight};
+    EXPECT_NEAR(cross_entropy(logits, class_targets(target), options).item<double>(), mean, 1e-14);
+    options.reduction = Reduction::sum;
+    EXPECT_NEAR(cross_entropy(logits, class_targets(target), options).item<double>(), total, 1e-14);
+    options.reduction = Reduction::none;
+    const std::vector<double> none =
+        to_vector<double>(cross_entropy(logits, class_targets(target), options));
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_NEAR(none[i], per[i], 1e-14) << "smoothing " << smoothing << ", position " << i;
+  }
+  // nll_loss with the same weight: the smoothing-free part, on log-probabilities.
+  const Tensor log_probs = log_softmax(logits, 1);
+  double nll_sum = 0, weight_sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (target[i] == -100) continue;
+    nll_sum -= w[target[i]] * logp[i][target[i]];
+    weight_sum += w[target[i]];
+  }
+  EXPECT_NEAR(
+      nll_loss(log_probs, class_targets(target), -100, Reduction::mean, weight).item<double>(),
+      nll_sum / weight_sum, 1e-14);
+  // Every target ignored: 0 / 0, NaN, as in PyTorch.
+  EXPECT_TRUE(std::isnan(
+      cross_entropy(logits, class_targets(std::vector<int64_t>(n, -100)), {.weight = weight})
+          .item<double>()));
+  EXPECT_ERROR_WITH(cross_entropy(logits, class_targets(target), {.weight = ones({3})}),
+                    "cross_entropy", "weight of shape (4)");
+  EXPECT_ERROR_WITH(
+      nll_loss(log_probs, class_targets(target), -100, Reduction::mean, ones({4}, DType::i64)),
+      "nll_loss", "floating-point weight");
+}
+
 TEST(NllLoss, MatchesNaiveLoops) {
   const Tensor log_probs = random_tensor({4, 3}, 10);
   const std::vector<int64_t> target = {2, -100, 0, 1};
