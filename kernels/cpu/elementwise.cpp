@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "kernels/common/convert.h"
+#include "kernels/common/integer_pow.h"
 #include "kernels/common/scalar_types.h"
 #include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/loops.h"
@@ -242,8 +243,12 @@ void unary_typed(UnaryOp op, const StridedLayout& layout, T* out, const T* in, A
     case UnaryOp::silu:
       return run([](Acc x) { return static_cast<Acc>(x * sigmoid_of(x)); });
     case UnaryOp::pow_scalar:
-      if (p == Acc(2)) return run([](Acc x) { return static_cast<Acc>(x * x); });
-      return run([p](Acc x) { return static_cast<Acc>(std::pow(x, p)); });
+      if constexpr (std::is_integral_v<Acc> && !std::is_same_v<Acc, bool>) {
+        return run([p](Acc x) { return integer_pow(x, p); });
+      } else {
+        if (p == Acc(2)) return run([](Acc x) { return static_cast<Acc>(x * x); });
+        return run([p](Acc x) { return static_cast<Acc>(std::pow(x, p)); });
+      }
     case UnaryOp::sign:
       return run([](Acc x) { return static_cast<Acc>((Acc(0) < x) - (x < Acc(0))); });
     case UnaryOp::reciprocal:
@@ -278,7 +283,11 @@ void binary_typed(BinaryOp op, const StridedLayout& layout, T* out, const T* a, 
     case BinaryOp::div:
       return run([](Acc x, Acc y) { return static_cast<Acc>(x / y); });
     case BinaryOp::pow:
-      return run([](Acc x, Acc y) { return static_cast<Acc>(std::pow(x, y)); });
+      if constexpr (std::is_integral_v<Acc> && !std::is_same_v<Acc, bool>) {
+        return run([](Acc x, Acc y) { return integer_pow(x, y); });
+      } else {
+        return run([](Acc x, Acc y) { return static_cast<Acc>(std::pow(x, y)); });
+      }
     case BinaryOp::maximum:
       // NaN in either input gives NaN, as torch.maximum does.
       return run([](Acc x, Acc y) { return x != x ? x : (y != y ? y : (x < y ? y : x)); });

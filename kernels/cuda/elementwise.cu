@@ -2,6 +2,7 @@
 #include <type_traits>
 
 #include "kernels/common/convert.h"
+#include "kernels/common/integer_pow.h"
 #include "kernels/common/scalar_types.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/elementwise.h"
@@ -50,7 +51,11 @@ __device__ __forceinline__ Acc apply_unary(UnaryOp op, Acc x, Acc p) {
     case UnaryOp::silu:
       return static_cast<Acc>(x * (Acc(1) / (Acc(1) + dm::exp(static_cast<Acc>(-x)))));
     case UnaryOp::pow_scalar:
-      return p == Acc(2) ? static_cast<Acc>(x * x) : dm::pow(x, p);
+      if constexpr (std::is_integral_v<Acc> && !std::is_same_v<Acc, bool>) {
+        return integer_pow(x, p);
+      } else {
+        return p == Acc(2) ? static_cast<Acc>(x * x) : dm::pow(x, p);
+      }
     case UnaryOp::sign:
       return static_cast<Acc>((Acc(0) < x) - dm::is_negative(x));
     case UnaryOp::reciprocal:
@@ -75,7 +80,11 @@ __device__ __forceinline__ Acc apply_binary(BinaryOp op, Acc x, Acc y, Acc alpha
     case BinaryOp::div:
       return static_cast<Acc>(x / y);
     case BinaryOp::pow:
-      return dm::pow(x, y);
+      if constexpr (std::is_integral_v<Acc> && !std::is_same_v<Acc, bool>) {
+        return integer_pow(x, y);
+      } else {
+        return dm::pow(x, y);
+      }
     case BinaryOp::maximum:
       // NaN in either input gives NaN, as torch.maximum does.
       return dm::is_nan(x) ? x : (dm::is_nan(y) ? y : (x < y ? y : x));

@@ -241,10 +241,19 @@ Tensor binary_op(BinaryOp op, const Tensor& a_in, const Tensor& b_in, const Scal
   const Tensor a = on_device_of(a_in, b_in);
   const Tensor b = on_device_of(b_in, a_in);
   check_same_device(a, b, name);
+  EMBER_CHECK(op != BinaryOp::sub || (a.dtype() != DType::boolean && b.dtype() != DType::boolean),
+              "sub: subtraction with a bool tensor is not supported (", describe(a), ", ",
+              describe(b),
+              "); to invert a mask use eq(mask, false), as PyTorch's ~ or logical_not");
   DType dtype = result_type(a, b);
   if (op == BinaryOp::div && !is_floating(dtype)) dtype = DType::f32;
-  EMBER_CHECK(dtype != DType::boolean, name, ": not supported for bool tensors (", describe(a),
-              ", ", describe(b), ")");
+  if (dtype == DType::boolean) {
+    // PyTorch's bool arithmetic: add and maximum are "or", mul and minimum "and" (computed on
+    // 0/1 bytes, then any non-zero is true). pow has no bool form.
+    EMBER_CHECK(op != BinaryOp::pow, name, ": not supported for two bool tensors (", describe(a),
+                ", ", describe(b), "); convert them to an integer dtype first");
+    return binary_op(op, a.to(DType::u8), b.to(DType::u8), alpha).to(DType::boolean);
+  }
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   const Tensor ca = a.to(dtype), cb = b.to(dtype);
   Tensor out = empty(shape, TensorOptions(dtype, a.device()));
@@ -504,9 +513,15 @@ Tensor silu(const Tensor& x) {
                   });
 }
 
-Tensor pow(const Tensor& x, const Scalar& exponent) {
+Tensor pow(const Tensor& x_in, const Scalar& exponent) {
   const double p = exponent.to_double();
-  const bool keep_integers = !exponent.is_floating() && p >= 0;
+  // An integer exponent keeps an integer tensor's dtype (bool becomes i64), as PyTorch; a
+  // negative one is refused there, as PyTorch does.
+  const bool keep_integers = !exponent.is_floating();
+  const Tensor x = keep_integers && x_in.dtype() == DType::boolean ? x_in.to(DType::i64) : x_in;
+  EMBER_CHECK(!keep_integers || p >= 0 || is_floating(x.dtype()), "pow: integers to negative ",
+              "integer powers are not allowed (", describe(x_in), " to the power ",
+              exponent.to_int(), "); convert the tensor to a floating dtype first");
   return unary_op(UnaryOp::pow_scalar, OpId::pow_scalar, autocast_fp32(x), p, keep_integers, true,
                   false, [p](const Tensor& g, const Tensor& in, const Tensor&) {
                     if (p == 0.0) return zeros_like(g);
@@ -530,8 +545,13 @@ Tensor sign(const Tensor& x) {
                   [](const Tensor& g, const Tensor&, const Tensor&) { return zeros_like(g); });
 }
 
-Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+Tensor clamp(const Tensor& x_in, std::optional<Scalar> min, std::optional<Scalar> max) {
   EMBER_CHECK(min || max, "clamp: at least one of min and max must be given");
+  // The bounds promote like numbers (PyTorch's result_type): an integer tensor clamped to
+  // floating bounds gives f32, to integer bounds keeps its dtype (bool: i64).
+  Tensor x = x_in;
+  if (min) x = x.to(result_type(x, *min));
+  if (max) x = x.to(result_type(x, *max));
   Tensor out;
   {
     NoGradGuard no_grad;
@@ -540,11 +560,13 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
     if (max) out = minimum(out, scalar_tensor(*max, TensorOptions(x.dtype(), x.device())));
   }
   if (any_requires_grad({&x})) {
+    const std::optional<double> low = min ? std::optional(min->to_double()) : std::nullopt;
+    const std::optional<double> high = max ? std::optional(max->to_double()) : std::nullopt;
     record(OpId::clamp, {x}, out, {x},
-           [min, max](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+           [low, high](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
              Tensor pass = ones_like(g);
-             if (min) pass = pass * ge(s[0], *min).to(g.dtype());
-             if (max) pass = pass * le(s[0], *max).to(g.dtype());
+             if (low) pass = pass * ge(s[0], *low).to(g.dtype());
+             if (high) pass = pass * le(s[0], *high).to(g.dtype());
              return {g * pass};
            });
   }
@@ -578,7 +600,14 @@ Tensor add(const Tensor& a, const Scalar& b) {
   return add(a, wrap_scalar(a, b));
 }
 Tensor sub(const Tensor& a, const Scalar& b) {
+  EMBER_CHECK(b.kind() != Scalar::Kind::boolean, "sub: subtraction with a bool is not supported (",
+              describe(a), " - a bool); to invert a mask use eq(mask, false)");
   return sub(a, wrap_scalar(a, b));
+}
+Tensor sub(const Scalar& a, const Tensor& b) {
+  EMBER_CHECK(a.kind() != Scalar::Kind::boolean, "sub: subtraction with a bool is not supported (",
+              "a bool - ", describe(b), "); to invert a mask use eq(mask, false)");
+  return add(neg(b), a);
 }
 Tensor mul(const Tensor& a, const Scalar& b) {
   return mul(a, wrap_scalar(a, b));

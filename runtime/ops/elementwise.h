@@ -34,7 +34,8 @@ Tensor pow(const Tensor& x, const Scalar& exponent);
 Tensor square(const Tensor& x);
 Tensor reciprocal(const Tensor& x);
 Tensor sign(const Tensor& x);  // gradient zero, as in PyTorch
-Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
+// Bounds promote like numbers: an integer tensor with a floating bound gives f32, as in PyTorch.
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
 
 // ---- binary, broadcasting ----
 Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);  // a + alpha * b
@@ -46,6 +47,7 @@ Tensor maximum(const Tensor& a, const Tensor& b);  // NaN propagates
 Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor add(const Tensor& a, const Scalar& b);
 Tensor sub(const Tensor& a, const Scalar& b);
+Tensor sub(const Scalar& a, const Tensor& b);  // a - b
 Tensor mul(const Tensor& a, const Scalar& b);
 Tensor div(const Tensor& a, const Scalar& b);
 
@@ -104,7 +106,7 @@ inline Tensor operator+(const Scalar& a, const Tensor& b) {
   return add(b, a);
 }
 inline Tensor operator-(const Scalar& a, const Tensor& b) {
-  return add(neg(b), a);
+  return sub(a, b);
 }
 inline Tensor operator*(const Scalar& a, const Tensor& b) {
   return mul(b, a);

@@ -59,6 +59,9 @@ void require_nonempty_reduction(const ReductionPlan& plan, const Tensor& x, cons
 // amax / amin. Backward: the gradient goes to the elements equal to the result, split evenly.
 Tensor extreme(const Tensor& x, const Dims& dims, bool keepdim, bool is_max) {
   const char* name = is_max ? "max" : "min";
+  // bool: "any" / "all", on 0/1 bytes (PyTorch returns bool too).
+  if (x.dtype() == DType::boolean)
+    return extreme(x.to(DType::u8), dims, keepdim, is_max).to(DType::boolean);
   const ReductionPlan plan = plan_reduction(x, dims, keepdim, name);
   require_nonempty_reduction(plan, x, name);
   Tensor out = empty(plan.out_shape, TensorOptions(x.dtype(), x.device()));

@@ -1,0 +1,89 @@
+// PyTorch's dtype rules where integers and bools meet arithmetic: bool add/mul/maximum/minimum
+// stay bool ("or" / "and"), subtraction with a bool is refused, integer powers wrap like the
+// type's multiplications and refuse negative scalar exponents, max/min of bools are any/all, and
+// clamp's bounds promote like numbers. Each was found different by bench/conformance/ (dtypes);
+// the expected values are LibTorch 1.13's.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/ops.h"
+#include "tests/common/expect_error.h"
+
+namespace ember {
+namespace {
+
+Tensor bools(const std::vector<int64_t>& values) {
+  return from_vector(values, {static_cast<int64_t>(values.size())}, DType::i64).to(DType::boolean);
+}
+
+std::vector<int64_t> as_i64(const Tensor& t) {
+  return to_vector<int64_t>(t.to(DType::i64));
+}
+
+TEST(BoolOps, ArithmeticOnBoolsStaysBool) {
+  const Tensor a = bools({0, 0, 1, 1}), b = bools({0, 1, 0, 1});
+  for (const Tensor& result : {add(a, b), mul(a, b), maximum(a, b), minimum(a, b)})
+    EXPECT_EQ(result.dtype(), DType::boolean);
+  EXPECT_EQ(as_i64(add(a, b)), (std::vector<int64_t>{0, 1, 1, 1}));
+  EXPECT_EQ(as_i64(mul(a, b)), (std::vector<int64_t>{0, 0, 0, 1}));
+  EXPECT_EQ(as_i64(maximum(a, b)), (std::vector<int64_t>{0, 1, 1, 1}));
+  EXPECT_EQ(as_i64(minimum(a, b)), (std::vector<int64_t>{0, 0, 0, 1}));
+  EXPECT_EQ(as_i64(add(a, true)), (std::vector<int64_t>{1, 1, 1, 1}));
+  // max / min of bools: any / all, as bool.
+  EXPECT_EQ(max(a).dtype(), DType::boolean);
+  EXPECT_TRUE(max(a).item<bool>());
+  EXPECT_FALSE(min(a).item<bool>());
+  EXPECT_TRUE(min(bools({1, 1})).item<bool>());
+}
+
+TEST(BoolOps, SubtractionWithABoolIsRefused) {
+  const Tensor mask = bools({0, 1});
+  EXPECT_ERROR_WITH(sub(mask, mask), "sub: subtraction with a bool tensor is not supported");
+  EXPECT_ERROR_WITH(sub(ones({2}), mask), "sub", "bool");
+  EXPECT_ERROR_WITH(sub(ones({2}), true), "sub", "bool");
+  EXPECT_ERROR_WITH(true - ones({2}), "sub", "bool");
+  EXPECT_ERROR_WITH(pow(mask, mask), "pow: not supported for two bool tensors");
+}
+
+TEST(IntegerOps, PowWrapsLikeTheTypesMultiplications) {
+  // 3^21 = 10460353203 and 7^12 = 13841287201 do not fit i32: their low 32 bits are 1870418611
+  // and 956385313.
+  const Tensor base = from_vector(std::vector<int64_t>{3, 7, -3, 2, 0}, {5}, DType::i64);
+  const Tensor exponent = from_vector(std::vector<int64_t>{21, 12, 21, 31, 0}, {5}, DType::i64);
+  const Tensor i32 = pow(base.to(DType::i32), exponent.to(DType::i32));
+  EXPECT_EQ(i32.dtype(), DType::i32);
+  EXPECT_EQ(to_vector<int32_t>(i32),
+            (std::vector<int32_t>{1870418611, 956385313, -1870418611, -2147483648, 1}));
+  EXPECT_EQ(to_vector<int64_t>(pow(base, exponent)),
+            (std::vector<int64_t>{10460353203, 13841287201, -10460353203, 2147483648, 1}));
+  // Negative tensor exponents: the integer part of the exact result.
+  const Tensor bases = from_vector(std::vector<int64_t>{1, -1, -1, 2, 0}, {5}, DType::i64);
+  const Tensor negative = from_vector(std::vector<int64_t>{-3, -3, -2, -1, -2}, {5}, DType::i64);
+  EXPECT_EQ(to_vector<int64_t>(pow(bases, negative)), (std::vector<int64_t>{1, -1, 1, 0, 0}));
+  // A scalar exponent: u8 wraps mod 256; bool becomes i64; a negative one is refused.
+  const Tensor u8 = from_vector(std::vector<int64_t>{3, 16}, {2}, DType::i64).to(DType::u8);
+  EXPECT_EQ(as_i64(pow(u8, 5)), (std::vector<int64_t>{243, 0}));
+  const Tensor from_bool = pow(bools({0, 1}), 2);
+  EXPECT_EQ(from_bool.dtype(), DType::i64);
+  EXPECT_EQ(to_vector<int64_t>(from_bool), (std::vector<int64_t>{0, 1}));
+  EXPECT_ERROR_WITH(pow(base, -1), "pow: integers to negative integer powers are not allowed");
+  EXPECT_EQ(pow(base, -1.0).dtype(), DType::f32);  // a floating exponent: a floating result
+}
+
+TEST(IntegerOps, ClampBoundsPromoteLikeNumbers) {
+  const Tensor x = from_vector(std::vector<int64_t>{0, 1, 2, 3, 200}, {5}, DType::i64);
+  for (DType dtype : {DType::u8, DType::i32, DType::i64}) {
+    const Tensor floating = clamp(x.to(dtype), -1.5, 2.5);
+    EXPECT_EQ(floating.dtype(), DType::f32) << dtype_name(dtype);
+    EXPECT_EQ(to_vector<float>(floating), (std::vector<float>{0, 1, 2, 2.5f, 2.5f}));
+    const Tensor integral = clamp(x.to(dtype), 1, 3);
+    EXPECT_EQ(integral.dtype(), dtype);
+    EXPECT_EQ(as_i64(integral), (std::vector<int64_t>{1, 1, 2, 3, 3}));
+  }
+  EXPECT_EQ(clamp(ones({2}, DType::f16), 0, 1).dtype(), DType::f16);
+}
+
+}  // namespace
+}  // namespace ember
