@@ -365,7 +365,7 @@ void integer_ops() {
     const ETensor x = d == DType::u8 ? eint({0, 1, 2, 3, 200}, d) : eint({-5, -1, 0, 2, 9}, d);
     op1(
         "clamp " + n + " [-1, 2] (integer bounds)", x,
-        [](const ETensor& a) { return ember::clamp(a, -1.0, 2.0); },
+        [](const ETensor& a) { return ember::clamp(a, -1, 2); },
         [](const TTensor& a) { return torch::clamp(a, int64_t{-1}, int64_t{2}); });
     op1(
         "clamp " + n + " [-1.5, 2.5] (float bounds)", x,
@@ -373,7 +373,7 @@ void integer_ops() {
         [](const TTensor& a) { return torch::clamp(a, -1.5, 2.5); });
     op1(
         "clamp " + n + " min 1 only", x,
-        [](const ETensor& a) { return ember::clamp(a, 1.0, std::nullopt); },
+        [](const ETensor& a) { return ember::clamp(a, 1, std::nullopt); },
         [](const TTensor& a) { return torch::clamp(a, int64_t{1}); });
   }
 }

@@ -89,8 +89,40 @@ void losses() {
                   .label_smoothing(0.1));
         });
   }
-  not_in_ember("cross_entropy with class weights / probability targets",
-               "CrossEntropyOptions has no weight; target must be class indices");
+  // Class weights: every reduction, with and without smoothing, with an ignored target. The
+  // weight is a constant of each lambda (PyTorch's nll_loss has no gradient for it).
+  const ETensor class_weight =
+      ember::from_vector(std::vector<double>{0.5, 2.0, 1.5, 0.25, 1.0}, {5}, DType::f64);
+  const TTensor torch_class_weight = to_torch(class_weight);
+  for (Reduction red : {Reduction::mean, Reduction::sum, Reduction::none}) {
+    for (double smoothing : {0.0, 0.2}) {
+      check(
+          std::string("cross_entropy class weights ") + reduction_name(red) + " smoothing " +
+              number(smoothing) + " ignore_index",
+          {logits, target},
+          [=](const EList& in) {
+            return ember::cross_entropy(
+                in[0], in[1],
+                {.label_smoothing = smoothing, .reduction = red, .weight = class_weight});
+          },
+          [=](const TList& in) {
+            return torch::nn::functional::cross_entropy(
+                in[0], in[1],
+                torch::nn::functional::CrossEntropyFuncOptions()
+                    .weight(torch_class_weight)
+                    .reduction(torch_ce_reduction(red))
+                    .label_smoothing(smoothing));
+          });
+    }
+    check(
+        std::string("nll_loss class weights ") + reduction_name(red),
+        {ember::log_softmax(logits, 1).detach(), target},
+        [=](const EList& in) { return ember::nll_loss(in[0], in[1], -100, red, class_weight); },
+        [=](const TList& in) {
+          return torch::nll_loss(in[0], in[1], torch_class_weight, torch_reduction(red), -100);
+        });
+  }
+  not_in_ember("cross_entropy with probability targets", "target must be class indices");
   for (Reduction red : {Reduction::mean, Reduction::sum, Reduction::none}) {
     check(
         std::string("nll_loss ") + reduction_name(red) + " ignore_index -100",

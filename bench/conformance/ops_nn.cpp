@@ -211,7 +211,17 @@ void shapes() {
       "embedding index out of range (throws)", {ei64({6}, {1}), table},
       [](const EList& in) { return ember::embedding(in[0], in[1]); },
       [](const TList& in) { return torch::embedding(in[1], in[0]); });
-  not_in_ember("embedding padding_idx / max_norm", "embedding(indices, weight) only");
+  for (int64_t padding : {1, -5}) {  // -5: row 1 of 6
+    check(
+        "embedding padding_idx " + std::to_string(padding) + " (no gradient to its row)",
+        {ei64({1, 5, 1, 0, 1, 2}, {2, 3}), table},
+        [=](const EList& in) { return ember::embedding(in[0], in[1], padding); },
+        [=](const TList& in) {  // F.embedding: a negative padding_idx counts from the end
+          return torch::nn::functional::embedding(
+              in[0], in[1], torch::nn::functional::EmbeddingFuncOptions().padding_idx(padding));
+        });
+  }
+  not_in_ember("embedding max_norm", "no max_norm option");
   // matmul
   struct MM {
     ember::Shape a, b;

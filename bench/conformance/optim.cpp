@@ -334,8 +334,60 @@ void schedulers() {
               thrown.empty() ? "FAIL" : "PASS", thrown.empty() ? "no error" : ""});
     }
   }
-  not_in_ember("OneCycleLR three_phase / anneal_strategy 'linear'",
-               "OneCycleOptions has no three_phase or anneal_strategy (cos, two phases only)");
+  // OneCycleLR, three phases and/or linear annealing: PyTorch 1.13's _schedule_phases and
+  // get_lr, written out: phase ends pct * total - 1, 2 pct * total - 2 (three phases), total - 1;
+  // the phase of a step is the first whose end it has not passed (the last one past the end);
+  // _annealing_linear(start, end, pct) = (end - start) * pct + start.
+  for (bool three_phase : {false, true}) {
+    for (bool linear : {false, true}) {
+      if (!three_phase && !linear) continue;  // the two-phase cosine case is above
+      const int64_t total = 23;
+      const double pct = 0.3, max_lr = 2.0, initial = max_lr / 25.0, min_lr = initial / 1e4;
+      ETensor p = ember::zeros({2}, DType::f64).requires_grad_(true);
+      eo::SGD sgd(std::vector<ETensor>{p}, eo::SGDOptions{.lr = 0.5, .momentum = 0.9});
+      eo::OneCycleOptions options;
+      options.pct_start = pct;
+      options.three_phase = three_phase;
+      options.anneal_strategy =
+          linear ? eo::OneCycleOptions::Anneal::linear : eo::OneCycleOptions::Anneal::cos;
+      eo::OneCycleLR s(sgd, max_lr, total, options);
+      struct RefPhase {
+        double end, lr0, lr1, m0, m1;
+      };
+      const double t = static_cast<double>(total);
+      std::vector<RefPhase> phases;
+      if (three_phase) {
+        phases = {{pct * t - 1, initial, max_lr, 0.95, 0.85},
+                  {2 * pct * t - 2, max_lr, initial, 0.85, 0.95},
+                  {t - 1, initial, min_lr, 0.95, 0.95}};
+      } else {
+        phases = {{pct * t - 1, initial, max_lr, 0.95, 0.85}, {t - 1, max_lr, min_lr, 0.85, 0.95}};
+      }
+      auto anneal = [&](double a, double b, double f) {
+        return linear ? (b - a) * f + a : b + (a - b) / 2.0 * (std::cos(kPi * f) + 1);
+      };
+      std::vector<double> lrs, moms, ref_lr, ref_mom;
+      for (int64_t step = 0; step <= total; ++step) {
+        if (step > 0) s.step();
+        lrs.push_back(sgd.param_groups()[0].lr);
+        moms.push_back(sgd.param_groups()[0].momentum);
+        double start = 0;
+        for (size_t i = 0; i < phases.size(); ++i) {
+          if (static_cast<double>(step) <= phases[i].end || i + 1 == phases.size()) {
+            const double f = (static_cast<double>(step) - start) / (phases[i].end - start);
+            ref_lr.push_back(anneal(phases[i].lr0, phases[i].lr1, f));
+            ref_mom.push_back(anneal(phases[i].m0, phases[i].m1, f));
+            break;
+          }
+          start = phases[i].end;
+        }
+      }
+      const std::string tag = std::string("OneCycleLR ") + (three_phase ? "three_phase " : "") +
+                              (linear ? "linear" : "cos") + " (total 23, pct 0.3)";
+      check_sequence(tag + " lr", lrs, ref_lr, 1e-12);
+      check_sequence(tag + " momentum", moms, ref_mom, 1e-12);
+    }
+  }
   // ReduceLROnPlateau: torch/optim/lr_scheduler.py (1.13) step / is_better / _reduce_lr.
   struct PlateauCase {
     std::string name;

@@ -517,6 +517,8 @@ Tensor pow(const Tensor& x_in, const Scalar& exponent) {
   const double p = exponent.to_double();
   // An integer exponent keeps an integer tensor's dtype (bool becomes i64), as PyTorch; a
   // negative one is refused there, as PyTorch does.
+  EMBER_CHECK(x_in.dtype() != DType::boolean || exponent.kind() != Scalar::Kind::boolean,
+              "pow: not supported for a bool tensor to a bool power (", describe(x_in), ")");
   const bool keep_integers = !exponent.is_floating();
   const Tensor x = keep_integers && x_in.dtype() == DType::boolean ? x_in.to(DType::i64) : x_in;
   EMBER_CHECK(!keep_integers || p >= 0 || is_floating(x.dtype()), "pow: integers to negative ",
@@ -607,7 +609,7 @@ Tensor sub(const Tensor& a, const Scalar& b) {
 Tensor sub(const Scalar& a, const Tensor& b) {
   EMBER_CHECK(a.kind() != Scalar::Kind::boolean, "sub: subtraction with a bool is not supported (",
               "a bool - ", describe(b), "); to invert a mask use eq(mask, false)");
-  return add(neg(b), a);
+  return sub(wrap_scalar(b, a), b);  // not -b + a: -b of an unsigned tensor wraps
 }
 Tensor mul(const Tensor& a, const Scalar& b) {
   return mul(a, wrap_scalar(a, b));
