@@ -45,6 +45,7 @@ TEST(BoolOps, SubtractionWithABoolIsRefused) {
   EXPECT_ERROR_WITH(sub(ones({2}), true), "sub", "bool");
   EXPECT_ERROR_WITH(true - ones({2}), "sub", "bool");
   EXPECT_ERROR_WITH(pow(mask, mask), "pow: not supported for two bool tensors");
+  EXPECT_ERROR_WITH(pow(mask, true), "pow: not supported for a bool tensor to a bool power");
 }
 
 TEST(IntegerOps, PowWrapsLikeTheTypesMultiplications) {
@@ -70,6 +71,15 @@ TEST(IntegerOps, PowWrapsLikeTheTypesMultiplications) {
   EXPECT_EQ(to_vector<int64_t>(from_bool), (std::vector<int64_t>{0, 1}));
   EXPECT_ERROR_WITH(pow(base, -1), "pow: integers to negative integer powers are not allowed");
   EXPECT_EQ(pow(base, -1.0).dtype(), DType::f32);  // a floating exponent: a floating result
+}
+
+TEST(IntegerOps, ANumberMinusAnUnsignedTensorPromotesBeforeSubtracting) {
+  // 2.5 - u8 is f32 2.5 - x (not -x + 2.5 with -x wrapped in u8 first: 257.5); 2 - u8 wraps in u8.
+  const Tensor u8 = from_vector(std::vector<int64_t>{1, 2, 3}, {3}, DType::i64).to(DType::u8);
+  EXPECT_EQ(to_vector<float>(2.5 - u8), (std::vector<float>{1.5f, 0.5f, -0.5f}));
+  const Tensor wrapped = 2 - u8;
+  EXPECT_EQ(wrapped.dtype(), DType::u8);
+  EXPECT_EQ(as_i64(wrapped), (std::vector<int64_t>{1, 0, 255}));
 }
 
 TEST(IntegerOps, ClampBoundsPromoteLikeNumbers) {
