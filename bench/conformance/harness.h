@@ -57,39 +57,12 @@ inline torch::ScalarType torch_dtype(DType dtype) {
   return torch::kUInt8;
 }
 
-// The LibTorch twin of an ember tensor, any dtype (16-bit floats and u8 copied bit for bit).
+// The LibTorch twin of an ember tensor, any dtype, bit for bit (the element layouts are the
+// same: bool as 0/1 bytes, f16 and bf16 as their 16 bits).
 inline TTensor to_torch(const ETensor& t) {
-  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
-  switch (t.dtype()) {
-    case DType::f64: {
-      std::vector<double> v = ember::to_vector<double>(t);
-      return torch::from_blob(v.data(), sizes, torch::kFloat64).clone();
-    }
-    case DType::f32: {
-      std::vector<float> v = ember::to_vector<float>(t);
-      return torch::from_blob(v.data(), sizes, torch::kFloat32).clone();
-    }
-    case DType::i64: {
-      std::vector<int64_t> v = ember::to_vector<int64_t>(t);
-      return torch::from_blob(v.data(), sizes, torch::kInt64).clone();
-    }
-    case DType::i32: {
-      std::vector<int32_t> v = ember::to_vector<int32_t>(t);
-      return torch::from_blob(v.data(), sizes, torch::kInt32).clone();
-    }
-    case DType::f16:
-    case DType::bf16:
-    case DType::u8: {
-      const ETensor c = t.contiguous();
-      return torch::from_blob(c.data_ptr(), sizes, torch_dtype(t.dtype())).clone();
-    }
-    case DType::boolean: {
-      std::vector<bool> b = ember::to_vector<bool>(t.to(DType::boolean));
-      std::vector<uint8_t> v(b.begin(), b.end());
-      return torch::from_blob(v.data(), sizes, torch::kUInt8).clone().to(torch::kBool);
-    }
-  }
-  return {};
+  const ETensor c = t.detach().contiguous();
+  const std::vector<int64_t> sizes(c.sizes().begin(), c.sizes().end());
+  return torch::from_blob(c.data_ptr(), sizes, torch_dtype(c.dtype())).clone();
 }
 
 // ember's name of a LibTorch dtype ("f16", "bool"), or LibTorch's name when ember has none.

@@ -223,14 +223,10 @@ std::vector<Tensor> binary_backward(BinaryOp op, const Tensor& g, const Tensor& 
       // loses to the other gets 0. PyTorch's formula: where(a == b, g / 2, g), with 0 where a
       // loses. With a NaN nothing compares true, so both inputs take all of g.
       const bool is_max = op == BinaryOp::maximum;
-      const Tensor a_loses = is_max ? lt(a, b) : gt(a, b);
-      const Tensor b_loses = is_max ? gt(a, b) : lt(a, b);
-      const Tensor tie = eq(a, b);
-      const auto share = [&](const Tensor& loses) {  // masks and g: the broadcast shape
-        const Tensor kept = where(tie, g * 0.5, g);
-        return where(loses, zeros_like(kept), kept);
-      };
-      return only([&] { return share(a_loses); }, [&] { return share(b_loses); });
+      const Tensor kept = where(eq(a, b), g * 0.5, g);  // masks and g: the broadcast shape
+      const auto unless = [&](const Tensor& loses) { return where(loses, zeros_like(kept), kept); };
+      return only([&] { return unless(is_max ? lt(a, b) : gt(a, b)); },
+                  [&] { return unless(is_max ? gt(a, b) : lt(a, b)); });
     }
   }
   return {};
