@@ -588,6 +588,9 @@ Tensor div(const Tensor& a, const Tensor& b) {
 Tensor pow(const Tensor& a, const Tensor& b) {
   return binary_op(BinaryOp::pow, autocast_fp32(a), autocast_fp32(b), 1);
 }
+Tensor pow(const Scalar& base, const Tensor& exponent) {
+  return pow(wrap_scalar(exponent, base), exponent);
+}
 Tensor maximum(const Tensor& a, const Tensor& b) {
   return binary_op(BinaryOp::maximum, a, b, 1);
 }
@@ -704,6 +707,14 @@ Tensor where(const Tensor& condition, const Tensor& a_in, const Tensor& b_in) {
            });
   }
   return out;
+}
+
+Tensor where(const Tensor& condition, const Tensor& a, const Scalar& b) {
+  return where(condition, a, wrap_scalar(a, b));
+}
+
+Tensor where(const Tensor& condition, const Scalar& a, const Tensor& b) {
+  return where(condition, wrap_scalar(b, a), b);
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {

@@ -43,7 +43,8 @@ Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);  // a - a
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);  // true division: integers give f32
 Tensor pow(const Tensor& a, const Tensor& b);
-Tensor maximum(const Tensor& a, const Tensor& b);  // NaN propagates
+Tensor pow(const Scalar& base, const Tensor& exponent);  // base ** exponent, as torch.pow(2, t)
+Tensor maximum(const Tensor& a, const Tensor& b);        // NaN propagates
 Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor add(const Tensor& a, const Scalar& b);
 Tensor sub(const Tensor& a, const Scalar& b);
@@ -68,7 +69,10 @@ Tensor ge(const Tensor& a, const Scalar& b);
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
 
 // ---- selection ----
-Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);       // condition: bool
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);  // condition: bool
+// A number in place of one side promotes like a number: where(c, int tensor, 0.5) is f32.
+Tensor where(const Tensor& condition, const Tensor& a, const Scalar& b);
+Tensor where(const Tensor& condition, const Scalar& a, const Tensor& b);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);  // mask: bool
 
 // ---- in-place: self = op(self, other); bumps self's version ----

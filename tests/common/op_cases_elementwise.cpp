@@ -73,6 +73,9 @@ Tensor clamp_both(const Tensor& x) {
 Tensor pow_fn(const Tensor& a, const Tensor& b) {
   return pow(a, b);
 }
+Tensor pow_of_number(const Tensor& x) {
+  return pow(2.5, x);
+}
 
 }  // namespace
 
@@ -106,6 +109,7 @@ EMBER_OP_CASES(elementwise) {
       binary_case("mul/broadcast", OpId::mul, mul, {3, 4}, {3, 1}),
       binary_case("div/broadcast", OpId::div, div, {3, 4}, {4}, false, true),
       binary_case("pow/tensor", OpId::pow, pow_fn, {3, 4}, {3, 4}, true, false),
+      unary_case("pow/number_base", OpId::pow, pow_of_number, false, -2.0, 2.0),
       binary_case("maximum", OpId::maximum, maximum, {4, 5}, {4, 5}),
       binary_case("minimum/broadcast", OpId::minimum, minimum, {4, 5}, {5}),
   };
@@ -120,6 +124,18 @@ EMBER_OP_CASES(elementwise) {
   where_case.fn = [](const std::vector<Tensor>& in) { return where(in[0], in[1], in[2]); };
   where_case.differentiable = {false, true, true};
   cases.push_back(where_case);
+
+  // A number on either side: the tensor side alone gets a gradient.
+  OpCase where_number = where_case;
+  where_number.name = "where/number";
+  where_number.make_inputs = [](DType dtype, Device device, Generator& g) -> std::vector<Tensor> {
+    return {bernoulli({3, 4}, 0.5, DType::boolean, &g).to(device),
+            random_input({3, 4}, dtype, device, g), random_input({4}, dtype, device, g)};
+  };
+  where_number.fn = [](const std::vector<Tensor>& in) {
+    return where(in[0], in[1], 0.25) * where(in[0], -1.5, in[2]);
+  };
+  cases.push_back(where_number);
 
   OpCase masked;
   masked.name = "masked_fill";

@@ -1,10 +1,12 @@
 // PyTorch's dtype rules where integers and bools meet arithmetic: bool add/mul/maximum/minimum
 // stay bool ("or" / "and"), subtraction with a bool is refused, integer powers wrap like the
 // type's multiplications and refuse negative scalar exponents, max/min of bools are any/all, and
-// clamp's bounds promote like numbers. Each was found different by bench/conformance/ (dtypes);
-// the expected values are LibTorch 1.13's.
+// clamp's bounds (and numbers given to where and pow) promote like numbers. Each was found
+// different by bench/conformance/ (dtypes), or added after it; the expected values are LibTorch
+// 1.13's.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -93,6 +95,35 @@ TEST(IntegerOps, ClampBoundsPromoteLikeNumbers) {
     EXPECT_EQ(as_i64(integral), (std::vector<int64_t>{1, 1, 2, 3, 3}));
   }
   EXPECT_EQ(clamp(ones({2}, DType::f16), 0, 1).dtype(), DType::f16);
+}
+
+// where and pow with a number on one side: the number promotes like a number (a float with an
+// integer tensor gives f32; an int with an f16 tensor stays f16), as torch.where and torch.pow.
+TEST(NumberOperands, WhereAndPowPromoteLikeNumbers) {
+  const Tensor mask = bools({1, 0, 1});
+  const Tensor i = from_vector(std::vector<int64_t>{4, 5, 6}, {3}, DType::i64);
+  const Tensor half = i.to(DType::f16);
+  EXPECT_EQ(where(mask, i, 0.5).dtype(), DType::f32);
+  EXPECT_EQ(to_vector<float>(where(mask, i, 0.5)), (std::vector<float>{4, 0.5, 6}));
+  EXPECT_EQ(where(mask, 2, i).dtype(), DType::i64);
+  EXPECT_EQ(to_vector<int64_t>(where(mask, 2, i)), (std::vector<int64_t>{2, 5, 2}));
+  EXPECT_EQ(where(mask, half, 7).dtype(), DType::f16);
+  EXPECT_EQ(pow(2, i).dtype(), DType::i64);
+  EXPECT_EQ(to_vector<int64_t>(pow(2, i)), (std::vector<int64_t>{16, 32, 64}));
+  EXPECT_EQ(pow(2.0, i).dtype(), DType::f32);
+  EXPECT_EQ(to_vector<float>(pow(0.5, i)), (std::vector<float>{0.0625f, 0.03125f, 0.015625f}));
+  EXPECT_EQ(pow(3, half).dtype(), DType::f16);
+  // d/dt 2^t = 2^t log 2.
+  Tensor t = from_vector(std::vector<double>{-1.0, 0.0, 1.5}, {3}, DType::f64).requires_grad_();
+  sum(pow(2.0, t)).backward();
+  const std::vector<double> grad = to_vector<double>(t.grad());
+  for (size_t k = 0; k < 3; ++k) {
+    const double exponent = std::vector<double>{-1.0, 0.0, 1.5}[k];
+    EXPECT_NEAR(grad[k], std::pow(2.0, exponent) * std::log(2.0), 1e-15);
+  }
+  // A tensor exponent may be negative (LibTorch too): the integer part of the exact power.
+  EXPECT_EQ(to_vector<int64_t>(pow(2, from_vector(std::vector<int64_t>{1, -1}, {2}, DType::i64))),
+            (std::vector<int64_t>{2, 0}));
 }
 
 }  // namespace
