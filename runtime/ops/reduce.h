@@ -22,6 +22,15 @@ Tensor min(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 // Index (i64) of the first largest value along dim, or into the flattened tensor when no dim.
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+// torch.max(x, dim) / torch.min(x, dim): the extreme value along dim and its index (i64), the
+// first one as argmax (a NaN wins). The gradient goes to that one element only, as PyTorch's
+// (amax above splits it between ties).
+struct ValuesAndIndices {
+  Tensor values;
+  Tensor indices;
+};
+ValuesAndIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim = false);
+ValuesAndIndices min_with_indices(const Tensor& x, int64_t dim, bool keepdim = false);
 // Variance with Bessel's correction by default (correction = 1), as torch.var.
 Tensor var(const Tensor& x, const Dims& dims = {}, int64_t correction = 1, bool keepdim = false);
 Tensor std(const Tensor& x, const Dims& dims = {}, int64_t correction = 1, bool keepdim = false);

@@ -77,6 +77,20 @@ EMBER_OP_CASES(indexing) {
                     randint(0, 4, {3, 6}, DType::i64, &g).to(device)};
           },
           [](const Inputs& in) { return gather(in[0], 1, in[1]); }, {true, false}),
+      // max / min with indices: the value read back through gather (distinct random values: no
+      // ties, where the gradient would not be defined).
+      make_case(
+          "max_with_indices/dim1_keepdim", OpId::gather,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({3, 5, 2}, dtype, device, g)};
+          },
+          [](const Inputs& in) { return max_with_indices(in[0], 1, true).values; }, {true}),
+      make_case(
+          "min_with_indices/last_dim", OpId::gather,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({4, 7}, dtype, device, g)};
+          },
+          [](const Inputs& in) { return min_with_indices(in[0], -1).values; }, {true}),
       make_case(
           "gather/smaller_index_dim0", OpId::gather,
           [](DType dtype, Device device, Generator& g) -> Inputs {

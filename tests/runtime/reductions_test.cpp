@@ -384,6 +384,37 @@ void expect_error(const std::function<void()>& f, const std::string& substring) 
   }
 }
 
+// torch.max(x, dim): values and the index of the first extreme (a NaN wins); the gradient goes
+// to that one element, even on ties (amax would split it).
+TEST(Reductions, MaxAndMinWithIndices) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor x =
+      from_vector(std::vector<double>{3, 7, 7, 1, 2, nan, 5, 5, 4, 0, 4, 0}, {3, 4}, DType::f64);
+  const ValuesAndIndices row_max = max_with_indices(x, 1);
+  EXPECT_EQ(to_vector<int64_t>(row_max.indices), (std::vector<int64_t>{1, 1, 0}));
+  const std::vector<double> values = to_vector<double>(row_max.values);
+  EXPECT_EQ(values[0], 7.0);
+  EXPECT_TRUE(std::isnan(values[1]));
+  EXPECT_EQ(values[2], 4.0);
+  const ValuesAndIndices column_min = min_with_indices(x, 0, true);
+  EXPECT_EQ(column_min.values.sizes(), (Shape{1, 4}));
+  EXPECT_EQ(column_min.indices.sizes(), (Shape{1, 4}));
+  EXPECT_EQ(column_min.indices.dtype(), DType::i64);
+  EXPECT_EQ(to_vector<int64_t>(column_min.indices), (std::vector<int64_t>{1, 1, 2, 2}));
+
+  Tensor leaf = from_vector(std::vector<double>{3, 7, 7, 1}, {1, 4}, DType::f64).requires_grad_();
+  sum(max_with_indices(leaf, -1).values).backward();
+  EXPECT_EQ(to_vector<double>(leaf.grad()), (std::vector<double>{0, 1, 0, 0}));
+
+  const Tensor scalar = full({}, 2.5, DType::f32);
+  const ValuesAndIndices own = max_with_indices(scalar, 0);
+  EXPECT_EQ(own.values.item<float>(), 2.5f);
+  EXPECT_EQ(own.indices.item<int64_t>(), 0);
+  expect_error([&] { max_with_indices(scalar, 1); }, "max: dim 1 is out of range for a 0-d tensor");
+  expect_error([&] { min_with_indices(x, 2); }, "argmin: dim 2 is out of range");
+  expect_error([&] { max_with_indices(zeros({0, 3}), 0); }, "cannot reduce over a dim of size 0");
+}
+
 TEST(Reductions, ErrorsSayWhatWasWrong) {
   const Tensor x = zeros({2, 3});
   expect_error([&] { max(x, {2}); }, "max: dim 2 is out of range for a 2-D tensor");
