@@ -64,17 +64,30 @@ class MSELoss : public Module {
   std::shared_ptr<Module> make_clone() const override { return make<MSELoss>(reduction); }
 };
 
+// weight and pos_weight (optional, e.g. pos_weight (C) for logits (N, C)) are the buffers
+// "weight" and "pos_weight", as in PyTorch.
 class BCEWithLogitsLoss : public Module {
  public:
-  explicit BCEWithLogitsLoss(Reduction reduction = Reduction::mean) : reduction(reduction) {}
+  explicit BCEWithLogitsLoss(Reduction reduction = Reduction::mean,
+                             const Tensor& element_weight = Tensor(),
+                             const Tensor& positive_weight = Tensor())
+      : reduction(reduction) {
+    if (element_weight.defined()) weight = register_buffer("weight", element_weight);
+    if (positive_weight.defined()) pos_weight = register_buffer("pos_weight", positive_weight);
+  }
   Tensor operator()(const Tensor& logits, const Tensor& target) const {
-    return binary_cross_entropy_with_logits(logits, target, reduction);
+    return binary_cross_entropy_with_logits(logits, target, reduction, weight, pos_weight);
   }
   std::string type_name() const override { return "BCEWithLogitsLoss"; }
   Reduction reduction;
+  Tensor weight;      // optional: the buffer "weight"
+  Tensor pos_weight;  // optional: the buffer "pos_weight"
 
  protected:
-  std::shared_ptr<Module> make_clone() const override { return make<BCEWithLogitsLoss>(reduction); }
+  std::shared_ptr<Module> make_clone() const override {
+    return make<BCEWithLogitsLoss>(reduction, weight.defined() ? weight.clone() : Tensor(),
+                                   pos_weight.defined() ? pos_weight.clone() : Tensor());
+  }
 };
 
 }  // namespace ember::nn

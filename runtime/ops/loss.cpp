@@ -4,12 +4,15 @@
 // those do (dropout's mask comes from bernoulli, whose CUDA numbers equal the CPU's bit for bit).
 #include "runtime/ops/loss.h"
 
+#include <string_view>
+
 #include "kernels/cpu/loss.h"
 #include "runtime/autocast.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/autograd/node.h"
 #include "runtime/dispatch.h"
 #include "runtime/ops.h"
+#include "runtime/ops/layout.h"
 
 #if EMBER_WITH_CUDA
 #include "kernels/cuda/loss.h"
@@ -34,7 +37,10 @@ ClassLayout check_class_inputs(const char* op, const Tensor& scores, const Tenso
               describe(scores));
   EMBER_CHECK(target.dtype() == DType::i64 || target.dtype() == DType::i32, op,
               ": expected target of dtype i64 (or i32) holding class indices, got ",
-              describe(target));
+              describe(target),
+              std::string_view(op) == "cross_entropy"
+                  ? " (class probabilities are a floating-point target of the logits' shape)"
+                  : "");
   EMBER_CHECK(scores.dim() >= 2, op, ": expected scores of shape (N, C) or (N, C, d1, ...), got ",
               describe(scores));
   Shape expected = scores.sizes();
@@ -171,6 +177,72 @@ Tensor class_weighted_loss(const char* op, const Tensor& log_probs, const Tensor
   return loss.to(dtype);
 }
 
+// cross_entropy with a target of class probabilities, as PyTorch's (a floating target of the
+// logits' shape): per position, -sum_c w[c] q[c] log_softmax(x)[c], where q is the target mixed
+// with the uniform distribution by label_smoothing (q = (1 - s) t + s / C). mean divides by the
+// number of positions (N d...), weighted or not; ignore_index does not apply. Composed of ember
+// ops, so it runs and differentiates (the target too) on any device.
+Tensor probability_target_loss(const char* op, const Tensor& logits, const Tensor& target,
+                               const CrossEntropyOptions& options) {
+  EMBER_CHECK(logits.device() == target.device(), op, ": expected logits and target on the same ",
+              "device, got ", describe(logits), " and ", describe(target));
+  EMBER_CHECK(is_floating(logits.dtype()), op, ": expected floating-point logits, got ",
+              describe(logits));
+  EMBER_CHECK(logits.dim() >= 2, op, ": expected logits of shape (N, C) or (N, C, d1, ...), got ",
+              describe(logits));
+  EMBER_CHECK(target.sizes() == logits.sizes(), op, ": a floating-point target holds class ",
+              "probabilities and must have the logits' shape ", shape_str(logits.sizes()), ", got ",
+              shape_str(target.sizes()), " (class indices are an i64 target of shape ",
+              "(N, d...))");
+  const DType dtype = logits.dtype(), acc = accumulate_dtype(dtype);
+  const int64_t classes = logits.size(1);
+  const Tensor log_probs = log_softmax(logits.to(acc), 1);
+  Tensor q = target.to(acc);
+  if (options.label_smoothing > 0.0)
+    q = q * (1.0 - options.label_smoothing) +
+        options.label_smoothing / static_cast<double>(classes);
+  if (options.weight.defined()) {
+    const Tensor& w = options.weight;
+    EMBER_CHECK(w.dim() == 1 && w.size(0) == classes, op, ": expected a weight of shape (", classes,
+                "), one per class, got ", describe(w));
+    EMBER_CHECK(is_floating(w.dtype()) && w.device() == logits.device(), op,
+                ": expected a floating-point weight on ", logits.device().str(), ", got ",
+                describe(w));
+    Shape class_shape(static_cast<size_t>(logits.dim()), 1);
+    class_shape[1] = classes;  // (C) -> (1, C, 1...)
+    q = q * w.to(acc).reshape(class_shape);
+  }
+  const Tensor per_position = -sum(log_probs * q, {1});  // (N, d...)
+  switch (options.reduction) {
+    case Reduction::none:
+      return per_position.to(dtype);
+    case Reduction::sum:
+      return sum(per_position).to(dtype);
+    case Reduction::mean:
+      return (sum(per_position) / static_cast<double>(per_position.numel())).to(dtype);
+  }
+  return Tensor();
+}
+
+// An optional weight of binary_cross_entropy_with_logits, checked and in the loss's dtype.
+Tensor element_weight(const char* op, const char* name, const Tensor& weight, const Tensor& logits,
+                      DType dtype) {
+  if (!weight.defined()) return Tensor();
+  EMBER_CHECK(is_floating(weight.dtype()), op, ": expected a floating-point ", name, ", got ",
+              describe(weight));
+  EMBER_CHECK(weight.device() == logits.device(), op, ": expected the ", name, " on ",
+              logits.device().str(), " with the logits, got ", describe(weight));
+  EMBER_CHECK(broadcast_shapes(logits.sizes(), weight.sizes(), op) == logits.sizes(), op, ": ",
+              name, " of shape ", shape_str(weight.sizes()),
+              " does not broadcast to the logits' shape ", shape_str(logits.sizes()));
+  return weight.detach().to(dtype);
+}
+
+// log(1 + exp(-x)), without overflow: max(-x, 0) + log(1 + exp(-|x|)).
+Tensor softplus_of_negative(const Tensor& x) {
+  return relu(-x) + log(exp(-abs(x)) + 1.0);
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
@@ -183,6 +255,8 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
   }
   EMBER_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0, op,
               ": label_smoothing must be in [0, 1], got ", options.label_smoothing);
+  if (target_in.defined() && is_floating(target_in.dtype()))
+    return probability_target_loss(op, autocast_fp32(logits_in), target_in, options);
   const Tensor logits = autocast_fp32(logits_in).contiguous();
   const Tensor target_dense = target_in.contiguous();
   const ClassLayout layout = check_class_inputs(op, logits, target_dense, options.ignore_index);
@@ -355,28 +429,46 @@ Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduc
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits_in, const Tensor& target_in,
-                                        Reduction reduction) {
+                                        Reduction reduction, const Tensor& weight_in,
+                                        const Tensor& pos_weight_in) {
   const char* op = "binary_cross_entropy_with_logits";
   check_elementwise_loss(op, logits_in, target_in);
   const std::vector<Tensor> both =
       autocast_promote({autocast_fp32(logits_in), autocast_fp32(target_in)});
   const DType dtype = promote_types(both[0].dtype(), both[1].dtype());
   const Tensor logits = both[0].to(dtype), target = both[1].to(dtype);
+  const Tensor weight = element_weight(op, "weight", weight_in, logits, dtype);
+  const Tensor pos_weight = element_weight(op, "pos_weight", pos_weight_in, logits, dtype);
   Tensor out;
   {
     NoGradGuard no_grad;
-    // max(x, 0) - x t + log(1 + exp(-|x|)): exp never overflows.
-    const Tensor losses = relu(logits) - logits * target + log(exp(-abs(logits)) + 1.0);
+    Tensor losses;
+    if (pos_weight.defined()) {
+      // (1 - t) x + (1 + (p - 1) t) log(1 + exp(-x)): a positive target's term scaled by p.
+      losses = (1.0 - target) * logits +
+               ((pos_weight - 1.0) * target + 1.0) * softplus_of_negative(logits);
+    } else {
+      // max(x, 0) - x t + log(1 + exp(-|x|)): exp never overflows.
+      losses = relu(logits) - logits * target + log(exp(-abs(logits)) + 1.0);
+    }
+    if (weight.defined()) losses = losses * weight;
     out = reduce_loss(losses, reduction, static_cast<double>(logits.numel()), dtype);
   }
   if (any_requires_grad({&logits, &target})) {
     const int64_t numel = logits.numel();
-    record(
-        OpId::binary_cross_entropy_with_logits, {logits, target}, out, {logits, target},
-        [reduction, numel](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
-          const Tensor upstream = elementwise_upstream(g, reduction, numel);
-          return {(sigmoid(s[0]) - s[1]) * upstream, -s[0] * upstream};
-        });
+    record(OpId::binary_cross_entropy_with_logits, {logits, target}, out, {logits, target},
+           [reduction, numel, weight, pos_weight](
+               const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+             const Tensor& x = s[0];
+             const Tensor& t = s[1];
+             Tensor upstream = elementwise_upstream(g, reduction, numel);
+             if (weight.defined()) upstream = upstream * weight;
+             if (!pos_weight.defined()) return {(sigmoid(x) - t) * upstream, -x * upstream};
+             // d/dx: (1 - t) - (1 + (p - 1) t) sigmoid(-x); d/dt: -x + (p - 1) log(1 + exp(-x)).
+             const Tensor positive_scale = (pos_weight - 1.0) * t + 1.0;
+             return {((1.0 - t) - positive_scale * sigmoid(-x)) * upstream,
+                     ((pos_weight - 1.0) * softplus_of_negative(x) - x) * upstream};
+           });
   }
   return out;
 }

@@ -63,6 +63,29 @@ EMBER_OP_CASES(loss) {
           },
           [](const Inputs& in) { return cross_entropy(in[0], in[1], with(Reduction::mean, 0.1)); },
           {true, false}),
+      // Class probabilities as the target (composed of ember ops): logits, target and weight
+      // all get gradients.
+      make_case(
+          "cross_entropy/probability_targets_weight_smoothing", OpId::cross_entropy,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({3, 4}, dtype, device, g, -2.0, 2.0),
+                    random_input({3, 4}, dtype, device, g, 0.0, 1.0),
+                    random_input({4}, dtype, device, g, 0.5, 2.0)};
+          },
+          [](const Inputs& in) {
+            CrossEntropyOptions options = with(Reduction::mean, 0.1);
+            options.weight = in[2];
+            return cross_entropy(in[0], in[1], options);
+          },
+          {true, true, true}),
+      make_case(
+          "cross_entropy/probability_targets_spatial_none", OpId::cross_entropy,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({2, 3, 2, 3}, dtype, device, g, -2.0, 2.0),
+                    random_input({2, 3, 2, 3}, dtype, device, g, 0.0, 1.0)};
+          },
+          [](const Inputs& in) { return cross_entropy(in[0], in[1], with(Reduction::none)); },
+          {true, true}),
       // Class weights (composed of ember ops): the logits' and the weight's gradients.
       make_case(
           "cross_entropy/class_weights_smoothing_ignore", OpId::cross_entropy,
@@ -129,6 +152,33 @@ EMBER_OP_CASES(loss) {
             return binary_cross_entropy_with_logits(in[0], in[1], Reduction::sum);
           },
           {true, true}),
+      // weight (3, 1) scales rows, pos_weight (4) the positive term of each column; neither is
+      // differentiated (as in PyTorch). Logits span the kink of max(-x, 0).
+      make_case(
+          "binary_cross_entropy_with_logits/weight_pos_weight",
+          OpId::binary_cross_entropy_with_logits,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({3, 4}, dtype, device, g, -3.0, 3.0),
+                    random_input({3, 4}, dtype, device, g, 0.0, 1.0),
+                    random_input({3, 1}, dtype, device, g, 0.5, 2.0),
+                    random_input({4}, dtype, device, g, 0.25, 4.0)};
+          },
+          [](const Inputs& in) {
+            return binary_cross_entropy_with_logits(in[0], in[1], Reduction::mean, in[2], in[3]);
+          },
+          {true, true, false, false}),
+      make_case(
+          "binary_cross_entropy_with_logits/pos_weight_none",
+          OpId::binary_cross_entropy_with_logits,
+          [](DType dtype, Device device, Generator& g) -> Inputs {
+            return {random_input({2, 3, 5}, dtype, device, g, -4.0, 4.0),
+                    random_input({2, 3, 5}, dtype, device, g, 0.0, 1.0),
+                    random_input({5}, dtype, device, g, 0.25, 4.0)};
+          },
+          [](const Inputs& in) {
+            return binary_cross_entropy_with_logits(in[0], in[1], Reduction::none, Tensor(), in[2]);
+          },
+          {true, true, false}),
       make_case(
           "dropout/fixed_seed", OpId::dropout,
           [](DType dtype, Device device, Generator& g) -> Inputs {

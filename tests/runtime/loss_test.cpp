@@ -198,7 +198,11 @@ TEST(CrossEntropy, ReducedPrecisionAndAutocast) {
 
 TEST(CrossEntropy, BadTargetsAreClearErrors) {
   const Tensor logits = random_tensor({3, 4}, 9);
-  EXPECT_ERROR_WITH(cross_entropy(logits, zeros({3})), "cross_entropy", "expected target", "i64");
+  // A floating target is read as class probabilities: the message names both forms.
+  EXPECT_ERROR_WITH(cross_entropy(logits, zeros({3})), "cross_entropy", "class probabilities",
+                    "the logits' shape (3,4), got (3)", "class indices are an i64 target");
+  EXPECT_ERROR_WITH(cross_entropy(logits, zeros({3}, DType::u8)), "cross_entropy",
+                    "expected target of dtype i64");
   EXPECT_ERROR_WITH(cross_entropy(logits, class_targets({0, 7, 1})), "cross_entropy",
                     "target value 7", "C = 4");
   EXPECT_ERROR_WITH(cross_entropy(logits, class_targets({0, -1, 1})), "target value -1");
