@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/common/convert.h"
+#include "kernels/common/pool_windows.h"
 #include "kernels/common/scalar_types.h"
 #include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/loops.h"
@@ -30,38 +31,6 @@ void over_planes(int64_t planes, int64_t work_per_plane, Body body) {
     body(plane);
 }
 
-// The window of output (p, q): rows [h_begin, h_end) and columns [w_begin, w_end) of the real
-// input, and the size of the window clipped to the padded input (count_include_pad's divisor).
-struct Window {
-  int64_t h_begin, h_end, w_begin, w_end;
-  int64_t padded_size;
-};
-
-Window window_of(const Pool2dGeometry& g, int64_t p, int64_t q) {
-  int64_t h_begin = p * g.stride_h - g.pad_h, w_begin = q * g.stride_w - g.pad_w;
-  int64_t h_end = std::min(h_begin + g.kernel_h, g.in_height + g.pad_h);
-  int64_t w_end = std::min(w_begin + g.kernel_w, g.in_width + g.pad_w);
-  const int64_t padded_size = (h_end - h_begin) * (w_end - w_begin);
-  h_begin = std::max<int64_t>(h_begin, 0);
-  w_begin = std::max<int64_t>(w_begin, 0);
-  h_end = std::min(h_end, g.in_height);
-  w_end = std::min(w_end, g.in_width);
-  return {h_begin, h_end, w_begin, w_end, padded_size};
-}
-
-int64_t divisor_of(const Window& window, bool count_include_pad) {
-  if (count_include_pad) return window.padded_size;
-  return (window.h_end - window.h_begin) * (window.w_end - window.w_begin);
-}
-
-// PyTorch's adaptive bins: [floor(i in / out), ceil((i + 1) in / out)).
-int64_t bin_start(int64_t i, int64_t in, int64_t out) {
-  return (i * in) / out;
-}
-int64_t bin_end(int64_t i, int64_t in, int64_t out) {
-  return ((i + 1) * in + out - 1) / out;
-}
-
 // ---- max pooling with 2x2 windows at stride 2, no padding (ResNet9's pools) ----
 // Each output row reads two whole input rows, so the row pair is converted once (16-bit) and the
 // window maxima become one vectorised loop of selects.
@@ -70,7 +39,8 @@ constexpr int64_t kMaxFastRow = 1024;  // widest input row the fast path buffers
 
 bool is_plain_2x2_pool(const Pool2dGeometry& g) {
   return g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 &&
-         g.pad_w == 0 && 2 * g.out_height <= g.in_height && 2 * g.out_width <= g.in_width &&
+         g.pad_w == 0 && g.dilation_h == 1 && g.dilation_w == 1 &&
+         2 * g.out_height <= g.in_height && 2 * g.out_width <= g.in_width &&
          g.in_width <= kMaxFastRow;
 }
 
@@ -164,12 +134,15 @@ void max_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, int64_t* indi
     int64_t* index = indices + plane * out_plane;
     for (int64_t p = 0; p < g.out_height; ++p) {
       for (int64_t q = 0; q < g.out_width; ++q) {
-        const Window w = window_of(g, p, q);
+        const PoolWindow w = pool_window(g, p, q);
         using Acc = accumulate_t<T>;
         Acc best = -std::numeric_limits<Acc>::infinity();
-        int64_t best_index = w.h_begin * g.in_width + w.w_begin;
-        for (int64_t h = w.h_begin; h < w.h_end; ++h) {
-          for (int64_t c = w.w_begin; c < w.w_end; ++c) {
+        // A dilated window can hold padding only (kernel 2, dilation 3, padding 1 over 2 rows: rows
+        // -1 and 2): -inf, as PyTorch, with index -1, which the backward skips.
+        const bool empty = w.h_begin >= w.h_end || w.w_begin >= w.w_end;
+        int64_t best_index = empty ? -1 : w.h_begin * g.in_width + w.w_begin;
+        for (int64_t h = w.h_begin; h < w.h_end; h += g.dilation_h) {
+          for (int64_t c = w.w_begin; c < w.w_end; c += g.dilation_w) {
             const Acc value = static_cast<Acc>(in[h * g.in_width + c]);
             if (value > best || std::isnan(value)) {
               best = value;
@@ -198,7 +171,7 @@ void max_pool2d_backward(const Pool2dGeometry& g, const T* grad_y, const int64_t
     if constexpr (std::is_same_v<T, Acc>) {
       std::fill(dx, dx + in_plane, T(0));
       for (int64_t i = 0; i < out_plane; ++i)
-        dx[index[i]] += dy[i];
+        if (index[i] >= 0) dx[index[i]] += dy[i];
     } else {
       // 16-bit: dy widened and the plane summed in f32, narrowed once (an element that several
       // overlapping windows picked is rounded once, not after each addition).
@@ -207,7 +180,7 @@ void max_pool2d_backward(const Pool2dGeometry& g, const T* grad_y, const int64_t
       dy_wide.resize(static_cast<size_t>(out_plane));
       widen_to_f32(dy, dy_wide.data(), out_plane);
       for (int64_t i = 0; i < out_plane; ++i)
-        sums[index[i]] += dy_wide[i];
+        if (index[i] >= 0) sums[index[i]] += dy_wide[i];
       narrow_from_f32(sums.data(), dx, in_plane);
     }
   });
@@ -222,13 +195,13 @@ void avg_pool2d_forward(const Pool2dGeometry& g, bool count_include_pad, const T
     T* out = y + plane * out_plane;
     for (int64_t p = 0; p < g.out_height; ++p) {
       for (int64_t q = 0; q < g.out_width; ++q) {
-        const Window w = window_of(g, p, q);
+        const PoolWindow w = pool_window(g, p, q);
         Acc total = 0;
         for (int64_t h = w.h_begin; h < w.h_end; ++h) {
           for (int64_t c = w.w_begin; c < w.w_end; ++c)
             total += static_cast<Acc>(in[h * g.in_width + c]);
         }
-        const int64_t divisor = divisor_of(w, count_include_pad);
+        const int64_t divisor = average_divisor(g, w, count_include_pad);
         out[p * g.out_width + q] =
             divisor > 0 ? convert<T>(total / static_cast<Acc>(divisor)) : T(0);
       }
@@ -247,8 +220,8 @@ void avg_pool2d_backward(const Pool2dGeometry& g, bool count_include_pad, const 
     const T* dy = grad_y + plane * out_plane;
     for (int64_t p = 0; p < g.out_height; ++p) {
       for (int64_t q = 0; q < g.out_width; ++q) {
-        const Window w = window_of(g, p, q);
-        const int64_t divisor = divisor_of(w, count_include_pad);
+        const PoolWindow w = pool_window(g, p, q);
+        const int64_t divisor = average_divisor(g, w, count_include_pad);
         if (divisor == 0) continue;
         const Acc share = static_cast<Acc>(dy[p * g.out_width + q]) / static_cast<Acc>(divisor);
         for (int64_t h = w.h_begin; h < w.h_end; ++h) {
@@ -271,11 +244,11 @@ void adaptive_avg_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y) {
     const T* in = x + plane * in_plane;
     T* out = y + plane * out_plane;
     for (int64_t p = 0; p < g.out_height; ++p) {
-      const int64_t h_begin = bin_start(p, g.in_height, g.out_height);
-      const int64_t h_end = bin_end(p, g.in_height, g.out_height);
+      const int64_t h_begin = adaptive_bin_start(p, g.in_height, g.out_height);
+      const int64_t h_end = adaptive_bin_end(p, g.in_height, g.out_height);
       for (int64_t q = 0; q < g.out_width; ++q) {
-        const int64_t w_begin = bin_start(q, g.in_width, g.out_width);
-        const int64_t w_end = bin_end(q, g.in_width, g.out_width);
+        const int64_t w_begin = adaptive_bin_start(q, g.in_width, g.out_width);
+        const int64_t w_end = adaptive_bin_end(q, g.in_width, g.out_width);
         Acc total = 0;
         for (int64_t h = h_begin; h < h_end; ++h) {
           for (int64_t c = w_begin; c < w_end; ++c)
@@ -296,11 +269,11 @@ void adaptive_avg_pool2d_backward(const Pool2dGeometry& g, const T* grad_y, T* g
     std::vector<Acc> dx(static_cast<size_t>(in_plane), Acc(0));
     const T* dy = grad_y + plane * out_plane;
     for (int64_t p = 0; p < g.out_height; ++p) {
-      const int64_t h_begin = bin_start(p, g.in_height, g.out_height);
-      const int64_t h_end = bin_end(p, g.in_height, g.out_height);
+      const int64_t h_begin = adaptive_bin_start(p, g.in_height, g.out_height);
+      const int64_t h_end = adaptive_bin_end(p, g.in_height, g.out_height);
       for (int64_t q = 0; q < g.out_width; ++q) {
-        const int64_t w_begin = bin_start(q, g.in_width, g.out_width);
-        const int64_t w_end = bin_end(q, g.in_width, g.out_width);
+        const int64_t w_begin = adaptive_bin_start(q, g.in_width, g.out_width);
+        const int64_t w_end = adaptive_bin_end(q, g.in_width, g.out_width);
         const int64_t count = (h_end - h_begin) * (w_end - w_begin);
         const Acc share = static_cast<Acc>(dy[p * g.out_width + q]) / static_cast<Acc>(count);
         for (int64_t h = h_begin; h < h_end; ++h) {

@@ -5,30 +5,25 @@
 
 #include <cstdint>
 
+#include "kernels/common/pool_windows.h"
+
 namespace ember::kernels::cpu {
 
-struct Pool2dGeometry {
-  int64_t planes = 0;      // N C
-  int64_t in_height = 0;   // H
-  int64_t in_width = 0;    // W
-  int64_t out_height = 0;  // P
-  int64_t out_width = 0;   // Q
-  int64_t kernel_h = 1, kernel_w = 1;
-  int64_t stride_h = 1, stride_w = 1;
-  int64_t pad_h = 0, pad_w = 0;
-};
+using kernels::Pool2dGeometry;  // kernels/common/pool_windows.h
 
 // indices (planes, P, Q): the flat position h W + w of each maximum inside its plane (the first
-// one on ties; a NaN wins and propagates, as in PyTorch).
+// one on ties; a NaN wins and propagates, as in PyTorch), or -1 for a dilated window that holds
+// padding only (its output is -inf).
 template <typename T>
 void max_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, int64_t* indices);
-// grad_x (planes, H, W) = grad_y scattered back to the saved positions (overwrites grad_x).
+// grad_x (planes, H, W) = grad_y scattered back to the saved positions (overwrites grad_x); an
+// index of -1 sends its gradient nowhere.
 template <typename T>
 void max_pool2d_backward(const Pool2dGeometry& g, const T* grad_y, const int64_t* indices,
                          T* grad_x);
 
 // count_include_pad: divide by the window clipped to the padded input (PyTorch), else by the
-// number of real input elements in it.
+// number of real input elements in it; g.divisor_override, when set, replaces either.
 template <typename T>
 void avg_pool2d_forward(const Pool2dGeometry& g, bool count_include_pad, const T* x, T* y);
 template <typename T>

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "kernels/common/convert.h"
+#include "kernels/common/pool_windows.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/pooling.h"
@@ -14,13 +15,6 @@ namespace {
 // Which pooling a shared kernel computes (a runtime switch: one kernel per dtype, not per op).
 enum class Pool { max, average, adaptive_average };
 
-__device__ __forceinline__ int64_t min_of(int64_t a, int64_t b) {
-  return a < b ? a : b;
-}
-__device__ __forceinline__ int64_t max_of(int64_t a, int64_t b) {
-  return a > b ? a : b;
-}
-
 template <typename Acc>
 __device__ __forceinline__ Acc negative_infinity() {
   if constexpr (std::is_same_v<Acc, double>) {
@@ -30,8 +24,8 @@ __device__ __forceinline__ Acc negative_infinity() {
   }
 }
 
-// The window of output (p, q), as kernels/cpu/pooling.cpp's window_of: rows [h_begin, h_end) and
-// columns [w_begin, w_end) of the real input, and the divisor of an average over it.
+// The window of output (p, q) (kernels/common/pool_windows.h, as the CPU's), or adaptive
+// pooling's bin, and the divisor of an average over it.
 struct Window {
   int64_t h_begin, h_end, w_begin, w_end;
   int64_t divisor;
@@ -39,45 +33,24 @@ struct Window {
 
 __device__ Window window_of(const Pool2dGeometry& g, Pool pool, bool count_include_pad, int64_t p,
                             int64_t q) {
-  Window w;
   if (pool == Pool::adaptive_average) {
-    // PyTorch's adaptive bins: [floor(i in / out), ceil((i + 1) in / out)).
-    w.h_begin = (p * g.in_height) / g.out_height;
-    w.h_end = ((p + 1) * g.in_height + g.out_height - 1) / g.out_height;
-    w.w_begin = (q * g.in_width) / g.out_width;
-    w.w_end = ((q + 1) * g.in_width + g.out_width - 1) / g.out_width;
+    Window w{adaptive_bin_start(p, g.in_height, g.out_height),
+             adaptive_bin_end(p, g.in_height, g.out_height),
+             adaptive_bin_start(q, g.in_width, g.out_width),
+             adaptive_bin_end(q, g.in_width, g.out_width), 0};
     w.divisor = (w.h_end - w.h_begin) * (w.w_end - w.w_begin);
     return w;
   }
-  int64_t h_begin = p * g.stride_h - g.pad_h, w_begin = q * g.stride_w - g.pad_w;
-  int64_t h_end = min_of(h_begin + g.kernel_h, g.in_height + g.pad_h);
-  int64_t w_end = min_of(w_begin + g.kernel_w, g.in_width + g.pad_w);
-  const int64_t padded_size = (h_end - h_begin) * (w_end - w_begin);
-  w.h_begin = max_of(h_begin, 0);
-  w.w_begin = max_of(w_begin, 0);
-  w.h_end = min_of(h_end, g.in_height);
-  w.w_end = min_of(w_end, g.in_width);
-  w.divisor = count_include_pad ? padded_size : (w.h_end - w.h_begin) * (w.w_end - w.w_begin);
-  return w;
+  const PoolWindow w = pool_window(g, p, q);
+  return {w.h_begin, w.h_end, w.w_begin, w.w_end, average_divisor(g, w, count_include_pad)};
 }
 
-// Outputs [begin, end) along one axis whose windows may hold input position `i`: a superset that
-// the caller narrows with window_of.
-struct Range {
-  int64_t begin, end;
-};
-
-__device__ Range outputs_touching(Pool pool, int64_t i, int64_t in, int64_t out, int64_t kernel,
-                                  int64_t stride, int64_t pad) {
-  if (pool == Pool::adaptive_average) {
-    // Bin p holds i iff floor(p in / out) <= i < ceil((p + 1) in / out).
-    return {(i * out) / in, min_of(((i + 1) * out + in - 1) / in, out)};
-  }
-  // Window p holds i iff p stride - pad <= i < p stride - pad + kernel.
-  const int64_t last = (i + pad) / stride;  // p stride <= i + pad
-  const int64_t first_numerator = i + pad - kernel + 1;
-  const int64_t first = first_numerator <= 0 ? 0 : (first_numerator + stride - 1) / stride;
-  return {first, min_of(last + 1, out)};
+// Outputs along one axis whose windows may hold input position i: a superset, narrowed by
+// window_of or by max pooling's saved indices. `extent` is the dilated kernel.
+__device__ OutputRange outputs_that_may_read(Pool pool, int64_t i, int64_t in, int64_t out,
+                                             int64_t extent, int64_t stride, int64_t pad) {
+  if (pool == Pool::adaptive_average) return adaptive_outputs_touching(i, in, out);
+  return outputs_touching(i, out, extent, stride, pad);
 }
 
 // One thread per output element. indices is written for max pooling only.
@@ -95,10 +68,12 @@ __global__ void pool_forward_kernel(Pool pool, Pool2dGeometry g, bool count_incl
     if (pool == Pool::max) {
       // As the CPU: the first maximum wins ties, a NaN wins and stops the search.
       Acc best = negative_infinity<Acc>();
-      int64_t best_index = w.h_begin * g.in_width + w.w_begin;
+      // A dilated window of padding only: -inf with index -1, as the CPU.
+      const bool empty = w.h_begin >= w.h_end || w.w_begin >= w.w_end;
+      int64_t best_index = empty ? -1 : w.h_begin * g.in_width + w.w_begin;
       bool found_nan = false;
-      for (int64_t h = w.h_begin; h < w.h_end && !found_nan; ++h) {
-        for (int64_t c = w.w_begin; c < w.w_end; ++c) {
+      for (int64_t h = w.h_begin; h < w.h_end && !found_nan; h += g.dilation_h) {
+        for (int64_t c = w.w_begin; c < w.w_end; c += g.dilation_w) {
           const Acc value = convert<Acc>(in[h * g.in_width + c]);
           if (value > best || device_math::is_nan(value)) {
             best = value;
@@ -136,10 +111,12 @@ __global__ void pool_backward_kernel(Pool pool, Pool2dGeometry g, bool count_inc
     const int64_t plane = i / in_plane, position = i % in_plane;
     const int64_t h = position / g.in_width, c = position % g.in_width;
     const T* dy = grad_y + plane * out_plane;
-    const Range rows =
-        outputs_touching(pool, h, g.in_height, g.out_height, g.kernel_h, g.stride_h, g.pad_h);
-    const Range columns =
-        outputs_touching(pool, c, g.in_width, g.out_width, g.kernel_w, g.stride_w, g.pad_w);
+    const int64_t extent_h = (g.kernel_h - 1) * g.dilation_h + 1;
+    const int64_t extent_w = (g.kernel_w - 1) * g.dilation_w + 1;
+    const OutputRange rows =
+        outputs_that_may_read(pool, h, g.in_height, g.out_height, extent_h, g.stride_h, g.pad_h);
+    const OutputRange columns =
+        outputs_that_may_read(pool, c, g.in_width, g.out_width, extent_w, g.stride_w, g.pad_w);
     Acc total = 0;
     for (int64_t p = rows.begin; p < rows.end; ++p) {
       for (int64_t q = columns.begin; q < columns.end; ++q) {
@@ -177,7 +154,8 @@ struct Tiled2x2 {
 // (A plane's 4 P Q inputs must be indexable by an int.)
 bool tiles_2x2(const Pool2dGeometry& g) {
   return g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 &&
-         g.pad_w == 0 && g.in_height == 2 * g.out_height && g.in_width == 2 * g.out_width &&
+         g.pad_w == 0 && g.dilation_h == 1 && g.dilation_w == 1 &&
+         g.in_height == 2 * g.out_height && g.in_width == 2 * g.out_width &&
          g.out_height * g.out_width < (int64_t{1} << 29);
 }
 
@@ -298,9 +276,10 @@ void pool_backward(const char* what, Pool pool, const Pool2dGeometry& g, bool co
 }  // namespace
 
 // GPU run to check: windows that overlap (stride < kernel) and padding, for the gather in
-// backward (outputs_touching must neither miss nor double-count a window); adaptive bins that
-// overlap (3x4 -> 5x5) and the global average of resnet9's head; 2x2 windows on even sizes (the
-// tiled kernels) and on odd ones (the generic kernels, which leave the last row and column out).
+// backward (outputs_that_may_read must not miss a window; tests/runtime/pool_windows_test.cpp
+// checks that on the host); adaptive bins that overlap (3x4 -> 5x5) and the global average of
+// resnet9's head; 2x2 windows on even sizes (the tiled kernels) and on odd ones (the generic
+// kernels, which leave the last row and column out); ceil_mode, dilation and divisor_override.
 template <typename T>
 void max_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, int64_t* indices,
                         cudaStream_t stream) {

@@ -10,11 +10,9 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/pooling.h"  // Pool2dGeometry, shared by both backends
+#include "kernels/common/pool_windows.h"  // Pool2dGeometry, shared by both backends
 
 namespace ember::kernels::cuda {
-
-using cpu::Pool2dGeometry;
 
 template <typename T>
 void max_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, int64_t* indices,

@@ -1,6 +1,8 @@
 // 2-D convolution and pooling over NCHW tensors.
 #pragma once
 
+#include <optional>
+
 #include <cstdint>
 
 #include "runtime/tensor.h"
@@ -33,10 +35,15 @@ struct Pool2dOptions {
   Size2 kernel_size = 1;
   Size2 stride = 0;  // 0: the kernel size, as PyTorch
   Size2 padding = 0;
-  bool count_include_pad = true;  // avg_pool2d only
+  Size2 dilation = 1;                         // max_pool2d only
+  bool ceil_mode = false;                     // round the output size up, as PyTorch
+  bool count_include_pad = true;              // avg_pool2d only
+  std::optional<int64_t> divisor_override{};  // avg_pool2d only: every window's divisor
 };
 
 // x (N, C, H, W) -> (N, C, P, Q); padding counts as -inf for max, as 0 for avg.
+// P = (H + 2 padding.h - dilation.h (kernel.h - 1) - 1) / stride.h + 1, rounded up with ceil_mode
+// (less one where the last window would start in the bottom padding, as PyTorch); likewise Q.
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options);
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options);
 // x (N, C, H, W) -> (N, C, output_size.h, output_size.w), PyTorch's bin edges.

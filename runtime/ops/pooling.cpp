@@ -30,14 +30,15 @@ void check_pool_input(const Tensor& x, const char* op) {
 }
 
 // x (N, C, H, W) and the options -> the kernels' geometry; the checks PyTorch makes.
-kernels::cpu::Pool2dGeometry pool_geometry(const Tensor& x, const Pool2dOptions& o,
-                                           const char* op) {
+kernels::Pool2dGeometry pool_geometry(const Tensor& x, const Pool2dOptions& o, const char* op) {
   const Size2 kernel = o.kernel_size;
   const Size2 stride = (o.stride.h == 0 && o.stride.w == 0) ? kernel : o.stride;
   EMBER_CHECK(kernel.h > 0 && kernel.w > 0, op, ": kernel_size must be positive, got ",
               pair_str(kernel));
   EMBER_CHECK(stride.h > 0 && stride.w > 0, op, ": stride must be positive, got ",
               pair_str(stride));
+  EMBER_CHECK(o.dilation.h > 0 && o.dilation.w > 0, op, ": dilation must be positive, got ",
+              pair_str(o.dilation));
   EMBER_CHECK(o.padding.h >= 0 && o.padding.w >= 0 && 2 * o.padding.h <= kernel.h &&
                   2 * o.padding.w <= kernel.w,
               op, ": padding ", pair_str(o.padding),
@@ -46,7 +47,7 @@ kernels::cpu::Pool2dGeometry pool_geometry(const Tensor& x, const Pool2dOptions&
   // index 0 lies outside the plane: the CPU backward would write past grad_x.
   EMBER_CHECK(x.size(2) > 0 && x.size(3) > 0, op, ": expected a non-empty plane, got ",
               describe(x));
-  kernels::cpu::Pool2dGeometry g;
+  kernels::Pool2dGeometry g;
   g.planes = x.size(0) * x.size(1);
   g.in_height = x.size(2);
   g.in_width = x.size(3);
@@ -56,15 +57,24 @@ kernels::cpu::Pool2dGeometry pool_geometry(const Tensor& x, const Pool2dOptions&
   g.stride_w = stride.w;
   g.pad_h = o.padding.h;
   g.pad_w = o.padding.w;
+  g.dilation_h = o.dilation.h;
+  g.dilation_w = o.dilation.w;
+  const int64_t extent_h = (kernel.h - 1) * g.dilation_h + 1;
+  const int64_t extent_w = (kernel.w - 1) * g.dilation_w + 1;
   const int64_t padded_h = g.in_height + 2 * g.pad_h, padded_w = g.in_width + 2 * g.pad_w;
-  EMBER_CHECK(kernel.h <= padded_h && kernel.w <= padded_w, op, ": kernel size ", pair_str(kernel),
+  EMBER_CHECK(extent_h <= padded_h && extent_w <= padded_w, op, ": kernel size ", pair_str(kernel),
+              (g.dilation_h > 1 || g.dilation_w > 1)
+                  ? " (dilated to " + pair_str({extent_h, extent_w}) + ")"
+                  : "",
               " is larger than the padded input (", padded_h, ",", padded_w, ") of ", describe(x));
-  g.out_height = (padded_h - kernel.h) / stride.h + 1;
-  g.out_width = (padded_w - kernel.w) / stride.w + 1;
+  g.out_height =
+      kernels::pooled_size(padded_h, extent_h, stride.h, g.in_height + g.pad_h, o.ceil_mode);
+  g.out_width =
+      kernels::pooled_size(padded_w, extent_w, stride.w, g.in_width + g.pad_w, o.ceil_mode);
   return g;
 }
 
-Shape output_shape(const Tensor& x, const kernels::cpu::Pool2dGeometry& g) {
+Shape output_shape(const Tensor& x, const kernels::Pool2dGeometry& g) {
   return {x.size(0), x.size(1), g.out_height, g.out_width};
 }
 
@@ -95,7 +105,8 @@ void run_pooling(const Tensor& like, const char* op, Cpu cpu, Cuda cuda_kernel) 
 Tensor max_pool2d(const Tensor& x_in, const Pool2dOptions& options) {
   check_pool_input(x_in, "max_pool2d");
   const Tensor x = x_in.contiguous();
-  const kernels::cpu::Pool2dGeometry g = pool_geometry(x, options, "max_pool2d");
+  EMBER_CHECK(!options.divisor_override, "max_pool2d: divisor_override is for avg_pool2d only");
+  const kernels::Pool2dGeometry g = pool_geometry(x, options, "max_pool2d");
   Tensor out = empty(output_shape(x, g), TensorOptions(x.dtype(), x.device()));
   Tensor indices = empty(output_shape(x, g), TensorOptions(DType::i64, x.device()));
   auto* index_data = static_cast<int64_t*>(indices.data_ptr());
@@ -140,7 +151,14 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dOptions& options) {
 Tensor avg_pool2d(const Tensor& x_in, const Pool2dOptions& options) {
   check_pool_input(x_in, "avg_pool2d");
   const Tensor x = x_in.contiguous();
-  const kernels::cpu::Pool2dGeometry g = pool_geometry(x, options, "avg_pool2d");
+  EMBER_CHECK(options.dilation.h == 1 && options.dilation.w == 1,
+              "avg_pool2d: dilation is for max_pool2d only (PyTorch's avg_pool2d has none), got ",
+              pair_str(options.dilation));
+  EMBER_CHECK(!options.divisor_override || *options.divisor_override > 0,
+              "avg_pool2d: divisor_override must be positive, got ",
+              options.divisor_override.value_or(0));
+  kernels::Pool2dGeometry g = pool_geometry(x, options, "avg_pool2d");
+  g.divisor_override = options.divisor_override.value_or(0);
   const bool include_pad = options.count_include_pad;
   Tensor out = empty(output_shape(x, g), TensorOptions(x.dtype(), x.device()));
   run_pooling(
@@ -188,7 +206,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x_in, Size2 output_size) {
   EMBER_CHECK(x_in.size(2) > 0 && x_in.size(3) > 0,
               "adaptive_avg_pool2d: expected a non-empty plane, got ", describe(x_in));
   const Tensor x = x_in.contiguous();
-  kernels::cpu::Pool2dGeometry g;
+  kernels::Pool2dGeometry g;
   g.planes = x.size(0) * x.size(1);
   g.in_height = x.size(2);
   g.in_width = x.size(3);

@@ -83,6 +83,39 @@ EMBER_OP_CASES(conv) {
                                         .padding = 1,
                                         .count_include_pad = false});
                 }),
+      // ceil_mode keeps a last, partial window (7 -> 4 rows at stride 2, where floor gives 3).
+      pool_case("max_pool2d/ceil_mode_dilation", OpId::max_pool2d, {2, 2, 7, 8},
+                [](const Tensor& x) {
+                  return max_pool2d(x, {.kernel_size = 2,
+                                        .stride = 2,
+                                        .padding = Size2(1, 0),
+                                        .dilation = Size2(1, 2),
+                                        .ceil_mode = true});
+                }),
+      pool_case("max_pool2d/dilation3", OpId::max_pool2d, {1, 3, 9, 8},
+                [](const Tensor& x) {
+                  return max_pool2d(x, {.kernel_size = 3, .stride = 1, .dilation = Size2(3, 2)});
+                }),
+      pool_case("avg_pool2d/ceil_mode_include_pad", OpId::avg_pool2d, {2, 2, 7, 6},
+                [](const Tensor& x) {
+                  return avg_pool2d(
+                      x, {.kernel_size = 3, .stride = 2, .padding = 1, .ceil_mode = true});
+                }),
+      pool_case("avg_pool2d/ceil_mode_exclude_pad", OpId::avg_pool2d, {1, 2, 6, 5},
+                [](const Tensor& x) {
+                  return avg_pool2d(x, {.kernel_size = 2,
+                                        .stride = Size2(2, 3),
+                                        .ceil_mode = true,
+                                        .count_include_pad = false});
+                }),
+      pool_case("avg_pool2d/divisor_override", OpId::avg_pool2d, {2, 2, 5, 6},
+                [](const Tensor& x) {
+                  return avg_pool2d(x, {.kernel_size = 3,
+                                        .stride = 2,
+                                        .padding = 1,
+                                        .ceil_mode = true,
+                                        .divisor_override = 5});
+                }),
       pool_case("adaptive_avg_pool2d/5x7_to_3x2", OpId::adaptive_avg_pool2d, {2, 2, 5, 7},
                 [](const Tensor& x) { return adaptive_avg_pool2d(x, Size2(3, 2)); }),
       pool_case("adaptive_avg_pool2d/3x4_to_5x5", OpId::adaptive_avg_pool2d, {1, 2, 3, 4},
