@@ -159,7 +159,9 @@ std::string LayerNorm::extra_repr() const {
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim,
-                     std::optional<int64_t> padding_index) {
+                     std::optional<int64_t> padding_index, std::optional<double> max_norm_value,
+                     double norm_type_value)
+    : max_norm(max_norm_value), norm_type(norm_type_value) {
   EMBER_CHECK(num_embeddings > 0 && embedding_dim > 0, "Embedding: sizes must be positive, got ",
               num_embeddings, " and ", embedding_dim);
   if (padding_index) {
@@ -178,13 +180,15 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim,
 }
 
 std::shared_ptr<Module> Embedding::make_clone() const {
-  return make<Embedding>(weight.size(0), weight.size(1), padding_idx);
+  return make<Embedding>(weight.size(0), weight.size(1), padding_idx, max_norm, norm_type);
 }
 
 std::string Embedding::extra_repr() const {
   std::ostringstream out;
   out << weight.size(0) << ", " << weight.size(1);
   if (padding_idx) out << ", padding_idx=" << *padding_idx;
+  if (max_norm) out << ", max_norm=" << *max_norm;
+  if (max_norm && norm_type != 2.0) out << ", norm_type=" << norm_type;
   return out.str();
 }
 

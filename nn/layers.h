@@ -126,15 +126,21 @@ class LayerNorm : public Module {
 
 // indices (...) -> (..., dim); weight (num, dim) ~ N(0, 1). With padding_idx (negative: counted
 // from num), that row starts at zeros and takes no gradient (torch.nn.Embedding's padding_idx).
+// With max_norm, each forward first renormalises the rows it reads (embedding_renorm_).
 class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t embedding_dim,
-            std::optional<int64_t> padding_idx = std::nullopt);
-  Tensor forward(const Tensor& indices) override { return embedding(indices, weight, padding_idx); }
+            std::optional<int64_t> padding_idx = std::nullopt,
+            std::optional<double> max_norm = std::nullopt, double norm_type = 2.0);
+  Tensor forward(const Tensor& indices) override {
+    return embedding(indices, weight, padding_idx, max_norm, norm_type);
+  }
   std::string type_name() const override { return "Embedding"; }
   std::string extra_repr() const override;
   Tensor weight;
   std::optional<int64_t> padding_idx;  // in [0, num) once constructed
+  std::optional<double> max_norm;
+  double norm_type = 2.0;
 
  protected:
   std::shared_ptr<Module> make_clone() const override;

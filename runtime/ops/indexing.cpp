@@ -5,6 +5,7 @@
 #include "runtime/ops/indexing.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/cpu/indexing.h"
 #include "runtime/autocast.h"
@@ -601,8 +602,34 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& padding, double value) {
   return out;
 }
 
-Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
+void embedding_renorm_(Tensor& weight, const Tensor& indices, double max_norm, double norm_type) {
+  const char* op = "embedding_renorm_";
+  check_same_device(op, weight, {&indices});
+  check_index_dtype(op, indices);
+  EMBER_CHECK(weight.dim() == 2 && is_floating(weight.dtype()), op,
+              ": expected a floating-point weight of shape (num_embeddings, dim), got ",
+              describe(weight));
+  EMBER_CHECK(std::isfinite(max_norm) && max_norm >= 0.0, op,
+              ": max_norm must be a finite number >= 0, got ", max_norm);
+  const int64_t vocabulary = weight.size(0);
+  const Tensor flat = indices.reshape({indices.numel()}).contiguous().to(DType::i64);
+  check_indices(op, flat, vocabulary, "the embedding table (num_embeddings)");
+  NoGradGuard no_grad;
+  const TensorOptions counting(DType::f32, weight.device());
+  const Tensor uses =
+      scatter_add(zeros({vocabulary}, counting), 0, flat, ones({flat.numel()}, counting));
+  const Tensor norms = norm(weight, norm_type, {1}, true);                     // (V, 1)
+  const Tensor too_long = mul(gt(uses, 0).unsqueeze(1), gt(norms, max_norm));  // named and too long
+  weight.mul_(where(too_long, max_norm / (norms + 1e-7), 1.0));
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx,
+                 std::optional<double> max_norm, double norm_type) {
   const char* op = "embedding";
+  if (max_norm) {
+    Tensor table = weight;  // the same storage: renormalised in place, as PyTorch's
+    embedding_renorm_(table, indices, *max_norm, norm_type);
+  }
   check_same_device(op, weight, {&indices});
   check_index_dtype(op, indices);
   EMBER_CHECK(weight.dim() == 2, op, ": expected a weight of shape (num_embeddings, dim), got ",

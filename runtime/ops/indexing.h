@@ -32,7 +32,14 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& padding, double value = 
 
 // indices (...) of i64/i32 into weight (V, D) -> (..., D); as torch.nn.functional.embedding.
 // Positions holding padding_idx (negative: counted from V) read their row but send it no gradient.
+// With max_norm, the rows that indices name are first renormalised in place (embedding_renorm_).
 Tensor embedding(const Tensor& indices, const Tensor& weight,
-                 std::optional<int64_t> padding_idx = std::nullopt);
+                 std::optional<int64_t> padding_idx = std::nullopt,
+                 std::optional<double> max_norm = std::nullopt, double norm_type = 2.0);
+// In place and outside autograd, as torch.embedding_renorm_: every row of weight (V, D) that
+// indices name and whose norm_type-norm exceeds max_norm is scaled by max_norm / (norm + 1e-7).
+// It reads every row's norm (V D work), not only the named rows'.
+void embedding_renorm_(Tensor& weight, const Tensor& indices, double max_norm,
+                       double norm_type = 2.0);
 
 }  // namespace ember

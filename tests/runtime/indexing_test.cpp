@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "nn/layers.h"
 #include "runtime/ops.h"
 #include "tests/common/expect_error.h"
 
@@ -310,6 +311,42 @@ TEST(Embedding, PaddingPositionsReadTheirRowButSendItNoGradient) {
   EXPECT_ERROR_WITH(embedding(indices, weight, 5), "embedding", "padding_idx 5",
                     "-5 <= padding_idx < 5");
   EXPECT_ERROR_WITH(embedding(indices, weight, -6), "padding_idx -6");
+}
+
+// max_norm (torch.embedding_renorm_): the named rows longer than max_norm are scaled in place by
+// max_norm / (norm + 1e-7) before the lookup; other rows, and rows within the bound, keep their
+// bits. Autograd still sees a lookup of the (renormalised) table.
+TEST(Embedding, MaxNormRenormalisesTheNamedRowsInPlace) {
+  // Rows of length 5, 0.5, 10, 3 (2-norm); 1-norm 7, 0.7, 14, 3.
+  const std::vector<double> table = {3, 4, 0.3, -0.4, 6, -8, 0, 3};
+  Tensor weight = from_vector(table, {4, 2}, DType::f64).requires_grad_();
+  const Tensor indices = from_vector(std::vector<int64_t>{1, 2, 2, 3}, {2, 2}, DType::i64);
+  const Tensor out = embedding(indices, weight, std::nullopt, 4.0);
+  const double scale = 4.0 / (10.0 + 1e-7);
+  const std::vector<double> renormed = {3, 4, 0.3, -0.4, 6 * scale, -8 * scale, 0, 3};
+  EXPECT_EQ(to_vector<double>(weight.detach()), renormed);  // row 0 (length 5) is not named
+  EXPECT_EQ(to_vector<double>(out),
+            (std::vector<double>{0.3, -0.4, 6 * scale, -8 * scale, 6 * scale, -8 * scale, 0, 3}));
+  sum(out).backward();
+  EXPECT_EQ(to_vector<double>(weight.grad()), (std::vector<double>{0, 0, 1, 1, 2, 2, 1, 1}));
+
+  Tensor l1 = from_vector(table, {4, 2}, DType::f64);
+  embedding_renorm_(l1, from_vector(std::vector<int64_t>{0, 3}, {2}, DType::i64), 2.0, 1.0);
+  const double l1_scale = 2.0 / (7.0 + 1e-7), l1_scale_3 = 2.0 / (3.0 + 1e-7);
+  EXPECT_EQ(to_vector<double>(l1),
+            (std::vector<double>{3 * l1_scale, 4 * l1_scale, 0.3, -0.4, 6, -8, 0, 3 * l1_scale_3}));
+
+  nn::Embedding module(6, 3, std::nullopt, 1.0);
+  (void)module(from_vector(std::vector<int64_t>{0, 5}, {2}, DType::i64));
+  const Tensor norms = norm(module.weight.detach(), 2.0, {1});
+  EXPECT_LE(norms.select(0, 0).item<float>(), 1.0f + 1e-6f);
+  EXPECT_LE(norms.select(0, 5).item<float>(), 1.0f + 1e-6f);
+  EXPECT_NE(module.extra_repr().find("max_norm=1"), std::string::npos) << module.extra_repr();
+  EXPECT_ERROR_WITH(embedding(indices, weight, std::nullopt, -1.0), "embedding_renorm_",
+                    "max_norm must be a finite number >= 0, got -1");
+  EXPECT_ERROR_WITH(
+      embedding(from_vector(std::vector<int64_t>{4}, {1}, DType::i64), weight, std::nullopt, 1.0),
+      "embedding_renorm_", "4");
 }
 
 }  // namespace
