@@ -217,7 +217,42 @@ void promotion_with_numbers() {
     }
     tally.record_as("promotion " + op.name + ", n int/float/bool");
   }
-  not_in_ember("promotion maximum/minimum/where with a number", "no Scalar overloads");
+  // where(cond, t, n) and where(cond, n, t): the number promotes like a number.
+  {
+    Tally tally;
+    const TTensor mask = torch::tensor({true, false, true, false});
+    for (DType d : ember::kAllDTypes) {
+      for (int kind = 0; kind < 3; ++kind) {
+        const TTensor ta = values_in(d, {1, 2, 0, 3});
+        const ETensor ea = from_torch(ta), emask = from_torch(mask);
+        for (const bool number_first : {false, true}) {
+          ETensor er;
+          TTensor tr;
+          const std::string e = outcome(
+              [&] {
+                return number_first ? ember::where(emask, ember_scalar(kind), ea)
+                                    : ember::where(emask, ea, ember_scalar(kind));
+              },
+              &er);
+          const std::string t = outcome(
+              [&] {
+                return number_first ? torch::where(mask, torch_scalar(kind), ta)
+                                    : torch::where(mask, ta, torch_scalar(kind));
+              },
+              &tr);
+          const std::string what = std::string(ember::dtype_name(d)) + " with " + kinds[kind] +
+                                   (number_first ? " first: " : ": ");
+          if (e != t)
+            tally.add(what + "ember " + e + " torch " + t, false);
+          else if (e != "throws" && !same_values(er, tr))
+            tally.add(what + "values " + sample(er, tr, 2), false);
+          else
+            tally.add("", true);
+        }
+      }
+    }
+    tally.record_as("promotion where with a number, n int/float/bool, either side");
+  }
   // result_type itself.
   Tally tt, ts;
   for (DType da : ember::kAllDTypes) {

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -118,9 +119,18 @@ inline std::string shape_string(const std::vector<int64_t>& s) {
   return out;
 }
 
+// Whole numbers below 1e15 as integers (300, not 3e+02); others the shortest of %.1g ... %.17g
+// that reads back as v (0.2, not 0.20000000000000001).
 inline std::string number(double v) {
   char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.17g", v);
+  if (v == std::trunc(v) && std::abs(v) < 1e15) {
+    std::snprintf(buffer, sizeof buffer, "%.0f", v);
+    return buffer;
+  }
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", digits, v);
+    if (std::strtod(buffer, nullptr) == v) break;
+  }
   return buffer;
 }
 

@@ -122,7 +122,36 @@ void losses() {
           return torch::nll_loss(in[0], in[1], torch_class_weight, torch_reduction(red), -100);
         });
   }
-  not_in_ember("cross_entropy with probability targets", "target must be class indices");
+  // Class probabilities as the target: every reduction, smoothing, a class weight, 4-D. The
+  // target is an input, so its gradient is compared too.
+  const ETensor probabilities = ember::softmax(randn64({6, 5}), 1).detach();
+  for (Reduction red : {Reduction::mean, Reduction::sum, Reduction::none}) {
+    for (double smoothing : {0.0, 0.2}) {
+      for (bool weighted : {false, true}) {
+        check(
+            std::string("cross_entropy probability targets ") + reduction_name(red) +
+                " smoothing " + number(smoothing) + (weighted ? " class weights" : ""),
+            {logits, probabilities},
+            [=](const EList& in) {
+              ember::CrossEntropyOptions options{.label_smoothing = smoothing, .reduction = red};
+              if (weighted) options.weight = class_weight;
+              return ember::cross_entropy(in[0], in[1], options);
+            },
+            [=](const TList& in) {
+              auto options = torch::nn::functional::CrossEntropyFuncOptions()
+                                 .reduction(torch_ce_reduction(red))
+                                 .label_smoothing(smoothing);
+              if (weighted) options.weight(torch_class_weight);
+              return torch::nn::functional::cross_entropy(in[0], in[1], options);
+            });
+      }
+    }
+  }
+  check(
+      "cross_entropy probability targets 4-D (N,C,H,W) mean",
+      {logits4, ember::softmax(randn64({2, 4, 3, 2}), 1).detach()},
+      [](const EList& in) { return ember::cross_entropy(in[0], in[1]); },
+      [](const TList& in) { return torch::nn::functional::cross_entropy(in[0], in[1]); });
   for (Reduction red : {Reduction::mean, Reduction::sum, Reduction::none}) {
     check(
         std::string("nll_loss ") + reduction_name(red) + " ignore_index -100",
@@ -169,7 +198,29 @@ void losses() {
     }
     record(r);
   }
-  not_in_ember("binary_cross_entropy_with_logits pos_weight / weight", "no such options");
+  // weight (2, 1) per row and pos_weight (4) per column, constants of each lambda.
+  const ETensor bce_weight = e64({0.5, 2.0}, {2, 1}),
+                bce_pos_weight = e64({1.0, 3.0, 0.25, 2.0}, {4});
+  for (Reduction red : {Reduction::mean, Reduction::sum, Reduction::none}) {
+    for (int form = 0; form < 3; ++form) {
+      const bool with_weight = form != 1, with_pos_weight = form != 0;
+      check(
+          std::string("bce_with_logits ") + reduction_name(red) + (with_weight ? " weight" : "") +
+              (with_pos_weight ? " pos_weight" : ""),
+          {e64({-200, -3, -0.5, 0, 0.5, 3, 40, 800}, {2, 4}),
+           e64({0, 1, 0.3, 1, 0, 0.5, 1, 0}, {2, 4})},
+          [=](const EList& in) {
+            return ember::binary_cross_entropy_with_logits(
+                in[0], in[1], red, with_weight ? bce_weight : ETensor(),
+                with_pos_weight ? bce_pos_weight : ETensor());
+          },
+          [=](const TList& in) {
+            return torch::binary_cross_entropy_with_logits(
+                in[0], in[1], with_weight ? to_torch(bce_weight) : TTensor(),
+                with_pos_weight ? to_torch(bce_pos_weight) : TTensor(), torch_reduction(red));
+          });
+    }
+  }
 }
 
 void elementwise() {
@@ -289,13 +340,39 @@ void elementwise() {
       {ember::add(ember::abs(randn64({3, 1})), 0.1), randn64({4})},
       [](const EList& in) { return ember::pow(in[0], in[1]); },
       [](const TList& in) { return torch::pow(in[0], in[1]); });
-  not_in_ember("pow(scalar, tensor)", "no pow(Scalar, Tensor) overload");
+  check(
+      "pow(scalar, tensor) 2.5 ^ t, 0 ^ t, (-2) ^ t", {e64({-2, -0.5, 0, 0.5, 1, 3}, {6})},
+      [](const EList& in) {
+        return ember::cat(
+            {ember::pow(2.5, in[0]), ember::pow(0.0, in[0]), ember::pow(-2.0, in[0])});
+      },
+      [](const TList& in) {
+        return torch::cat(
+            {torch::pow(2.5, in[0]), torch::pow(0.0, in[0]), torch::pow(-2.0, in[0])});
+      });
+  check(
+      "pow(int scalar, int tensor) incl. negative exponents", {ei64({-2, -1, 0, 1, 2, 5}, {6})},
+      [](const EList& in) {
+        return ember::cat({ember::pow(2, in[0]), ember::pow(-3, in[0]), ember::pow(1, in[0])});
+      },
+      [](const TList& in) {
+        return torch::cat({torch::pow(2, in[0]), torch::pow(-3, in[0]), torch::pow(1, in[0])});
+      },
+      false);
   // where / masked_fill
   const ETensor cond = ebool({1, 0, 1, 0, 0, 1}, {2, 3});
   check(
       "where broadcasting cond (2,3), a (2,1), b (3)", {cond, randn64({2, 1}), randn64({3})},
       [](const EList& in) { return ember::where(in[0], in[1], in[2]); },
       [](const TList& in) { return torch::where(in[0], in[1], in[2]); });
+  check(
+      "where with a number on either side", {cond, randn64({2, 3})},
+      [](const EList& in) {
+        return ember::cat({ember::where(in[0], in[1], 0.5), ember::where(in[0], -2, in[1])});
+      },
+      [](const TList& in) {
+        return torch::cat({torch::where(in[0], in[1], 0.5), torch::where(in[0], -2, in[1])});
+      });
   check(
       "where with NaN in the unselected branch",
       {cond, e64({kNaN, 1, 2, 3, 4, 5}, {2, 3}), e64({0, 1, kNaN, 3, 4, 5}, {2, 3})},

@@ -48,24 +48,43 @@ void conv_pool() {
       {"kernel (3,2) stride (1,2)", {.kernel_size = {3, 2}, .stride = {1, 2}}},
       {"kernel 3 stride 2 padding 1 exclude pad",
        {.kernel_size = 3, .stride = 2, .padding = 1, .count_include_pad = false}},
+      {"kernel 2 ceil_mode", {.kernel_size = 2, .ceil_mode = true}},
+      {"kernel 3 stride 2 padding 1 ceil_mode",
+       {.kernel_size = 3, .stride = 2, .padding = 1, .ceil_mode = true}},
+      {"kernel (2,3) stride (2,2) padding (1,0) ceil_mode exclude pad",
+       {.kernel_size = {2, 3},
+        .stride = 2,
+        .padding = {1, 0},
+        .ceil_mode = true,
+        .count_include_pad = false}},
+      {"kernel 3 stride 2 padding 1 ceil_mode divisor_override 4",
+       {.kernel_size = 3, .stride = 2, .padding = 1, .ceil_mode = true, .divisor_override = 4}},
+      {"kernel 2 stride 1 dilation 2", {.kernel_size = 2, .stride = 1, .dilation = 2}},
+      {"kernel (2,3) stride 2 padding 1 dilation (3,2) ceil_mode",
+       {.kernel_size = {2, 3}, .stride = 2, .padding = 1, .dilation = {3, 2}, .ceil_mode = true}},
   };
   for (const PoolCase& p : pools) {
     const ember::Pool2dOptions o = p.options;
     const ember::Size2 stride = o.stride.h == 0 ? o.kernel_size : o.stride;
-    if (o.count_include_pad)
+    if (o.count_include_pad && !o.divisor_override)
       check(
           "max_pool2d " + p.name, {px},
           [=](const EList& in) { return ember::max_pool2d(in[0], o); },
           [=](const TList& in) {
             return torch::max_pool2d(in[0], {o.kernel_size.h, o.kernel_size.w},
-                                     {stride.h, stride.w}, {o.padding.h, o.padding.w});
+                                     {stride.h, stride.w}, {o.padding.h, o.padding.w},
+                                     {o.dilation.h, o.dilation.w}, o.ceil_mode);
           });
-    check(
-        "avg_pool2d " + p.name, {px}, [=](const EList& in) { return ember::avg_pool2d(in[0], o); },
-        [=](const TList& in) {
-          return torch::avg_pool2d(in[0], {o.kernel_size.h, o.kernel_size.w}, {stride.h, stride.w},
-                                   {o.padding.h, o.padding.w}, false, o.count_include_pad);
-        });
+    if (o.dilation == ember::Size2(1))
+      check(
+          "avg_pool2d " + p.name, {px},
+          [=](const EList& in) { return ember::avg_pool2d(in[0], o); },
+          [=](const TList& in) {
+            return torch::avg_pool2d(
+                in[0], {o.kernel_size.h, o.kernel_size.w}, {stride.h, stride.w},
+                {o.padding.h, o.padding.w}, o.ceil_mode, o.count_include_pad,
+                o.divisor_override ? c10::optional<int64_t>(*o.divisor_override) : c10::nullopt);
+          });
   }
   check(
       "max_pool2d with ties in a window (grad to one)", {ember::ones({1, 1, 4, 4}, DType::f64)},
@@ -86,8 +105,17 @@ void conv_pool() {
       [](const TList& in) {
         return torch::max_pool2d(in[0], {2, 2}, {2, 2}, {2, 2});
       });
-  not_in_ember("max_pool2d / avg_pool2d ceil_mode, max_pool2d dilation, divisor_override",
-               "Pool2dOptions has kernel_size, stride, padding, count_include_pad");
+  // A dilated window holding padding only (rows -1 and 2 of 2): forward only (ember sends such a
+  // window no gradient; what LibTorch's backward does with its index is not checked here).
+  check(
+      "max_pool2d dilated window of padding only (-inf)", {randn64({1, 2, 2, 2})},
+      [](const EList& in) {
+        return ember::max_pool2d(in[0], {.kernel_size = 2, .padding = 1, .dilation = 3});
+      },
+      [](const TList& in) {
+        return torch::max_pool2d(in[0], {2, 2}, {2, 2}, {1, 1}, {3, 3});
+      },
+      false);
   for (ember::Size2 size : {ember::Size2(3, 4), ember::Size2(5, 5), ember::Size2(1, 1),
                             ember::Size2(7, 6), ember::Size2(4, 2)}) {
     check(
@@ -221,7 +249,37 @@ void shapes() {
               in[0], in[1], torch::nn::functional::EmbeddingFuncOptions().padding_idx(padding));
         });
   }
-  not_in_ember("embedding max_norm", "no max_norm option");
+  // max_norm renormalises the named rows of the table in place before the lookup: the output
+  // and gradient, then the table itself after the call (rows 0, 2 and 5 named; 2-norm and 1-norm).
+  const ETensor long_rows = ember::mul(randn64({6, 3}), 2.0);
+  for (const double norm_type : {2.0, 1.0}) {
+    const std::string kind = " max_norm 1.5 norm_type " + number(norm_type);
+    check(
+        "embedding" + kind, {ei64({2, 0, 2, 5}, {2, 2}), long_rows},
+        [=](const EList& in) {
+          return ember::embedding(in[0], in[1], std::nullopt, 1.5, norm_type);
+        },
+        [=](const TList& in) {
+          return torch::nn::functional::embedding(
+              in[0], in[1],
+              torch::nn::functional::EmbeddingFuncOptions().max_norm(1.5).norm_type(norm_type));
+        });
+    check(
+        "embedding" + kind + ": the table after the call", {ei64({2, 0, 2, 5}, {2, 2}), long_rows},
+        [=](const EList& in) {
+          ETensor table = in[1].detach();
+          (void)ember::embedding(in[0], table, std::nullopt, 1.5, norm_type);
+          return table;
+        },
+        [=](const TList& in) {
+          TTensor table = in[1].detach();
+          (void)torch::nn::functional::embedding(
+              in[0], table,
+              torch::nn::functional::EmbeddingFuncOptions().max_norm(1.5).norm_type(norm_type));
+          return table;
+        },
+        false);
+  }
   // matmul
   struct MM {
     ember::Shape a, b;

@@ -197,8 +197,35 @@ void reductions() {
   check(
       "argmin flattened", {ties}, [](const EList& in) { return ember::argmin(in[0]); },
       [](const TList& in) { return torch::argmin(in[0]); }, false);
-  not_in_ember("max(dim) returning (values, indices)",
-               "ember::max(x, dims) is amax; no indices output");
+  // torch.max(x, dim) / torch.min(x, dim): the values (whose gradient goes to the one element
+  // the index names, even on ties) and the indices.
+  for (const bool keepdim : {false, true}) {
+    const std::string kd = keepdim ? " keepdim" : "";
+    check(
+        "max_with_indices dim 1 with ties: values" + kd, {ties},
+        [=](const EList& in) { return ember::max_with_indices(in[0], 1, keepdim).values; },
+        [=](const TList& in) { return std::get<0>(torch::max(in[0], 1, keepdim)); });
+    check(
+        "max_with_indices dim 1 with ties: indices" + kd, {ties},
+        [=](const EList& in) { return ember::max_with_indices(in[0], 1, keepdim).indices; },
+        [=](const TList& in) { return std::get<1>(torch::max(in[0], 1, keepdim)); }, false);
+    check(
+        "min_with_indices dim 0 with ties: values" + kd, {ties},
+        [=](const EList& in) { return ember::min_with_indices(in[0], 0, keepdim).values; },
+        [=](const TList& in) { return std::get<0>(torch::min(in[0], 0, keepdim)); });
+    check(
+        "min_with_indices dim 0 with ties: indices" + kd, {ties},
+        [=](const EList& in) { return ember::min_with_indices(in[0], 0, keepdim).indices; },
+        [=](const TList& in) { return std::get<1>(torch::min(in[0], 0, keepdim)); }, false);
+  }
+  check(
+      "max_with_indices dim 1 with NaN: values", {nans},
+      [](const EList& in) { return ember::max_with_indices(in[0], 1).values; },
+      [](const TList& in) { return std::get<0>(torch::max(in[0], 1)); });
+  check(
+      "min_with_indices dim -1 with NaN: indices", {nans},
+      [](const EList& in) { return ember::min_with_indices(in[0], -1).indices; },
+      [](const TList& in) { return std::get<1>(torch::min(in[0], -1)); }, false);
 }
 
 void normalization() {
