@@ -37,7 +37,7 @@ template <ActivationGrad op, typename Acc>
     return g * (s * (v * (Acc(1) - s) + Acc(1)));
   } else if constexpr (op == ActivationGrad::gelu_erf) {
     // d/dx x Phi(x) = Phi(x) + x phi(x)
-    const Acc cdf = (std::erf(v * Acc(kInvSqrt2)) + Acc(1)) * Acc(0.5);
+    const Acc cdf = std::erfc(v * Acc(-kInvSqrt2)) * Acc(0.5);  // no cancellation in the tail
     const Acc pdf = exp_vectorisable(v * v * Acc(-0.5)) * Acc(kInvSqrt2Pi);
     return g * (cdf + v * pdf);
   } else {

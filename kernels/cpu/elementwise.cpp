@@ -231,9 +231,10 @@ void unary_typed(UnaryOp op, const StridedLayout& layout, T* out, const T* in, A
       // `x < 0 ? 0 : x` keeps NaN, as PyTorch does.
       return run([](Acc x) { return x < Acc(0) ? Acc(0) : x; });
     case UnaryOp::gelu_erf:
+      // x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: 1 + erf(x / sqrt 2) would cancel to 0 in the
+      // negative tail (x < -5.5 in f32), where the true values are tiny, not zero.
       return run([](Acc x) {
-        return static_cast<Acc>(Acc(0.5) * x *
-                                (Acc(1) + std::erf(x * Acc(0.70710678118654752440))));
+        return static_cast<Acc>(Acc(0.5) * x * std::erfc(x * Acc(-0.70710678118654752440)));
       });
     case UnaryOp::gelu_tanh:
       return run([](Acc x) {

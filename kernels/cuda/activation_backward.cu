@@ -32,7 +32,7 @@ __device__ __forceinline__ Acc grad_times(ActivationGrad op, Acc g, Acc v) {
     }
     case ActivationGrad::gelu_erf: {
       // d/dx x Phi(x) = Phi(x) + x phi(x)
-      const Acc cdf = (dm::erf(v * Acc(0.70710678118654752440)) + Acc(1)) * Acc(0.5);
+      const Acc cdf = dm::erfc(v * Acc(-0.70710678118654752440)) * Acc(0.5);  // no cancellation
       const Acc pdf = dm::exp(v * v * Acc(-0.5)) * Acc(0.39894228040143267794);
       return g * (cdf + v * pdf);
     }

@@ -28,6 +28,7 @@ EMBER_DEVICE_MATH_1(sin, ::sinf, ::sin)
 EMBER_DEVICE_MATH_1(cos, ::cosf, ::cos)
 EMBER_DEVICE_MATH_1(tanh, ::tanhf, ::tanh)
 EMBER_DEVICE_MATH_1(erf, ::erff, ::erf)
+EMBER_DEVICE_MATH_1(erfc, ::erfcf, ::erfc)
 #undef EMBER_DEVICE_MATH_1
 
 template <typename Acc>

@@ -42,8 +42,10 @@ __device__ __forceinline__ Acc apply_unary(UnaryOp op, Acc x, Acc p) {
       // `x < 0 ? 0 : x` keeps NaN, as PyTorch does.
       return dm::is_negative(x) ? Acc(0) : x;
     case UnaryOp::gelu_erf:
-      return static_cast<Acc>(
-          Acc(0.5) * x * (Acc(1) + dm::erf(static_cast<Acc>(x * Acc(0.70710678118654752440)))));
+      // x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: 1 + erf(x / sqrt 2) would cancel to 0 in the
+      // negative tail (x < -5.5 in f32), where the true values are tiny, not zero.
+      return static_cast<Acc>(Acc(0.5) * x *
+                              dm::erfc(static_cast<Acc>(-(x * Acc(0.70710678118654752440)))));
     case UnaryOp::gelu_tanh: {
       const Acc inner = Acc(0.79788456080286535588) * (x + Acc(0.044715) * x * x * x);
       return static_cast<Acc>(Acc(0.5) * x * (Acc(1) + dm::tanh(inner)));

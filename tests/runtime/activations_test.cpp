@@ -40,6 +40,9 @@ std::vector<ForwardCase> forward_cases() {
        [](double x) { return x * sigmoid_ref(x); }},
       {"gelu_tanh", [](const Tensor& x) { return gelu(x, GeluApproximation::tanh); },
        gelu_tanh_ref},
+      // x Phi(x), Phi by erfc: accurate in the negative tail, where 1 + erf cancels.
+      {"gelu_erf", [](const Tensor& x) { return gelu(x); },
+       [](double x) { return 0.5 * x * std::erfc(-x * 0.70710678118654752440); }},
   };
 }
 
@@ -77,10 +80,13 @@ TEST(Activations, F32ForwardMatchesLibmOverDenseSweep) {
     for (size_t i = 0; i < values.size(); ++i) {
       const double want = c.reference(static_cast<double>(values[i]));
       // gelu's exp argument 2z is rounded in f32: in the far negative tail (|gelu| < 1e-20) that
-      // costs ~|2z| ulp, still far better than 1 + tanh(z), which cancels to 0 there.
+      // costs ~|2z| ulp, still far better than 1 + tanh(z), which cancels to 0 there. Likewise
+      // erfc's argument z = -x / sqrt 2: erfc'(z) / erfc(z) ~ -2z, so half an ulp of z costs
+      // ~x^2 / 2 ulp of the result (x = -10: 50 ulp, where 1 + erf gives 0).
       const double x = values[i];
-      const double tail =
-          c.name == "gelu_tanh" ? 2e-7 * std::abs(1.6 * (x + 0.045 * x * x * x)) : 0;
+      double tail = 0;
+      if (c.name == "gelu_tanh") tail = 2e-7 * std::abs(1.6 * (x + 0.045 * x * x * x));
+      if (c.name == "gelu_erf") tail = 1.2e-7 * x * x;
       if (close_to(got[i], want, 1e-6 + tail)) continue;
       if (++failures <= 10)
         ADD_FAILURE() << c.name << "(" << values[i] << "): got " << got[i] << ", want " << want;
