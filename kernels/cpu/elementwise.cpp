@@ -8,6 +8,7 @@
 #include "kernels/common/convert.h"
 #include "kernels/common/integer_pow.h"
 #include "kernels/common/scalar_types.h"
+#include "kernels/common/wrapping_arithmetic.h"
 #include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/vector_math.h"
@@ -208,9 +209,9 @@ void unary_typed(UnaryOp op, const StridedLayout& layout, T* out, const T* in, A
   }
   switch (op) {
     case UnaryOp::neg:
-      return run([](Acc x) { return static_cast<Acc>(-x); });
-    case UnaryOp::abs:
-      return run([](Acc x) { return x < Acc(0) ? static_cast<Acc>(-x) : x; });
+      return run([](Acc x) { return wrapping_neg(x); });
+    case UnaryOp::abs:  // abs of the most negative integer is itself, as in PyTorch
+      return run([](Acc x) { return x < Acc(0) ? wrapping_neg(x) : x; });
     case UnaryOp::exp:
       return run([](Acc x) { return static_cast<Acc>(std::exp(x)); });
     case UnaryOp::log:
@@ -255,7 +256,7 @@ void unary_typed(UnaryOp op, const StridedLayout& layout, T* out, const T* in, A
     case UnaryOp::reciprocal:
       return run([](Acc x) { return static_cast<Acc>(Acc(1) / x); });
     case UnaryOp::square:
-      return run([](Acc x) { return static_cast<Acc>(x * x); });
+      return run([](Acc x) { return wrapping_mul(x, x); });
     case UnaryOp::erf:
       return run([](Acc x) { return static_cast<Acc>(std::erf(x)); });
   }
@@ -273,14 +274,15 @@ void binary_typed(BinaryOp op, const StridedLayout& layout, T* out, const T* a, 
     }
   };
   switch (op) {
+    // Integers wrap (kernels/common/wrapping_arithmetic.h); floats are the plain operators.
     case BinaryOp::add:
-      if (alpha == Acc(1)) return run([](Acc x, Acc y) { return static_cast<Acc>(x + y); });
-      return run([alpha](Acc x, Acc y) { return static_cast<Acc>(x + alpha * y); });
+      if (alpha == Acc(1)) return run([](Acc x, Acc y) { return wrapping_add(x, y); });
+      return run([alpha](Acc x, Acc y) { return wrapping_add(x, wrapping_mul(alpha, y)); });
     case BinaryOp::sub:
-      if (alpha == Acc(1)) return run([](Acc x, Acc y) { return static_cast<Acc>(x - y); });
-      return run([alpha](Acc x, Acc y) { return static_cast<Acc>(x - alpha * y); });
+      if (alpha == Acc(1)) return run([](Acc x, Acc y) { return wrapping_sub(x, y); });
+      return run([alpha](Acc x, Acc y) { return wrapping_sub(x, wrapping_mul(alpha, y)); });
     case BinaryOp::mul:
-      return run([](Acc x, Acc y) { return static_cast<Acc>(x * y); });
+      return run([](Acc x, Acc y) { return wrapping_mul(x, y); });
     case BinaryOp::div:
       return run([](Acc x, Acc y) { return static_cast<Acc>(x / y); });
     case BinaryOp::pow:

@@ -4,6 +4,7 @@
 #include "kernels/common/convert.h"
 #include "kernels/common/integer_pow.h"
 #include "kernels/common/scalar_types.h"
+#include "kernels/common/wrapping_arithmetic.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/strided_loop.cuh"
@@ -19,9 +20,9 @@ template <typename Acc>
 __device__ __forceinline__ Acc apply_unary(UnaryOp op, Acc x, Acc p) {
   switch (op) {
     case UnaryOp::neg:
-      return static_cast<Acc>(-x);
-    case UnaryOp::abs:
-      return dm::is_negative(x) ? static_cast<Acc>(-x) : x;
+      return wrapping_neg(x);
+    case UnaryOp::abs:  // abs of the most negative integer is itself, as in PyTorch
+      return dm::is_negative(x) ? wrapping_neg(x) : x;
     case UnaryOp::exp:
       return dm::exp(x);
     case UnaryOp::log:
@@ -63,7 +64,7 @@ __device__ __forceinline__ Acc apply_unary(UnaryOp op, Acc x, Acc p) {
     case UnaryOp::reciprocal:
       return static_cast<Acc>(Acc(1) / x);
     case UnaryOp::square:
-      return static_cast<Acc>(x * x);
+      return wrapping_mul(x, x);
     case UnaryOp::erf:
       return dm::erf(x);
   }
@@ -73,12 +74,13 @@ __device__ __forceinline__ Acc apply_unary(UnaryOp op, Acc x, Acc p) {
 template <typename Acc>
 __device__ __forceinline__ Acc apply_binary(BinaryOp op, Acc x, Acc y, Acc alpha) {
   switch (op) {
+    // Integers wrap (kernels/common/wrapping_arithmetic.h); floats are the plain operators.
     case BinaryOp::add:
-      return alpha == Acc(1) ? static_cast<Acc>(x + y) : static_cast<Acc>(x + alpha * y);
+      return alpha == Acc(1) ? wrapping_add(x, y) : wrapping_add(x, wrapping_mul(alpha, y));
     case BinaryOp::sub:
-      return alpha == Acc(1) ? static_cast<Acc>(x - y) : static_cast<Acc>(x - alpha * y);
+      return alpha == Acc(1) ? wrapping_sub(x, y) : wrapping_sub(x, wrapping_mul(alpha, y));
     case BinaryOp::mul:
-      return static_cast<Acc>(x * y);
+      return wrapping_mul(x, y);
     case BinaryOp::div:
       return static_cast<Acc>(x / y);
     case BinaryOp::pow:

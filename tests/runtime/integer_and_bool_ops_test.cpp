@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "runtime/ops.h"
@@ -124,6 +125,37 @@ TEST(NumberOperands, WhereAndPowPromoteLikeNumbers) {
   // A tensor exponent may be negative (LibTorch too): the integer part of the exact power.
   EXPECT_EQ(to_vector<int64_t>(pow(2, from_vector(std::vector<int64_t>{1, -1}, {2}, DType::i64))),
             (std::vector<int64_t>{2, 0}));
+}
+
+// Signed integer add, sub, mul, neg, abs and square wrap as two's complement, as PyTorch's do,
+// without relying on signed overflow (undefined in C++: the UBSan build of the suite stops on it).
+TEST(IntegerOps, SignedOverflowWrapsWithoutUndefinedBehaviour) {
+  constexpr int32_t kMax32 = std::numeric_limits<int32_t>::max();
+  constexpr int32_t kMin32 = std::numeric_limits<int32_t>::min();
+  constexpr int64_t kMax64 = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin64 = std::numeric_limits<int64_t>::min();
+  const Tensor a32 =
+      from_vector(std::vector<int64_t>{kMax32, kMin32, 65536}, {3}, DType::i64).to(DType::i32);
+  const Tensor one32 = ones({3}, DType::i32);
+  EXPECT_EQ(to_vector<int32_t>(add(a32, one32)), (std::vector<int32_t>{kMin32, kMin32 + 1, 65537}));
+  EXPECT_EQ(to_vector<int32_t>(sub(a32, one32)), (std::vector<int32_t>{kMax32 - 1, kMax32, 65535}));
+  EXPECT_EQ(to_vector<int32_t>(mul(a32, a32)), (std::vector<int32_t>{1, 0, 0}));
+  EXPECT_EQ(to_vector<int32_t>(neg(a32)), (std::vector<int32_t>{-kMax32, kMin32, -65536}));
+  EXPECT_EQ(to_vector<int32_t>(abs(a32)), (std::vector<int32_t>{kMax32, kMin32, 65536}));
+  EXPECT_EQ(to_vector<int32_t>(square(a32)), (std::vector<int32_t>{1, 0, 0}));
+  EXPECT_EQ(to_vector<int32_t>(add(a32, a32, 3)),  // a + 3 a = 4 a, wrapped
+            (std::vector<int32_t>{-4, 0, 262144}));
+  const Tensor a64 = from_vector(std::vector<int64_t>{kMax64, kMin64}, {2}, DType::i64);
+  EXPECT_EQ(to_vector<int64_t>(add(a64, 1)), (std::vector<int64_t>{kMin64, kMin64 + 1}));
+  EXPECT_EQ(to_vector<int64_t>(sub(a64, 1)), (std::vector<int64_t>{kMax64 - 1, kMax64}));
+  EXPECT_EQ(to_vector<int64_t>(mul(a64, 2)), (std::vector<int64_t>{-2, 0}));
+  EXPECT_EQ(to_vector<int64_t>(neg(a64)), (std::vector<int64_t>{-kMax64, kMin64}));
+  // u8 wraps by definition: 200 + 100 = 44, 3 - 5 = 254, 16 * 17 = 16.
+  const Tensor u = from_vector(std::vector<int64_t>{200, 3, 16}, {3}, DType::i64).to(DType::u8);
+  const Tensor v = from_vector(std::vector<int64_t>{100, 5, 17}, {3}, DType::i64).to(DType::u8);
+  EXPECT_EQ(as_i64(add(u, v)), (std::vector<int64_t>{44, 8, 33}));
+  EXPECT_EQ(as_i64(sub(u, v)), (std::vector<int64_t>{100, 254, 255}));
+  EXPECT_EQ(as_i64(mul(u, v)), (std::vector<int64_t>{32, 15, 16}));
 }
 
 }  // namespace
