@@ -612,59 +612,7 @@ TEST(Conv2d, ErrorsSayWhatIsWrong) {
 
 // ---- pooling ------------------------------------------------------------------------------
 
-struct Pool {
-  int64_t kh, kw, sh, sw, ph, pw;
-};
-
-// Windows of output (p, q) in the padded input, the max or the mean over them.
-std::vector<double> naive_pool(const Tensor& x, Pool o, bool is_max, bool count_include_pad) {
-  const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
-  const int64_t P = (H + 2 * o.ph - o.kh) / o.sh + 1, Q = (W + 2 * o.pw - o.kw) / o.sw + 1;
-  const std::vector<double> xs = values_of(x);
-  std::vector<double> out;
-  for (int64_t plane = 0; plane < planes; ++plane)
-    for (int64_t p = 0; p < P; ++p)
-      for (int64_t q = 0; q < Q; ++q) {
-        double best = -std::numeric_limits<double>::infinity(), total = 0.0;
-        int64_t real = 0, padded = 0;
-        for (int64_t i = 0; i < o.kh; ++i)
-          for (int64_t j = 0; j < o.kw; ++j) {
-            const int64_t h = p * o.sh - o.ph + i, w = q * o.sw - o.pw + j;
-            if (h < H + o.ph && w < W + o.pw) ++padded;
-            if (h < 0 || h >= H || w < 0 || w >= W) continue;
-            const double v = xs[static_cast<size_t>((plane * H + h) * W + w)];
-            best = std::max(best, v);
-            total += v;
-            ++real;
-          }
-        out.push_back(is_max ? best
-                             : total / static_cast<double>(count_include_pad ? padded : real));
-      }
-  return out;
-}
-
-TEST(Pooling, MaxAndAverageMatchTheDefinition) {
-  Generator g(31);
-  const std::vector<std::pair<Shape, Pool>> cases = {
-      {{2, 3, 8, 8}, {2, 2, 2, 2, 0, 0}},
-      {{1, 2, 9, 7}, {3, 3, 2, 2, 1, 1}},
-      {{3, 1, 7, 10}, {3, 2, 1, 2, 1, 0}},
-  };
-  for (const auto& [shape, o] : cases) {
-    const Tensor x = uniform(shape, -1.0, 1.0, DType::f32, &g);
-    const Pool2dOptions options{.kernel_size = Size2(o.kh, o.kw),
-                                .stride = Size2(o.sh, o.sw),
-                                .padding = Size2(o.ph, o.pw)};
-    expect_close(values_of(max_pool2d(x, options)), naive_pool(x, o, true, true), 1e-6,
-                 "max_pool2d " + shape_str(shape));
-    expect_close(values_of(avg_pool2d(x, options)), naive_pool(x, o, false, true), 1e-6,
-                 "avg_pool2d " + shape_str(shape));
-    Pool2dOptions exclude = options;
-    exclude.count_include_pad = false;
-    expect_close(values_of(avg_pool2d(x, exclude)), naive_pool(x, o, false, false), 1e-6,
-                 "avg_pool2d exclude pad " + shape_str(shape));
-  }
-}
+// Max and average pooling against their definition: tests/runtime/pooling_options_test.cpp.
 
 // The 2x2 stride-2 pools take a vectorised path for f32, f16 and bf16; f64 keeps the generic
 // window loop. Both must pick the same element: the first maximum in row-major order on ties, and

@@ -1,5 +1,6 @@
-// Pooling's PyTorch options: ceil_mode, max_pool2d's dilation and avg_pool2d's divisor_override,
-// against a reference written from PyTorch's definitions, and against values PyTorch prints.
+// Max and average pooling, with PyTorch's options (ceil_mode, max_pool2d's dilation, avg_pool2d's
+// count_include_pad and divisor_override), against a reference written from PyTorch's
+// definitions, and against values PyTorch prints.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -77,15 +78,18 @@ std::vector<double> reference_pool(const Tensor& x, const PoolSpec& s, bool is_m
 }
 
 void expect_near_all(const std::vector<double>& got, const std::vector<double>& expected,
-                     const std::string& what) {
+                     double tolerance, const std::string& what) {
   ASSERT_EQ(got.size(), expected.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_NEAR(got[i], expected[i], 1e-12) << what << " at " << i;
+    ASSERT_NEAR(got[i], expected[i], tolerance) << what << " at " << i;
 }
 
-TEST(PoolingOptions, CeilModeDilationAndDivisorMatchTheDefinition) {
+TEST(PoolingOptions, MaxAndAverageMatchTheDefinition) {
   Generator g(41);
   const std::vector<std::pair<Shape, PoolSpec>> cases = {
+      {{2, 3, 8, 8}, {2, 2, 2, 2, 0, 0}},  // the 2x2 fast path for f32
+      {{1, 2, 9, 7}, {3, 3, 2, 2, 1, 1}},
+      {{3, 1, 7, 10}, {3, 2, 1, 2, 1, 0}},
       {{2, 2, 7, 8}, {2, 2, 2, 2, 1, 0, 1, 2, true}},
       {{1, 3, 9, 8}, {3, 3, 1, 1, 0, 0, 3, 2}},
       {{1, 2, 5, 5}, {2, 2, 2, 2, 0, 0, 1, 1, true}},
@@ -95,21 +99,26 @@ TEST(PoolingOptions, CeilModeDilationAndDivisorMatchTheDefinition) {
       {{1, 1, 4, 4}, {3, 3, 3, 3, 1, 1, 1, 1, true}},
   };
   for (const auto& [shape, spec] : cases) {
-    const Tensor x = uniform(shape, -1.0, 1.0, DType::f64, &g);
-    const std::string what = "input " + shape_str(shape) + " kernel " + std::to_string(spec.kh) +
-                             "x" + std::to_string(spec.kw);
-    const Tensor y = max_pool2d(x, options_of(spec));
-    EXPECT_EQ(y.size(2), output_size(shape[2], spec.kh, spec.sh, spec.ph, spec.dh, spec.ceil_mode))
-        << what;
-    expect_near_all(to_vector<double>(y), reference_pool(x, spec, true), "max " + what);
-    if (spec.dh != 1 || spec.dw != 1) continue;  // avg_pool2d has no dilation
-    for (const bool include_pad : {true, false}) {
-      for (const int64_t divisor : {int64_t{0}, int64_t{5}}) {
-        PoolSpec avg = spec;
-        avg.count_include_pad = include_pad;
-        avg.divisor_override = divisor;
-        expect_near_all(to_vector<double>(avg_pool2d(x, options_of(avg))),
-                        reference_pool(x, avg, false), "avg " + what);
+    for (const DType dtype : {DType::f64, DType::f32}) {
+      const Tensor x = uniform(shape, -1.0, 1.0, dtype, &g);
+      const double tolerance = dtype == DType::f64 ? 1e-12 : 1e-6;
+      const std::string what = std::string(dtype_name(dtype)) + " input " + shape_str(shape) +
+                               " kernel " + std::to_string(spec.kh) + "x" + std::to_string(spec.kw);
+      const Tensor y = max_pool2d(x, options_of(spec));
+      EXPECT_EQ(y.size(2),
+                output_size(shape[2], spec.kh, spec.sh, spec.ph, spec.dh, spec.ceil_mode))
+          << what;
+      expect_near_all(to_vector<double>(y.to(DType::f64)), reference_pool(x, spec, true), tolerance,
+                      "max " + what);
+      if (spec.dh != 1 || spec.dw != 1) continue;  // avg_pool2d has no dilation
+      for (const bool include_pad : {true, false}) {
+        for (const int64_t divisor : {int64_t{0}, int64_t{5}}) {
+          PoolSpec avg = spec;
+          avg.count_include_pad = include_pad;
+          avg.divisor_override = divisor;
+          expect_near_all(to_vector<double>(avg_pool2d(x, options_of(avg)).to(DType::f64)),
+                          reference_pool(x, avg, false), tolerance, "avg " + what);
+        }
       }
     }
   }
