@@ -145,6 +145,14 @@ void promotion_tensor_tensor() {
   }
 }
 
+// The condition of where's cases with a number: {1, 0, 1, 0}.
+TTensor torch_mask() {
+  return torch::tensor({true, false, true, false});
+}
+ETensor ember_mask() {
+  return ebool({1, 0, 1, 0}, {4});
+}
+
 ember::Scalar ember_scalar(int kind) {
   return kind == 0 ? ember::Scalar(2) : kind == 1 ? ember::Scalar(2.5) : ember::Scalar(true);
 }
@@ -194,6 +202,11 @@ void promotion_with_numbers() {
        [](auto& a, auto& s) { return torch::mul(a, s); }},
       {"n / t", [](auto& a, auto& s) { return s / a; },
        [](auto& a, auto& s) { return torch::mul(torch::reciprocal(a), s); }},
+      // where with a number on either side, under the mask {1, 0, 1, 0} (t has 4 elements).
+      {"where(mask, t, n)", [](auto& a, auto& s) { return ember::where(ember_mask(), a, s); },
+       [](auto& a, auto& s) { return torch::where(torch_mask(), a, s); }},
+      {"where(mask, n, t)", [](auto& a, auto& s) { return ember::where(ember_mask(), s, a); },
+       [](auto& a, auto& s) { return torch::where(torch_mask(), s, a); }},
   };
   const char* kinds[] = {"int 2", "float 2.5", "bool true"};
   for (const ScalarOp& op : ops) {
@@ -216,42 +229,6 @@ void promotion_with_numbers() {
       }
     }
     tally.record_as("promotion " + op.name + ", n int/float/bool");
-  }
-  // where(cond, t, n) and where(cond, n, t): the number promotes like a number.
-  {
-    Tally tally;
-    const TTensor mask = torch::tensor({true, false, true, false});
-    for (DType d : ember::kAllDTypes) {
-      for (int kind = 0; kind < 3; ++kind) {
-        const TTensor ta = values_in(d, {1, 2, 0, 3});
-        const ETensor ea = from_torch(ta), emask = from_torch(mask);
-        for (const bool number_first : {false, true}) {
-          ETensor er;
-          TTensor tr;
-          const std::string e = outcome(
-              [&] {
-                return number_first ? ember::where(emask, ember_scalar(kind), ea)
-                                    : ember::where(emask, ea, ember_scalar(kind));
-              },
-              &er);
-          const std::string t = outcome(
-              [&] {
-                return number_first ? torch::where(mask, torch_scalar(kind), ta)
-                                    : torch::where(mask, ta, torch_scalar(kind));
-              },
-              &tr);
-          const std::string what = std::string(ember::dtype_name(d)) + " with " + kinds[kind] +
-                                   (number_first ? " first: " : ": ");
-          if (e != t)
-            tally.add(what + "ember " + e + " torch " + t, false);
-          else if (e != "throws" && !same_values(er, tr))
-            tally.add(what + "values " + sample(er, tr, 2), false);
-          else
-            tally.add("", true);
-        }
-      }
-    }
-    tally.record_as("promotion where with a number, n int/float/bool, either side");
   }
   // result_type itself.
   Tally tt, ts;
