@@ -148,6 +148,13 @@ void losses() {
     }
   }
   check(
+      "cross_entropy probability targets with ignore_index 2 (throws)", {logits, probabilities},
+      [](const EList& in) { return ember::cross_entropy(in[0], in[1], {.ignore_index = 2}); },
+      [](const TList& in) {
+        return torch::nn::functional::cross_entropy(
+            in[0], in[1], torch::nn::functional::CrossEntropyFuncOptions().ignore_index(2));
+      });
+  check(
       "cross_entropy probability targets 4-D (N,C,H,W) mean",
       {logits4, ember::softmax(randn64({2, 4, 3, 2}), 1).detach()},
       [](const EList& in) { return ember::cross_entropy(in[0], in[1]); },

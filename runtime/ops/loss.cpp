@@ -180,8 +180,9 @@ Tensor class_weighted_loss(const char* op, const Tensor& log_probs, const Tensor
 // cross_entropy with a target of class probabilities, as PyTorch's (a floating target of the
 // logits' shape): per position, -sum_c w[c] q[c] log_softmax(x)[c], where q is the target mixed
 // with the uniform distribution by label_smoothing (q = (1 - s) t + s / C). mean divides by the
-// number of positions (N d...), weighted or not; ignore_index does not apply. Composed of ember
-// ops, so it runs and differentiates (the target too) on any device.
+// number of positions (N d...), weighted or not; a non-negative ignore_index is refused, as
+// PyTorch does. Composed of ember ops, so it runs and differentiates (the target too) on any
+// device.
 Tensor probability_target_loss(const char* op, const Tensor& logits, const Tensor& target,
                                const CrossEntropyOptions& options) {
   EMBER_CHECK(logits.device() == target.device(), op, ": expected logits and target on the same ",
@@ -194,6 +195,9 @@ Tensor probability_target_loss(const char* op, const Tensor& logits, const Tenso
               "probabilities and must have the logits' shape ", shape_str(logits.sizes()), ", got ",
               shape_str(target.sizes()), " (class indices are an i64 target of shape ",
               "(N, d...))");
+  EMBER_CHECK(options.ignore_index < 0, op, ": ignore_index (", options.ignore_index,
+              ") is for class-index targets; a target of class probabilities has no class to "
+              "ignore (as in PyTorch)");
   const DType dtype = logits.dtype(), acc = accumulate_dtype(dtype);
   const int64_t classes = logits.size(1);
   const Tensor log_probs = log_softmax(logits.to(acc), 1);

@@ -100,6 +100,11 @@ TEST(CrossEntropyProbabilities, UnbatchedAndBadTargets) {
                     "cross_entropy", "class probabilities", "logits' shape (2,3)", "got (2,4)");
   EXPECT_ERROR_WITH(cross_entropy(random_tensor({2, 3}, 6, 0, 1), ones({2}, DType::u8)),
                     "class indices", "class probabilities are a floating-point target");
+  CrossEntropyOptions ignoring;
+  ignoring.ignore_index = 2;
+  EXPECT_ERROR_WITH(
+      cross_entropy(random_tensor({2, 3}, 6, 0, 1), random_tensor({2, 3}, 7, 0, 1), ignoring),
+      "cross_entropy", "ignore_index (2) is for class-index targets");
   CrossEntropyOptions bad_weight;
   bad_weight.weight = ones({4}, DType::f64);
   EXPECT_ERROR_WITH(
