@@ -198,7 +198,9 @@ Tensor probability_target_loss(const char* op, const Tensor& logits, const Tenso
   EMBER_CHECK(options.ignore_index < 0, op, ": ignore_index (", options.ignore_index,
               ") is for class-index targets; a target of class probabilities has no class to "
               "ignore (as in PyTorch)");
-  const DType dtype = logits.dtype(), acc = accumulate_dtype(dtype);
+  // The result promotes as PyTorch's log_softmax(logits) * target does (f32 logits with an f64
+  // target give f64); 16-bit results are computed in f32.
+  const DType dtype = promote_types(logits.dtype(), target.dtype()), acc = accumulate_dtype(dtype);
   const int64_t classes = logits.size(1);
   const Tensor log_probs = log_softmax(logits.to(acc), 1);
   Tensor q = target.to(acc);

@@ -88,6 +88,20 @@ TEST(CrossEntropyProbabilities, OneHotEqualsClassIndicesAndGradientsAreTheFormul
   EXPECT_TRUE(allclose(target.grad(), -log_softmax(x, 1), 1e-12, 1e-12));
 }
 
+// The result's dtype promotes as PyTorch's log_softmax(x) * target: f32 with f64 gives f64; bf16
+// logits with an f32 target give f32; bf16 with bf16 stays bf16 (computed in f32).
+TEST(CrossEntropyProbabilities, ResultDtypePromotesLikePyTorch) {
+  const Tensor x = random_tensor({2, 3}, 10, -1.0, 1.0), t = random_tensor({2, 3}, 11, 0.0, 1.0);
+  EXPECT_EQ(cross_entropy(x.to(DType::f32), t).dtype(), DType::f64);
+  EXPECT_EQ(cross_entropy(x.to(DType::bf16), t.to(DType::f32)).dtype(), DType::f32);
+  const Tensor narrow = cross_entropy(x.to(DType::bf16), t.to(DType::bf16));
+  EXPECT_EQ(narrow.dtype(), DType::bf16);
+  EXPECT_NEAR(narrow.to(DType::f64).item<double>(),
+              cross_entropy(x.to(DType::bf16).to(DType::f64), t.to(DType::bf16).to(DType::f64))
+                  .item<double>(),
+              1e-2);
+}
+
 TEST(CrossEntropyProbabilities, UnbatchedAndBadTargets) {
   const Tensor x = random_tensor({4}, 5, -1.0, 1.0);
   const Tensor t = from_vector(std::vector<double>{0.1, 0.2, 0.3, 0.4}, {4}, DType::f64);
