@@ -192,6 +192,18 @@ std::string Embedding::extra_repr() const {
   return out.str();
 }
 
+std::string LeakyReLU::extra_repr() const {
+  std::ostringstream out;
+  out << "negative_slope=" << negative_slope;
+  return out.str();
+}
+
+std::string Softplus::extra_repr() const {
+  std::ostringstream out;
+  out << "beta=" << beta << ", threshold=" << threshold;
+  return out.str();
+}
+
 Dropout::Dropout(double probability) : p(probability) {
   EMBER_CHECK(p >= 0.0 && p <= 1.0, "Dropout: p must be in [0, 1], got ", p);
 }

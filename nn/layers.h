@@ -186,6 +186,29 @@ class SiLU : public Module {
  protected:
   std::shared_ptr<Module> make_clone() const override { return make<SiLU>(); }
 };
+class LeakyReLU : public Module {
+ public:
+  explicit LeakyReLU(double slope = 0.01) : negative_slope(slope) {}
+  Tensor forward(const Tensor& x) override { return leaky_relu(x, negative_slope); }
+  std::string type_name() const override { return "LeakyReLU"; }
+  std::string extra_repr() const override;
+  double negative_slope;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override { return make<LeakyReLU>(negative_slope); }
+};
+class Softplus : public Module {
+ public:
+  explicit Softplus(double beta_value = 1.0, double threshold_value = 20.0)
+      : beta(beta_value), threshold(threshold_value) {}
+  Tensor forward(const Tensor& x) override { return softplus(x, beta, threshold); }
+  std::string type_name() const override { return "Softplus"; }
+  std::string extra_repr() const override;
+  double beta, threshold;
+
+ protected:
+  std::shared_ptr<Module> make_clone() const override { return make<Softplus>(beta, threshold); }
+};
 class Tanh : public Module {
  public:
   Tensor forward(const Tensor& x) override { return tanh(x); }

@@ -253,6 +253,40 @@ void elementwise() {
   check(
       "erf", {x}, [](const EList& in) { return ember::erf(in[0]); },
       [](const TList& in) { return torch::erf(in[0]); });
+  const ETensor near_zero = e64({-1, -0.5, -1e-12, 0, 1e-15, 1e-8, 0.75, 30, 800, -800}, {10});
+  check(
+      "log1p (incl. -1 and tiny x)", {near_zero},
+      [](const EList& in) { return ember::log1p(in[0]); },
+      [](const TList& in) { return torch::log1p(in[0]); });
+  check(
+      "log1p below -1 (NaN)", {e64({-2, -1.5}, {2})},
+      [](const EList& in) { return ember::log1p(in[0]); },
+      [](const TList& in) { return torch::log1p(in[0]); }, false);
+  check(
+      "expm1 (incl. tiny x and overflow)", {near_zero},
+      [](const EList& in) { return ember::expm1(in[0]); },
+      [](const TList& in) { return torch::expm1(in[0]); });
+  for (const double slope : {0.01, 0.2, -0.5}) {
+    check(
+        "leaky_relu slope " + number(slope) + " (incl. 0, NaN)",
+        {e64({-3, -0.25, 0, 0.25, 3, kNaN}, {6})},
+        [=](const EList& in) { return ember::leaky_relu(in[0], slope); },
+        [=](const TList& in) {
+          return torch::nn::functional::leaky_relu(
+              in[0], torch::nn::functional::LeakyReLUFuncOptions().negative_slope(slope));
+        });
+  }
+  struct SoftplusCase {
+    double beta, threshold;
+  };
+  for (const SoftplusCase c :
+       {SoftplusCase{1, 20}, SoftplusCase{2, 5}, SoftplusCase{0.5, 3}, SoftplusCase{-1, 20}}) {
+    check(
+        "softplus beta " + number(c.beta) + " threshold " + number(c.threshold),
+        {e64({-800, -30, -2, -0.5, 0, 0.5, 2, 2.4, 2.6, 7, 30, 800}, {12})},
+        [=](const EList& in) { return ember::softplus(in[0], c.beta, c.threshold); },
+        [=](const TList& in) { return torch::softplus(in[0], c.beta, c.threshold); });
+  }
   check(
       "exp / rsqrt / reciprocal / sin / cos / square", {e64({0.5, 1.5, 2, 3}, {4})},
       [](const EList& in) {

@@ -23,6 +23,9 @@ enum class UnaryOp {
   reciprocal,
   square,
   erf,
+  log1p,       // log(1 + x), accurate for tiny x
+  expm1,       // exp(x) - 1, accurate for tiny x
+  leaky_relu,  // x > 0 ? x : slope x, the slope passed as the kernel's scalar
 };
 
 enum class BinaryOp {

@@ -259,6 +259,12 @@ void unary_typed(UnaryOp op, const StridedLayout& layout, T* out, const T* in, A
       return run([](Acc x) { return wrapping_mul(x, x); });
     case UnaryOp::erf:
       return run([](Acc x) { return static_cast<Acc>(std::erf(x)); });
+    case UnaryOp::log1p:
+      return run([](Acc x) { return static_cast<Acc>(std::log1p(x)); });
+    case UnaryOp::expm1:
+      return run([](Acc x) { return static_cast<Acc>(std::expm1(x)); });
+    case UnaryOp::leaky_relu:  // NaN stays NaN (p NaN)
+      return run([p](Acc x) { return x > Acc(0) ? x : static_cast<Acc>(p * x); });
   }
 }
 

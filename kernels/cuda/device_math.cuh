@@ -29,6 +29,8 @@ EMBER_DEVICE_MATH_1(cos, ::cosf, ::cos)
 EMBER_DEVICE_MATH_1(tanh, ::tanhf, ::tanh)
 EMBER_DEVICE_MATH_1(erf, ::erff, ::erf)
 EMBER_DEVICE_MATH_1(erfc, ::erfcf, ::erfc)
+EMBER_DEVICE_MATH_1(log1p, ::log1pf, ::log1p)
+EMBER_DEVICE_MATH_1(expm1, ::expm1f, ::expm1)
 #undef EMBER_DEVICE_MATH_1
 
 template <typename Acc>

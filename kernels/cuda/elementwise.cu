@@ -67,6 +67,12 @@ __device__ __forceinline__ Acc apply_unary(UnaryOp op, Acc x, Acc p) {
       return wrapping_mul(x, x);
     case UnaryOp::erf:
       return dm::erf(x);
+    case UnaryOp::log1p:
+      return dm::log1p(x);
+    case UnaryOp::expm1:
+      return dm::expm1(x);
+    case UnaryOp::leaky_relu:  // NaN stays NaN (p NaN)
+      return x > Acc(0) ? x : static_cast<Acc>(p * x);
   }
   return x;
 }

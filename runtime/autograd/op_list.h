@@ -26,6 +26,9 @@
   X(pow_scalar)                         \
   X(clamp)                              \
   X(erf)                                \
+  X(log1p)                              \
+  X(expm1)                              \
+  X(leaky_relu)                         \
   X(reciprocal)                         \
   /* elementwise, binary */             \
   X(add)                                \

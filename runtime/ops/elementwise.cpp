@@ -135,6 +135,12 @@ const char* unary_name(UnaryOp op) {
       return "square";
     case UnaryOp::erf:
       return "erf";
+    case UnaryOp::log1p:
+      return "log1p";
+    case UnaryOp::expm1:
+      return "expm1";
+    case UnaryOp::leaky_relu:
+      return "leaky_relu";
   }
   return "?";
 }
@@ -496,6 +502,40 @@ Tensor erf(const Tensor& x) {
                   [](const Tensor& g, const Tensor& in, const Tensor&) {
                     return g * exp(in * in * (-1.0)) * 1.12837916709551257390;
                   });
+}
+
+Tensor log1p(const Tensor& x) {
+  // d/dx log(1 + x) = 1 / (1 + x)
+  return unary_op(UnaryOp::log1p, OpId::log1p, autocast_fp32(x), 0, false, true, false,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) { return g / (in + 1.0); });
+}
+
+Tensor expm1(const Tensor& x) {
+  // d/dx (exp(x) - 1) = exp(x) = y + 1
+  return unary_op(UnaryOp::expm1, OpId::expm1, autocast_fp32(x), 0, false, false, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y + 1.0); });
+}
+
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  // 1 where x > 0, else the slope (at 0 too, as PyTorch's leaky_relu_backward).
+  return unary_op(UnaryOp::leaky_relu, OpId::leaky_relu, x, negative_slope, false, true, false,
+                  [negative_slope](const Tensor& g, const Tensor& in, const Tensor&) {
+                    return where(gt(in, 0), g, g * negative_slope);
+                  });
+}
+
+Tensor softplus(const Tensor& x_in, double beta, double threshold) {
+  EMBER_CHECK(beta != 0.0 && std::isfinite(beta),
+              "softplus: beta must be finite and non-zero, got ", beta);
+  const Tensor x = autocast_fp32(x_in);
+  EMBER_CHECK(is_floating(x.dtype()), "softplus: expected a floating-point tensor, got ",
+              describe(x));
+  // log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (PyTorch's linear
+  // region). The log1p branch reads beta x clamped to the threshold, so that exp cannot overflow
+  // there: an inf in the branch where() discards would still turn its zero gradient into NaN.
+  const Tensor scaled = x * beta;
+  const Tensor curved = log1p(exp(clamp(scaled, std::nullopt, threshold))) * (1.0 / beta);
+  return where(gt(scaled, threshold), x, curved);
 }
 
 Tensor silu(const Tensor& x) {

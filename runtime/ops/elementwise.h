@@ -30,6 +30,12 @@ enum class GeluApproximation { none, tanh };  // erf form, or the tanh approxima
 Tensor gelu(const Tensor& x, GeluApproximation approximation = GeluApproximation::none);
 Tensor silu(const Tensor& x);
 Tensor erf(const Tensor& x);
+Tensor log1p(const Tensor& x);  // log(1 + x), accurate for tiny x
+Tensor expm1(const Tensor& x);  // exp(x) - 1, accurate for tiny x
+// x > 0 ? x : negative_slope x, as torch.nn.functional.leaky_relu.
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+// log(1 + exp(beta x)) / beta, and x where beta x > threshold, as torch.nn.functional.softplus.
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
 Tensor pow(const Tensor& x, const Scalar& exponent);
 Tensor square(const Tensor& x);
 Tensor reciprocal(const Tensor& x);

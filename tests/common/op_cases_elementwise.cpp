@@ -76,6 +76,19 @@ Tensor pow_fn(const Tensor& a, const Tensor& b) {
 Tensor pow_of_number(const Tensor& x) {
   return pow(2.5, x);
 }
+Tensor log1p_fn(const Tensor& x) {
+  return log1p(x);
+}
+Tensor expm1_fn(const Tensor& x) {
+  return expm1(x);
+}
+Tensor leaky_relu_fn(const Tensor& x) {
+  return leaky_relu(x, 0.2);
+}
+// beta 2, threshold 3: inputs in [-3, 3] reach both the curve and the linear region (beta x > 3).
+Tensor softplus_fn(const Tensor& x) {
+  return softplus(x, 2.0, 3.0);
+}
 
 }  // namespace
 
@@ -97,6 +110,10 @@ EMBER_OP_CASES(elementwise) {
       unary_case("gelu/tanh", OpId::gelu, gelu_tanh, false, -3.0, 3.0),
       unary_case("silu", OpId::silu, silu, false, -3.0, 3.0),
       unary_case("erf", OpId::erf, erf, false, -2.0, 2.0),
+      unary_case("log1p", OpId::log1p, log1p_fn, false, -0.5, 2.0),
+      unary_case("expm1", OpId::expm1, expm1_fn, false, -2.0, 2.0),
+      unary_case("leaky_relu", OpId::leaky_relu, leaky_relu_fn, true),
+      unary_case("softplus/both_regions", OpId::log1p, softplus_fn, false, -3.0, 3.0),
       unary_case("reciprocal", OpId::reciprocal, reciprocal, true),
       unary_case("pow_scalar/int", OpId::pow_scalar, pow_three, false),
       unary_case("pow_scalar/fraction", OpId::pow_scalar, pow_fraction, false, 0.5, 2.0),
