@@ -415,6 +415,27 @@ void elementwise() {
         return torch::cat({torch::where(in[0], in[1], 0.5), torch::where(in[0], -2, in[1])});
       });
   check(
+      "where with two numbers: int/int, float/int, bool/bool", {cond},
+      [](const EList& in) {
+        return ember::cat({ember::where(in[0], 1, 0).to(DType::f64),
+                           ember::where(in[0], 2.5, -1).to(DType::f64),
+                           ember::where(in[0], true, false).to(DType::f64)});
+      },
+      [](const TList& in) {
+        return torch::cat({torch::where(in[0], 1, 0).to(torch::kFloat64),
+                           torch::where(in[0], 2.5, -1).to(torch::kFloat64),
+                           torch::where(in[0], true, false).to(torch::kFloat64)});
+      },
+      false);
+  check(
+      "where with two numbers: the dtype of int/int", {cond},
+      [](const EList& in) { return ember::where(in[0], 1, 0); },
+      [](const TList& in) { return torch::where(in[0], 1, 0); }, false);
+  check(
+      "where with two numbers: the dtype of float/int", {cond},
+      [](const EList& in) { return ember::where(in[0], 2.5, -1); },
+      [](const TList& in) { return torch::where(in[0], 2.5, -1); }, false);
+  check(
       "where with NaN in the unselected branch",
       {cond, e64({kNaN, 1, 2, 3, 4, 5}, {2, 3}), e64({0, 1, kNaN, 3, 4, 5}, {2, 3})},
       [](const EList& in) { return ember::where(in[0], in[1], in[2]); },

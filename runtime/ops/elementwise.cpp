@@ -757,6 +757,12 @@ Tensor where(const Tensor& condition, const Scalar& a, const Tensor& b) {
   return where(condition, wrap_scalar(b, a), b);
 }
 
+Tensor where(const Tensor& condition, const Scalar& a, const Scalar& b) {
+  const DType dtype = promote_types(a.default_dtype(), b.default_dtype());
+  const TensorOptions options(dtype, condition.device());
+  return where(condition, scalar_tensor(a, options), scalar_tensor(b, options));
+}
+
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
   EMBER_CHECK(mask.dtype() == DType::boolean, "masked_fill: mask must be a bool tensor, got ",
               describe(mask));

@@ -79,6 +79,9 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);  // con
 // A number in place of one side promotes like a number: where(c, int tensor, 0.5) is f32.
 Tensor where(const Tensor& condition, const Tensor& a, const Scalar& b);
 Tensor where(const Tensor& condition, const Scalar& a, const Tensor& b);
+// Two numbers: the condition's shape and device, the dtype of the numbers promoted together
+// (where(c, 1, 0) is i64, where(c, 1.0, 0) f32), as torch.where(c, 1.0, 0).
+Tensor where(const Tensor& condition, const Scalar& a, const Scalar& b);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);  // mask: bool
 
 // ---- in-place: self = op(self, other); bumps self's version ----

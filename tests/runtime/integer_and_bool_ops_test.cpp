@@ -109,6 +109,10 @@ TEST(NumberOperands, WhereAndPowPromoteLikeNumbers) {
   EXPECT_EQ(where(mask, 2, i).dtype(), DType::i64);
   EXPECT_EQ(to_vector<int64_t>(where(mask, 2, i)), (std::vector<int64_t>{2, 5, 2}));
   EXPECT_EQ(where(mask, half, 7).dtype(), DType::f16);
+  EXPECT_EQ(where(mask, 1, 0).dtype(), DType::i64);
+  EXPECT_EQ(to_vector<int64_t>(where(mask, 1, 0)), (std::vector<int64_t>{1, 0, 1}));
+  EXPECT_EQ(to_vector<float>(where(mask, 2.5, 0)), (std::vector<float>{2.5f, 0.0f, 2.5f}));
+  EXPECT_EQ(where(mask, true, false).dtype(), DType::boolean);
   EXPECT_EQ(pow(2, i).dtype(), DType::i64);
   EXPECT_EQ(to_vector<int64_t>(pow(2, i)), (std::vector<int64_t>{16, 32, 64}));
   EXPECT_EQ(pow(2.0, i).dtype(), DType::f32);
