@@ -139,6 +139,24 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bo
   return out;
 }
 
+// The index from argmax / argmin, the value read back through gather: gather's backward sends
+// the gradient to exactly that element.
+ValuesAndIndices extreme_with_indices(const Tensor& x, int64_t dim, bool keepdim, bool is_max) {
+  if (x.dim() == 0) {  // a 0-d tensor is its own extreme, as in PyTorch (dim 0 or -1)
+    EMBER_CHECK(dim == 0 || dim == -1, is_max ? "max" : "min", ": dim ", dim,
+                " is out of range for a 0-d tensor (expected 0 or -1)");
+    return {x.clone(), zeros({}, TensorOptions(DType::i64, x.device()))};
+  }
+  Tensor indices = arg_extreme(x, dim, true, is_max);  // (..., 1, ...)
+  Tensor values = gather(x, dim, indices);
+  if (!keepdim) {
+    const int64_t d = dim < 0 ? dim + x.dim() : dim;
+    values = values.squeeze(d);
+    indices = indices.squeeze(d);
+  }
+  return {values, indices};
+}
+
 }  // namespace
 
 Tensor sum(const Tensor& x_in, const Dims& dims, bool keepdim) {
@@ -193,28 +211,6 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return arg_extreme(x, dim, keepdim, false);
 }
-
-namespace {
-
-// The index from argmax / argmin, the value read back through gather: gather's backward sends
-// the gradient to exactly that element.
-ValuesAndIndices extreme_with_indices(const Tensor& x, int64_t dim, bool keepdim, bool is_max) {
-  if (x.dim() == 0) {  // a 0-d tensor is its own extreme, as in PyTorch (dim 0 or -1)
-    EMBER_CHECK(dim == 0 || dim == -1, is_max ? "max" : "min", ": dim ", dim,
-                " is out of range for a 0-d tensor (expected 0 or -1)");
-    return {x.clone(), zeros({}, TensorOptions(DType::i64, x.device()))};
-  }
-  Tensor indices = arg_extreme(x, dim, true, is_max);  // (..., 1, ...)
-  Tensor values = gather(x, dim, indices);
-  if (!keepdim) {
-    const int64_t d = dim < 0 ? dim + x.dim() : dim;
-    values = values.squeeze(d);
-    indices = indices.squeeze(d);
-  }
-  return {values, indices};
-}
-
-}  // namespace
 
 ValuesAndIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
   return extreme_with_indices(x, dim, keepdim, true);

@@ -71,13 +71,8 @@ int main() {
                   ew = (g.kernel_w - 1) * g.dilation_w + 1;
     const int64_t ph = g.in_height + 2 * g.pad_h, pw = g.in_width + 2 * g.pad_w;
     if (eh > ph || ew > pw) continue;
-    auto size = [&](int64_t padded, int64_t extent, int64_t stride, int64_t limit) {
-      int64_t s = (padded - extent + (ceil_mode ? stride - 1 : 0)) / stride + 1;
-      if (ceil_mode && (s - 1) * stride >= limit) --s;
-      return s;
-    };
-    g.out_height = size(ph, eh, g.stride_h, g.in_height + g.pad_h);
-    g.out_width = size(pw, ew, g.stride_w, g.in_width + g.pad_w);
+    g.out_height = pooled_size(ph, eh, g.stride_h, g.in_height + g.pad_h, ceil_mode);
+    g.out_width = pooled_size(pw, ew, g.stride_w, g.in_width + g.pad_w, ceil_mode);
     const int64_t nin = g.planes * g.in_height * g.in_width,
                   nout = g.planes * g.out_height * g.out_width;
     std::vector<double> x(nin), dy(nout);
