@@ -124,7 +124,9 @@ check "damaged checkpoint refused" fails_saying "refused" "$ember" ckpt inspect 
 # Under mpirun (OpenMPI installed): a one-process engine is refused; an error on rank 0 alone
 # ends the job at once, not after EMBER_COLLECTIVE_TIMEOUT (600 s: `timeout 120` would cut a hang);
 # a one-process run resumes on two ranks, saying so; DASO says when a run is too short to skip.
-if command -v mpirun >/dev/null; then
+# Only when ember has its MPI backend: the GPU machine has an mpirun but builds ember without MPI,
+# and each process would then be a world of one.
+if command -v mpirun >/dev/null && "$ember" version | grep -q "MPI backend: built"; then
   mpi=(env OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np 2)
   check "one-process engine under mpirun refused" \
     fails_saying "trains in one process, but a launcher started several" \
