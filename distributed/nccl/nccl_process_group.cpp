@@ -48,13 +48,17 @@ ncclDataType_t nccl_type(DType dtype) {
   EMBER_FAIL("NCCL: unknown dtype");
 }
 
-ncclRedOp_t nccl_op(DType dtype, ReduceOp op) {
+// ranks: the group's size. The average over one rank is the sum, and is asked as one: NCCL before
+// 2.29.7 leaves the last elements of a one-rank ncclAvg unwritten when the count is not a
+// multiple of its block count (NVIDIA/nccl#1950; seen here on the H200 machine's NCCL, a
+// reduce_scatter(avg) of 4097 f32 whose element 4096 kept its old value).
+ncclRedOp_t nccl_op(DType dtype, ReduceOp op, int ranks) {
   if (dtype == DType::boolean) return op == ReduceOp::min ? ncclMin : ncclMax;  // and / or
   switch (op) {
     case ReduceOp::sum:
       return ncclSum;
     case ReduceOp::avg:
-      return ncclAvg;
+      return ranks == 1 ? ncclSum : ncclAvg;
     case ReduceOp::max:
       return ncclMax;
     case ReduceOp::min:
@@ -97,8 +101,13 @@ class NcclWork final : public Work {
         keep_alive_(std::move(keep_alive)) {}
   ~NcclWork() override { cudaEventDestroy(done_); }
 
+  // A wait that failed (a timeout, an asynchronous error) fails again on every later wait, with
+  // the same message: the abort may let the collective's kernels finish after all (a world of
+  // one on the H200 machine: ncclCommAbort waited for the blocked stream, and the event then
+  // completed), but what they wrote is not a result.
   void wait() override {
     using Clock = std::chrono::steady_clock;
+    if (!failure_.empty()) EMBER_FAIL(failure_, " (the communicator was aborted then)");
     const auto deadline = deadline_after(collective_timeout_seconds());
     while (true) {
       if (completed()) break;
@@ -110,15 +119,13 @@ class NcclWork final : public Work {
         EMBER_NCCL_CHECK(ncclCommGetAsyncError(communicator_->comm, &async_error));
       }
       if (async_error != ncclSuccess) {
-        abort_communicator();
-        EMBER_FAIL("ember: ", description_, " failed: ", ncclGetErrorString(async_error));
+        fail(detail::concat("ember: ", description_, " failed: ", ncclGetErrorString(async_error)));
       }
       if (Clock::now() > deadline) {
-        abort_communicator();
-        EMBER_FAIL("ember: ", description_, " did not complete within ",
-                   collective_timeout_seconds(),
-                   " s (EMBER_COLLECTIVE_TIMEOUT): a peer rank has exited, hung, or is waiting "
-                   "in a different collective");
+        fail(detail::concat("ember: ", description_, " did not complete within ",
+                            collective_timeout_seconds(),
+                            " s (EMBER_COLLECTIVE_TIMEOUT): a peer rank has exited, hung, or is "
+                            "waiting in a different collective"));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
@@ -138,15 +145,21 @@ class NcclWork final : public Work {
   // slot for the next kernel launch's check to find).
   bool completed() const { return EMBER_CUDA_QUERY(cudaEventQuery(done_)); }
 
-  void abort_communicator() {
-    std::lock_guard lock(communicator_->mutex);
-    communicator_->abort();
+  // Remembers the failure, aborts the communicator, throws.
+  [[noreturn]] void fail(std::string message) {
+    failure_ = std::move(message);
+    {
+      std::lock_guard lock(communicator_->mutex);
+      communicator_->abort();
+    }
+    EMBER_FAIL(failure_);
   }
 
   std::shared_ptr<Communicator> communicator_;
   cudaEvent_t done_;
   std::string description_;
   std::vector<Tensor> keep_alive_;  // the tensors must outlive the collective
+  std::string failure_;             // set by the wait that failed
 };
 
 class NcclProcessGroup final : public ProcessGroup {
@@ -190,9 +203,10 @@ class NcclProcessGroup final : public ProcessGroup {
     check_op(tensor, op, "allreduce");
     return launch(detail::concat("allreduce(", reduce_op_name(op), ")"), tensor, {tensor},
                   [&](ncclComm_t comm, cudaStream_t stream) {
-                    return ncclAllReduce(
-                        tensor.data_ptr(), tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
-                        nccl_type(tensor.dtype()), nccl_op(tensor.dtype(), op), comm, stream);
+                    return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(),
+                                         static_cast<size_t>(tensor.numel()),
+                                         nccl_type(tensor.dtype()),
+                                         nccl_op(tensor.dtype(), op, size()), comm, stream);
                   });
   }
 
@@ -233,7 +247,7 @@ class NcclProcessGroup final : public ProcessGroup {
                   {output, input}, [&](ncclComm_t comm, cudaStream_t stream) {
                     return ncclReduceScatter(
                         input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()),
-                        nccl_type(input.dtype()), nccl_op(input.dtype(), op), comm, stream);
+                        nccl_type(input.dtype()), nccl_op(input.dtype(), op, size()), comm, stream);
                   });
   }
 
