@@ -43,7 +43,7 @@
 #     run(command="bash bench/gpu/run.sh mpi", carry=[".debs"], timeout_s=600)
 # Environment: BUDGET_S (570), EMBER_CUDA_ARCHS (90; GEMM v4, the wgmma kernel, is built for
 # 90a on its own whenever the list holds 90: CMakeLists.txt), REPETITIONS (10),
-# SANITIZE_FILTER (a gtest filter for the memcheck run), EMBER_WERROR (OFF: the GPU machine's
+# SANITIZE_FILTER (a gtest filter for the memcheck run), SANITIZE_BUDGET_S (90: its seconds), EMBER_WERROR (OFF: the GPU machine's
 # compilers, newer than the Debian 12 GCC 12 and nvcc that CI builds with, may warn where they do
 # not, and a warning must not cost the one GPU call its build; build.log keeps the warnings).
 #
@@ -255,7 +255,7 @@ if wants sanitize && built ember_cuda_tests memcheck; then
     # Not the 2^31-element test: two 2 GiB tensors under memcheck's instrumentation could take the
     # whole budget, and a memcheck killed by its timeout prints no ERROR SUMMARY at all.
     filter=${SANITIZE_FILTER:-CudaElementwiseVector.*:Cuda.*:*CudaOpCaseTest*add*:*CudaOpCaseTest*mul*-*MoreThan2To31*}
-    step memcheck 90 memcheck.log env EMBER_CUDA_POISON=1 "$sanitizer" --tool memcheck --error-exitcode 99 --print-limit 30 \
+    step memcheck "${SANITIZE_BUDGET_S:-90}" memcheck.log env EMBER_CUDA_POISON=1 "$sanitizer" --tool memcheck --error-exitcode 99 --print-limit 30 \
       $BIN/ember_cuda_tests --gtest_filter="$filter"
     grep -E "ERROR SUMMARY|Invalid|out of bounds|^\[  (PASSED|FAILED) " "$WORK/logs/memcheck.log" | head -12
   else
