@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""`ember train` per engine on one GPU, beside a plain PyTorch loop on the same data (issue 6).
+
+    python3 bench/gpu/engines_gpu.py --ember build-gpu/bin/ember --data DIR --out DIR
+        [--epochs 4] [--limit 20480] [--budget 150] [--engines cuda:none,amp:bf16,...]
+        [--size 64] [--batch 512] [--torch-device cuda]
+
+Every engine that one GPU can run (cuda, amp, o2, dp over cuda:0 twice, and ddp as a world of
+one over NCCL, EMBER_DDP_WORLD_OF_ONE=1; daso needs MPI, which the GPU machine's build lacks)
+trains ResNet9 (width 64, batch 512, Adam 2e-3, seed 42) for --epochs epochs over the first
+--limit training images. Its images/s is the median of metrics.csv's train_throughput over
+epochs 2.. (the first pays for cuDNN's and cuBLAS's set-up, the allocator's growth and the
+loader's start). The PyTorch column is torch_epochs.py at the same precision: the same model,
+batch, optimizer and augmentation, timed the same way, with the data on the GPU from the start
+(f32: TF32 off, as ember; PyTorch's default TF32 figure is printed under the table).
+An ember run is cut at 60 s; the rows that would start past 60% of --budget seconds are skipped,
+saying so, and PyTorch gets what is left.
+
+Writes engines.md (the table) and engines.json into --out, and prints the table.
+"""
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+# engine:precision. The PyTorch loop of the same precision is each row's reference: o2 (a bf16
+# or f16 model with f32 master weights) has no plain-loop twin and is set beside autocast.
+DEFAULT_ENGINES = ("cuda:none,amp:bf16,amp:fp16,o2:bf16,o2:fp16,dp:none,dp:bf16,ddp:none,"
+                   "ddp:bf16")
+
+
+def ember_run(ember, engine, amp, args, logdir):
+    """{epochs: [{images_per_s, accuracy}], images_per_s, valid_accuracy} or {error}."""
+    command = [ember, "train", "--engine", engine, "--amp", amp, "--epochs", str(args.epochs),
+               "--batch-size", str(args.batch), "--model-size", str(args.size), "--limit-train", str(args.limit),
+               "--limit-valid", "2048", "--data", args.data, "--logdir", logdir, "--quiet"]
+    env = dict(os.environ)
+    if engine.startswith("ddp"):
+        env["EMBER_DDP_WORLD_OF_ONE"] = "1"  # a world of one over NCCL on cuda:0
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return {"error": "ran past 60 s"}
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        return {"error": f"exit {done.returncode}: {lines[-1] if lines else ''}"}
+    with open(os.path.join(logdir, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
+    epochs = [{"images_per_s": float(r["train_throughput"]),
+               "accuracy": float(r["train_accuracy"])} for r in rows]
+    later = epochs[1:] or epochs
+    return {"epochs": epochs, "images_per_s": statistics.median(e["images_per_s"] for e in later),
+            "valid_accuracy": float(rows[-1]["valid_accuracy"]), "command": " ".join(command)}
+
+
+def torch_runs(args, precisions, path, seconds):
+    """torch_epochs.py's JSON for these precisions (a process of its own: its GPU memory is
+    freed before nothing else needs it, and a failure there cannot end this script)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_epochs.py")
+    command = [sys.executable, script, "--data", args.data, "--amp", ",".join(precisions),
+               "--epochs", str(args.epochs), "--limit", str(args.limit), "--size", str(args.size),
+               "--batch", str(args.batch), "--device", args.torch_device, "--json", path]
+    try:
+        subprocess.run(command, timeout=seconds, check=False)
+        with open(path) as f:
+            return json.load(f)
+    except (subprocess.TimeoutExpired, OSError, ValueError) as error:
+        return {"error": f"{type(error).__name__}: {error}", "runs": {}}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ember", required=True, help="the ember binary")
+    parser.add_argument("--data", required=True, help="Fashion-MNIST's IDX .gz files")
+    parser.add_argument("--out", required=True, help="folder for engines.md, engines.json, logs")
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--limit", type=int, default=20480)
+    parser.add_argument("--budget", type=float, default=150,
+                        help="seconds in all: ember's rows start within 60%% of it")
+    parser.add_argument("--engines", default=DEFAULT_ENGINES)
+    parser.add_argument("--size", type=int, default=64, help="ResNet9 base width")
+    parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument("--torch-device", default="cuda", help="cpu: to try the script anywhere")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    start = time.perf_counter()
+    rows = []
+    for entry in args.engines.split(","):
+        engine, amp = entry.split(":")
+        if time.perf_counter() - start > 0.6 * args.budget:  # the rest is PyTorch's
+            rows.append({"engine": engine, "amp": amp, "error": "skipped: past --budget"})
+            continue
+        logdir = os.path.join(args.out, f"train_{engine}_{amp}")
+        result = ember_run(args.ember, engine, amp, args, logdir)
+        for ckpt in ("last.ckpt", "best.ckpt"):  # large, of no use here
+            if os.path.exists(os.path.join(logdir, ckpt)):
+                os.remove(os.path.join(logdir, ckpt))
+        rows.append(dict(result, engine=engine, amp=amp))
+        shown = (f"{result['images_per_s']:.0f} images/s" if "error" not in result
+                 else result["error"])
+        print(f"ember train --engine {engine} --amp {amp}: {shown}", flush=True)
+
+    precisions = sorted({r["amp"] for r in rows})
+    if "none" in precisions:  # PyTorch's default f32 too (TF32 convolutions), for the record
+        precisions.append("none-tf32")
+    seconds_left = args.budget - (time.perf_counter() - start) - 5
+    reference = torch_runs(args, precisions, os.path.join(args.out, "torch_epochs.json"),
+                           max(20.0, seconds_left))
+    runs = reference.get("runs", {})
+
+    def rate(value):
+        return f"{value:.0f}" if value else "–"
+
+    lines = [f"`ember train` on {reference.get('gpu', 'the GPU')}: ResNet9 width {args.size}, "
+             f"batch {args.batch}, "
+             f"{args.limit} training images, {args.epochs} epochs; images/s = median of epochs "
+             f"2..{args.epochs}. PyTorch {reference.get('torch', '?')}: bench/gpu/torch_epochs.py "
+             "at the same precision (data on the GPU, augmented there).", "",
+             "| engine | precision | ember images/s | epoch 1 | valid accuracy | PyTorch loop "
+             "images/s | ember / PyTorch |", "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        theirs = runs.get(r["amp"], {}).get("images_per_s")
+        if "error" in r:
+            lines.append(f"| {r['engine']} | {r['amp']} | {r['error'][:120]} | | | "
+                         f"{rate(theirs)} | – |")
+            continue
+        ratio = f"{r['images_per_s'] / theirs:.2f}" if theirs else "–"
+        lines.append(f"| {r['engine']} | {r['amp']} | {r['images_per_s']:.0f} | "
+                     f"{r['epochs'][0]['images_per_s']:.0f} | {100 * r['valid_accuracy']:.2f}% | "
+                     f"{rate(theirs)} | {ratio} |")
+    tf32 = runs.get("none-tf32", {}).get("images_per_s")
+    if tf32:
+        lines += ["", f"PyTorch's f32 loop with its default TF32 convolutions "
+                  f"(cudnn.allow_tf32 True): {tf32:.0f} images/s. The f32 rows above compare with "
+                  "TF32 off, as ember computes f32."]
+    if "error" in reference:
+        lines += ["", f"PyTorch's run failed: {reference['error']}"]
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(args.out, "engines.md"), "w") as f:
+        f.write(table)
+    with open(os.path.join(args.out, "engines.json"), "w") as f:
+        json.dump({"ember": rows, "torch": reference}, f, indent=1)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
