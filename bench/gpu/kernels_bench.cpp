@@ -51,11 +51,13 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "nn/models.h"
 #include "optim/adam.h"
+#include "optim/grad_scaler.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/stream.h"
 #include "runtime/ops.h"
@@ -408,7 +410,11 @@ void bm_matmul(benchmark::State& state, int64_t size, DType dtype) {
 // One training step of nn::resnet9 (width 64, 1 input channel, 10 classes) on a batch of 512
 // random 32x32 images under bf16 autocast: zero_grad, forward, cross-entropy, backward, Adam step
 // (Adam, as `ember train` uses).
-void bm_resnet9_step(benchmark::State& state) {
+// One training step of ember train's model and batch on random data: bf16 or fp16 autocast (fp16
+// with a GradScaler, whose step reads its non-finite flag on the host), or f32 (exact f32
+// convolutions, as ember computes them). Timed per step like every case, so the three differ by
+// their GPU work, not by how far the host runs ahead (bench/gpu/engines_gpu.py measures that).
+void bm_resnet9_step(benchmark::State& state, std::optional<DType> autocast_dtype) {
   constexpr int64_t kBatch = 512;
   Generator generator(7);
   auto model = nn::resnet9(1, 10, 64);
@@ -417,17 +423,20 @@ void bm_resnet9_step(benchmark::State& state) {
   optim::AdamOptions options;
   options.lr = 2e-3;
   optim::Adam adam(model->named_parameters(), options);
+  optim::GradScaler scaler(optim::GradScalerOptions{.enabled = autocast_dtype == DType::f16});
   const Tensor images = randn({kBatch, 1, 32, 32}, on_gpu(), &generator);
   const Tensor labels = randint(0, 10, {kBatch}, on_gpu(DType::i64), &generator);
   run_case(state, {.images = static_cast<double>(kBatch)}, [&] {
     adam.zero_grad();
     Tensor loss;
     {
-      AutocastGuard autocast(DType::bf16);
+      std::optional<AutocastGuard> autocast;
+      if (autocast_dtype) autocast.emplace(*autocast_dtype);
       loss = cross_entropy((*model)(images), labels);
     }
-    loss.backward();
-    adam.step();
+    scaler.scale(loss).backward();
+    scaler.step(adam);
+    scaler.update();
   });
 }
 
@@ -471,7 +480,9 @@ void register_cases() {
   add_case("adamw_fused_100M", 10, bm_adamw);
   add_case("matmul_bf16_8192", 10, [](State& s) { bm_matmul(s, 8192, DType::bf16); });
   add_case("matmul_f32_4096", 10, [](State& s) { bm_matmul(s, 4096, DType::f32); });
-  add_case("resnet9_s64_b512_bf16_step", 10, bm_resnet9_step);
+  add_case("resnet9_s64_b512_bf16_step", 10, [](State& s) { bm_resnet9_step(s, DType::bf16); });
+  add_case("resnet9_s64_b512_fp16_step", 10, [](State& s) { bm_resnet9_step(s, DType::f16); });
+  add_case("resnet9_s64_b512_f32_step", 10, [](State& s) { bm_resnet9_step(s, std::nullopt); });
 }
 
 }  // namespace

@@ -218,13 +218,16 @@ def case_matmul(size, dtype):
     return ("flops", 2 * size**3, make)
 
 
-def case_resnet9():
+def case_resnet9(amp="bf16"):
+    """ember's resnet9 step: bf16 or fp16 autocast (fp16 with a GradScaler), or f32 with cuDNN's
+    TF32 off (ember's f32 convolutions are exact f32; PyTorch's default would use TF32)."""
     def make(compiled):
         if compiled:  # a minute of compiling: torch_train_loop.py --compile measures it
             raise NotApplicable("see torch_train_loop.py --compile")
         import torch_train_loop
 
-        step, _ = torch_train_loop.make_step(64, 512, "bf16", compile_model=compiled)
+        torch.backends.cudnn.allow_tf32 = amp != "none"  # set for each case: the last one wins
+        step, _ = torch_train_loop.make_step(64, 512, amp, compile_model=compiled)
         return step, None
 
     return ("images", 512, make)
@@ -250,7 +253,9 @@ def all_cases():
     cases["adamw_fused_100M"] = case_adamw()
     cases["matmul_bf16_8192"] = case_matmul(8192, torch.bfloat16)
     cases["matmul_f32_4096"] = case_matmul(4096, torch.float32)
-    cases["resnet9_s64_b512_bf16_step"] = case_resnet9()
+    cases["resnet9_s64_b512_bf16_step"] = case_resnet9("bf16")
+    cases["resnet9_s64_b512_fp16_step"] = case_resnet9("fp16")
+    cases["resnet9_s64_b512_f32_step"] = case_resnet9("none")
     return cases
 
 
@@ -410,7 +415,8 @@ def main():
               f"flushed before each call; ember/PyTorch > 1 means ember is faster (a ratio of "
               f"throughputs); \"best PyTorch\": the faster of eager and compile. f32 matmul: "
               f"float32_matmul_precision {matmul_precision!r} ('highest': no TF32, as ember's "
-              f"default). resnet9: random data, batch 512, width 64, bf16 autocast, Adam (fused in "
+              f"default). resnet9: random data, batch 512, width 64, bf16 or fp16 autocast (fp16 with a "
+              f"GradScaler) or f32 (cuDNN's TF32 off, as ember), Adam (fused in "
               f"both), cuDNN's heuristic algorithm choice in both (cudnn.benchmark "
               f"{torch.backends.cudnn.benchmark}).")
     if context.get("truncated"):
