@@ -188,6 +188,24 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
               "train: --sync-bn goes with the ddp "
               "engines (ddp, ddp-amp, ddp-o2 under mpirun); engine ",
               engine->name(), " has no batch to share");
+  EMBER_CHECK(!config.tf32 || engine->device().is_cuda(),
+              "train: --tf32 lets CUDA's f32 convolutions and matrix products use TF32; engine ",
+              engine->name(), " runs on the CPU, where it would change nothing: drop --tf32");
+  // Process-wide switches (PyTorch's torch.backends.cudnn.allow_tf32 and
+  // torch.backends.cuda.matmul.allow_tf32), put back when this run ends.
+  struct Tf32Switches {
+    bool conv = conv_allow_tf32(), matmul = matmul_allow_tf32();
+    explicit Tf32Switches(bool allow) {
+      set_conv_allow_tf32(allow || conv);
+      set_matmul_allow_tf32(allow || matmul);
+    }
+    ~Tf32Switches() {
+      set_conv_allow_tf32(conv);
+      set_matmul_allow_tf32(matmul);
+    }
+    Tf32Switches(const Tf32Switches&) = delete;
+    Tf32Switches& operator=(const Tf32Switches&) = delete;
+  } const tf32_switches(config.tf32);
   if (daso && config.daso_warmup + config.daso_cooldown >= config.epochs &&
       engine->is_master_process()) {
     out << "note: DASO with " << config.epochs << " epochs, warm-up " << config.daso_warmup
@@ -286,9 +304,10 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
     }
     out << "ember train: resnet9(size " << config.model_size << ", " << parameters << " parameters"
         << (config.sync_bn ? ", SyncBatchNorm" : "") << ") on " << engine->name()
-        << ", Fashion-MNIST " << train_set->size() << " train / " << valid_set->size()
-        << " valid images, batch " << rank_batch_size * ranks << shares << ", Adam lr " << config.lr
-        << ", " << config.epochs << (config.epochs == 1 ? " epoch\n" : " epochs\n") << std::flush;
+        << (config.tf32 ? " with TF32" : "") << ", Fashion-MNIST " << train_set->size()
+        << " train / " << valid_set->size() << " valid images, batch " << rank_batch_size * ranks
+        << shares << ", Adam lr " << config.lr << ", " << config.epochs
+        << (config.epochs == 1 ? " epoch\n" : " epochs\n") << std::flush;
   };
 
   engines::SupervisedRunner runner;

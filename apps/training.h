@@ -30,6 +30,7 @@ struct TrainConfig {
   std::string data_dir;
   Progress progress = Progress::lines;
   bool sync_bn = false;  // ddp engines: batch norm over the global batch (SyncBatchNorm)
+  bool tf32 = false;     // CUDA: f32 convolutions and products may use TF32 tensor cores
   int daso_warmup = 4;   // --engine daso: blocking epochs first and last (Heat's defaults)
   int daso_cooldown = 4;
 };

@@ -28,16 +28,20 @@ import sys
 import time
 
 # engine:precision. The PyTorch loop of the same precision is each row's reference: o2 (a bf16
-# or f16 model with f32 master weights) has no plain-loop twin and is set beside autocast.
-DEFAULT_ENGINES = ("cuda:none,amp:bf16,amp:fp16,o2:bf16,o2:fp16,dp:none,dp:bf16,ddp:none,"
+# or f16 model with f32 master weights) has no plain-loop twin and is set beside autocast; tf32 is
+# f32 with `ember train --tf32`, beside PyTorch's default f32 (TF32 convolutions).
+DEFAULT_ENGINES = ("cuda:none,cuda:tf32,amp:bf16,amp:fp16,o2:bf16,o2:fp16,dp:none,dp:bf16,ddp:none,"
                    "ddp:bf16")
 
 
 def ember_run(ember, engine, amp, args, logdir):
     """{epochs: [{images_per_s, accuracy}], images_per_s, valid_accuracy} or {error}."""
-    command = [ember, "train", "--engine", engine, "--amp", amp, "--epochs", str(args.epochs),
+    command = [ember, "train", "--engine", engine, "--amp", "none" if amp == "tf32" else amp,
+               "--epochs", str(args.epochs),
                "--batch-size", str(args.batch), "--model-size", str(args.size), "--limit-train", str(args.limit),
                "--limit-valid", "2048", "--data", args.data, "--logdir", logdir, "--quiet"]
+    if amp == "tf32":
+        command.append("--tf32")
     env = dict(os.environ)
     if engine.startswith("ddp"):
         env["EMBER_DDP_WORLD_OF_ONE"] = "1"  # a world of one over NCCL on cuda:0
@@ -55,6 +59,11 @@ def ember_run(ember, engine, amp, args, logdir):
     later = epochs[1:] or epochs
     return {"epochs": epochs, "images_per_s": statistics.median(e["images_per_s"] for e in later),
             "valid_accuracy": float(rows[-1]["valid_accuracy"]), "command": " ".join(command)}
+
+
+def reference_of(amp):
+    """The torch_epochs.py precision a row compares with."""
+    return "none-tf32" if amp == "tf32" else amp
 
 
 def torch_runs(args, precisions, path, seconds):
@@ -104,8 +113,8 @@ def main():
                  else result["error"])
         print(f"ember train --engine {engine} --amp {amp}: {shown}", flush=True)
 
-    precisions = sorted({r["amp"] for r in rows})
-    if "none" in precisions:  # PyTorch's default f32 too (TF32 convolutions), for the record
+    precisions = sorted({reference_of(r["amp"]) for r in rows})
+    if "none" in precisions and "none-tf32" not in precisions:  # PyTorch's default f32 too
         precisions.append("none-tf32")
     seconds_left = args.budget - (time.perf_counter() - start) - 5
     reference = torch_runs(args, precisions, os.path.join(args.out, "torch_epochs.json"),
@@ -123,7 +132,7 @@ def main():
              "| engine | precision | ember images/s | epoch 1 | valid accuracy | PyTorch loop "
              "images/s | ember / PyTorch |", "|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
-        theirs = runs.get(r["amp"], {}).get("images_per_s")
+        theirs = runs.get(reference_of(r["amp"]), {}).get("images_per_s")
         if "error" in r:
             lines.append(f"| {r['engine']} | {r['amp']} | {r['error'][:120]} | | | "
                          f"{rate(theirs)} | – |")
@@ -135,8 +144,8 @@ def main():
     tf32 = runs.get("none-tf32", {}).get("images_per_s")
     if tf32:
         lines += ["", f"PyTorch's f32 loop with its default TF32 convolutions "
-                  f"(cudnn.allow_tf32 True): {tf32:.0f} images/s. The f32 rows above compare with "
-                  "TF32 off, as ember computes f32."]
+                  f"(cudnn.allow_tf32 True): {tf32:.0f} images/s. The `none` rows compare with "
+                  "TF32 off, as ember computes f32; the `tf32` row (`ember train --tf32`) with it."]
     if "error" in reference:
         lines += ["", f"PyTorch's run failed: {reference['error']}"]
     table = "\n".join(lines) + "\n"

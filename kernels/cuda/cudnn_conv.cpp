@@ -110,10 +110,12 @@ bool is_16_bit(ConvDataType dtype) {
 }
 
 // 16-bit types may use tensor cores; f32 stays f32 (FMA only, no TF32), so that CUDA results
-// match the CPU's within f32 rounding; f64 has no tensor-core path to rule out.
-cudnnMathType_t requested_math(ConvDataType dtype) {
+// match the CPU's within f32 rounding, unless TF32 is allowed (tf32: only ever true for f32);
+// f64 has no tensor-core path to rule out. (PyTorch: CUDNN_DEFAULT_MATH for f32 with
+// torch.backends.cudnn.allow_tf32, CUDNN_FMA_MATH without.)
+cudnnMathType_t requested_math(ConvDataType dtype, bool tf32) {
   if (is_16_bit(dtype)) return CUDNN_TENSOR_OP_MATH;
-  return dtype == ConvDataType::f32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+  return dtype == ConvDataType::f32 && !tf32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
 }
 
 int as_int(int64_t value, const char* what) {
@@ -130,7 +132,7 @@ struct Descriptors {
   cudnnFilterDescriptor_t filter = nullptr;  // w or dw (K, C / groups, R, S)
   cudnnConvolutionDescriptor_t conv = nullptr;
 
-  Descriptors(const Conv2dParams& p, ConvDataType dtype) {
+  Descriptors(const Conv2dParams& p, ConvDataType dtype, bool tf32) {
     const cudnnDataType_t data = data_type_of(dtype);
     // f16 / bf16 accumulate in f32 (cuDNN's "pseudo half" configuration); f64 in f64.
     const cudnnDataType_t compute =
@@ -155,7 +157,7 @@ struct Descriptors {
         as_int(p.stride_w, "stride"), as_int(p.dilation_h, "dilation"),
         as_int(p.dilation_w, "dilation"), CUDNN_CROSS_CORRELATION, compute));
     EMBER_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, as_int(p.groups, "groups")));
-    EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, requested_math(dtype)));
+    EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, requested_math(dtype, tf32)));
   }
   ~Descriptors() {
     // Destroying a descriptor only frees host memory; a failure here has nothing to report to.
@@ -179,10 +181,11 @@ struct Algorithm {
 struct ProblemKey {
   std::array<int64_t, 14> geometry;
   int dtype, direction, device;
+  bool tf32;
   auto operator<=>(const ProblemKey&) const = default;
 };
 
-ProblemKey key_of(const Conv2dParams& p, ConvDataType dtype, ConvDirection direction) {
+ProblemKey key_of(const Conv2dParams& p, ConvDataType dtype, bool tf32, ConvDirection direction) {
   int device = 0;
   EMBER_CUDA_KERNEL_CHECK(cudaGetDevice(&device));
   return {{p.batch, p.in_channels, p.in_height, p.in_width, p.out_channels, p.kernel_height,
@@ -190,7 +193,8 @@ ProblemKey key_of(const Conv2dParams& p, ConvDataType dtype, ConvDirection direc
            p.groups},
           static_cast<int>(dtype),
           static_cast<int>(direction),
-          device};
+          device,
+          tf32};
 }
 
 std::mutex cache_mutex;
@@ -221,8 +225,8 @@ const char* direction_name(ConvDirection direction) {
 constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;
 
 template <typename Perf, typename Query, typename WorkspaceQuery>
-Algorithm pick(const Descriptors& d, ConvDataType dtype, ConvDirection direction, Query query,
-               WorkspaceQuery workspace_query) {
+Algorithm pick(const Descriptors& d, ConvDataType dtype, bool tf32, ConvDirection direction,
+               Query query, WorkspaceQuery workspace_query) {
   constexpr int kRequested = 16;
   Perf results[kRequested];
   int returned = 0;
@@ -232,12 +236,16 @@ Algorithm pick(const Descriptors& d, ConvDataType dtype, ConvDirection direction
       if (results[i].status != CUDNN_STATUS_SUCCESS) continue;
       if (deterministic_only && results[i].determinism != CUDNN_DETERMINISTIC) continue;
       // f32 and f64 skip an algorithm that would use tensor cores (TF32, or a conversion to f16);
-      // f32 runs the others with FMA math only.
+      // f32 runs the others with FMA math only. With TF32 allowed, f32 takes any algorithm but
+      // one that converts to f16 (CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION), with the math type the
+      // heuristics give for it.
       const cudnnMathType_t math = results[i].mathType;
-      if (!is_16_bit(dtype) && math != CUDNN_FMA_MATH && math != CUDNN_DEFAULT_MATH) continue;
+      if (tf32 ? math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+               : !is_16_bit(dtype) && math != CUDNN_FMA_MATH && math != CUDNN_DEFAULT_MATH)
+        continue;
       Algorithm chosen;
       chosen.algorithm = static_cast<int>(results[i].algo);
-      chosen.math = dtype == ConvDataType::f32 ? CUDNN_FMA_MATH : math;
+      chosen.math = dtype == ConvDataType::f32 && !tf32 ? CUDNN_FMA_MATH : math;
       EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, chosen.math));
       // A candidate whose workspace cannot be sized under this math type is skipped, and so is a
       // workspace of gigabytes (some FFT algorithms), which would crowd out the activations.
@@ -249,14 +257,15 @@ Algorithm pick(const Descriptors& d, ConvDataType dtype, ConvDirection direction
   }
   throw CudaError(std::string("conv2d on CUDA: cuDNN offers no ") + direction_name(direction) +
                   " algorithm for this convolution (" + std::to_string(returned) +
-                  " candidates, none supported within FMA math (f32) and 1 GiB of workspace)");
+                  " candidates, none supported within " + (tf32 ? "TF32 math" : "FMA math (f32)") +
+                  " and 1 GiB of workspace)");
 }
 
 // The cached algorithm for the problem, chosen now on a miss; sets the descriptors' math type.
 template <typename Choose>
-Algorithm algorithm_for(const Conv2dParams& p, ConvDataType dtype, ConvDirection direction,
-                        const Descriptors& d, Choose choose) {
-  const ProblemKey key = key_of(p, dtype, direction);
+Algorithm algorithm_for(const Conv2dParams& p, ConvDataType dtype, bool tf32,
+                        ConvDirection direction, const Descriptors& d, Choose choose) {
+  const ProblemKey key = key_of(p, dtype, tf32, direction);
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
     const auto found = algorithm_cache.find(key);
@@ -303,15 +312,16 @@ int64_t cudnn_handles_created() {
   return handles_created.load(std::memory_order_relaxed);
 }
 
-void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, const void* x,
-                          const void* w, void* y, const WorkspaceAllocator& workspace,
-                          cudaStream_t stream) {
+void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, bool allow_tf32,
+                          const void* x, const void* w, void* y,
+                          const WorkspaceAllocator& workspace, cudaStream_t stream) {
   if (is_empty(params)) return;
+  const bool tf32 = allow_tf32 && dtype == ConvDataType::f32;
   cudnnHandle_t handle = handle_for(stream);
-  const Descriptors d(params, dtype);
-  const Algorithm chosen = algorithm_for(params, dtype, ConvDirection::forward, d, [&] {
+  const Descriptors d(params, dtype, tf32);
+  const Algorithm chosen = algorithm_for(params, dtype, tf32, ConvDirection::forward, d, [&] {
     return pick<cudnnConvolutionFwdAlgoPerf_t>(
-        d, dtype, ConvDirection::forward,
+        d, dtype, tf32, ConvDirection::forward,
         [&](int requested, int* returned, cudnnConvolutionFwdAlgoPerf_t* results) {
           EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
               handle, d.input, d.filter, d.conv, d.output, requested, returned, results));
@@ -329,15 +339,16 @@ void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, const 
                               chosen.workspace_bytes, scaling.beta(), d.output, y));
 }
 
-void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype, const void* dy,
-                                const void* w, void* dx, const WorkspaceAllocator& workspace,
-                                cudaStream_t stream) {
+void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype, bool allow_tf32,
+                                const void* dy, const void* w, void* dx,
+                                const WorkspaceAllocator& workspace, cudaStream_t stream) {
   if (is_empty(params)) return;
+  const bool tf32 = allow_tf32 && dtype == ConvDataType::f32;
   cudnnHandle_t handle = handle_for(stream);
-  const Descriptors d(params, dtype);
-  const Algorithm chosen = algorithm_for(params, dtype, ConvDirection::backward_data, d, [&] {
+  const Descriptors d(params, dtype, tf32);
+  const Algorithm chosen = algorithm_for(params, dtype, tf32, ConvDirection::backward_data, d, [&] {
     return pick<cudnnConvolutionBwdDataAlgoPerf_t>(
-        d, dtype, ConvDirection::backward_data,
+        d, dtype, tf32, ConvDirection::backward_data,
         [&](int requested, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
           EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
               handle, d.filter, d.output, d.conv, d.input, requested, returned, results));
@@ -355,24 +366,26 @@ void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype, 
                                    scratch, chosen.workspace_bytes, scaling.beta(), d.input, dx));
 }
 
-void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype, const void* x,
-                                  const void* dy, void* dw, const WorkspaceAllocator& workspace,
-                                  cudaStream_t stream) {
+void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype, bool allow_tf32,
+                                  const void* x, const void* dy, void* dw,
+                                  const WorkspaceAllocator& workspace, cudaStream_t stream) {
   if (is_empty(params)) return;
+  const bool tf32 = allow_tf32 && dtype == ConvDataType::f32;
   cudnnHandle_t handle = handle_for(stream);
-  const Descriptors d(params, dtype);
-  const Algorithm chosen = algorithm_for(params, dtype, ConvDirection::backward_filter, d, [&] {
-    return pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
-        d, dtype, ConvDirection::backward_filter,
-        [&](int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
-          EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-              handle, d.input, d.output, d.conv, d.filter, requested, returned, results));
-        },
-        [&](cudnnConvolutionBwdFilterAlgo_t algorithm, size_t* bytes) {
-          return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.input, d.output, d.conv,
-                                                                d.filter, algorithm, bytes);
-        });
-  });
+  const Descriptors d(params, dtype, tf32);
+  const Algorithm chosen =
+      algorithm_for(params, dtype, tf32, ConvDirection::backward_filter, d, [&] {
+        return pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
+            d, dtype, tf32, ConvDirection::backward_filter,
+            [&](int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
+              EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                  handle, d.input, d.output, d.conv, d.filter, requested, returned, results));
+            },
+            [&](cudnnConvolutionBwdFilterAlgo_t algorithm, size_t* bytes) {
+              return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                  handle, d.input, d.output, d.conv, d.filter, algorithm, bytes);
+            });
+      });
   void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;
   const Scaling scaling(dtype);
   EMBER_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
@@ -404,15 +417,15 @@ int64_t cudnn_handles_created() {
   return 0;
 }
 
-void cudnn_conv2d_forward(const Conv2dParams&, ConvDataType, const void*, const void*, void*,
+void cudnn_conv2d_forward(const Conv2dParams&, ConvDataType, bool, const void*, const void*, void*,
                           const WorkspaceAllocator&, cudaStream_t) {
   no_cudnn();
 }
-void cudnn_conv2d_backward_data(const Conv2dParams&, ConvDataType, const void*, const void*, void*,
-                                const WorkspaceAllocator&, cudaStream_t) {
+void cudnn_conv2d_backward_data(const Conv2dParams&, ConvDataType, bool, const void*, const void*,
+                                void*, const WorkspaceAllocator&, cudaStream_t) {
   no_cudnn();
 }
-void cudnn_conv2d_backward_filter(const Conv2dParams&, ConvDataType, const void*, const void*,
+void cudnn_conv2d_backward_filter(const Conv2dParams&, ConvDataType, bool, const void*, const void*,
                                   void*, const WorkspaceAllocator&, cudaStream_t) {
   no_cudnn();
 }

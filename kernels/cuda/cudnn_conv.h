@@ -4,7 +4,9 @@
 //
 // forward: y = conv(x, w); backward_data: dx = conv^T(dy, w); backward_filter: dw from x and dy.
 // Each overwrites its output. f16 and bf16 compute in f32 (tensor cores allowed); f32 uses FMA
-// math only (no TF32), so a CUDA result matches the CPU's to f32 rounding; f64 computes in f64.
+// math only (no TF32), so a CUDA result matches the CPU's to f32 rounding, unless allow_tf32 asks
+// for tensor cores (inputs rounded to TF32, a 10-bit mantissa: PyTorch's default for cuDNN,
+// torch.backends.cudnn.allow_tf32); f64 computes in f64. allow_tf32 matters for f32 only.
 //
 // The algorithm of each (geometry, dtype, direction, device) is chosen once, by cuDNN's heuristics
 // (cudnnGetConvolution*Algorithm_v7: no benchmark runs, no memory of its own; the best-ranked
@@ -37,17 +39,17 @@ bool cudnn_available();
 using WorkspaceAllocator = std::function<void*(size_t bytes)>;
 
 // y (N, K, P, Q) = conv(x, w), no bias.
-void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, const void* x,
-                          const void* w, void* y, const WorkspaceAllocator& workspace,
-                          cudaStream_t stream);
+void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, bool allow_tf32,
+                          const void* x, const void* w, void* y,
+                          const WorkspaceAllocator& workspace, cudaStream_t stream);
 // dx (N, C, H, W) from dy (N, K, P, Q) and w.
-void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype, const void* dy,
-                                const void* w, void* dx, const WorkspaceAllocator& workspace,
-                                cudaStream_t stream);
+void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype, bool allow_tf32,
+                                const void* dy, const void* w, void* dx,
+                                const WorkspaceAllocator& workspace, cudaStream_t stream);
 // dw (K, C / groups, R, S) from x and dy.
-void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype, const void* x,
-                                  const void* dy, void* dw, const WorkspaceAllocator& workspace,
-                                  cudaStream_t stream);
+void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype, bool allow_tf32,
+                                  const void* x, const void* dy, void* dw,
+                                  const WorkspaceAllocator& workspace, cudaStream_t stream);
 
 // How many algorithm choices have been made (cache misses) since the program started.
 int64_t cudnn_conv_algorithm_searches();

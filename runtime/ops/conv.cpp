@@ -1,6 +1,7 @@
 // conv2d: checks, the kernel geometry, autograd through dedicated backward kernels.
 #include "runtime/ops/conv.h"
 
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/common/conv_params.h"
@@ -20,6 +21,8 @@
 namespace ember {
 
 namespace {
+
+std::atomic<bool> allow_tf32{false};
 
 void check_same_device(const Tensor& input, const Tensor& other, const char* what) {
   if (!other.defined()) return;
@@ -148,9 +151,9 @@ void conv2d_forward_cuda(const kernels::Conv2dParams& params, const Tensor& inpu
   cuda::DeviceGuard guard(device);
   const Tensor input = aligned_for_cudnn(input_in), weight = aligned_for_cudnn(weight_in);
   CudaWorkspace workspace{input.device(), {}};
-  kernels::cuda::cudnn_conv2d_forward(params, cudnn_dtype(input.dtype()), input.data_ptr(),
-                                      weight.data_ptr(), out.data_ptr(), workspace.allocator(),
-                                      cuda::StreamOnDevice(device));
+  kernels::cuda::cudnn_conv2d_forward(params, cudnn_dtype(input.dtype()), conv_allow_tf32(),
+                                      input.data_ptr(), weight.data_ptr(), out.data_ptr(),
+                                      workspace.allocator(), cuda::StreamOnDevice(device));
   if (bias.defined()) {
     NoGradGuard no_grad;  // out is not recorded yet: adding the bias is part of this op
     Tensor out_ref = out;
@@ -168,14 +171,14 @@ void conv2d_backward_cuda(const kernels::Conv2dParams& params, const Tensor& x_i
   const cudaStream_t stream = cuda::current_stream(device);
   CudaWorkspace workspace{x.device(), {}};
   if (dx.defined()) {
-    kernels::cuda::cudnn_conv2d_backward_data(params, cudnn_dtype(x.dtype()), dy.data_ptr(),
-                                              w.data_ptr(), dx.data_ptr(), workspace.allocator(),
-                                              stream);
+    kernels::cuda::cudnn_conv2d_backward_data(params, cudnn_dtype(x.dtype()), conv_allow_tf32(),
+                                              dy.data_ptr(), w.data_ptr(), dx.data_ptr(),
+                                              workspace.allocator(), stream);
   }
   if (dw.defined()) {
-    kernels::cuda::cudnn_conv2d_backward_filter(params, cudnn_dtype(x.dtype()), x.data_ptr(),
-                                                dy.data_ptr(), dw.data_ptr(), workspace.allocator(),
-                                                stream);
+    kernels::cuda::cudnn_conv2d_backward_filter(params, cudnn_dtype(x.dtype()), conv_allow_tf32(),
+                                                x.data_ptr(), dy.data_ptr(), dw.data_ptr(),
+                                                workspace.allocator(), stream);
   }
   if (db.defined()) {
     NoGradGuard no_grad;
@@ -265,6 +268,14 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
            });
   }
   return out;
+}
+
+void set_conv_allow_tf32(bool allow) {
+  allow_tf32.store(allow);
+}
+
+bool conv_allow_tf32() {
+  return allow_tf32.load();
 }
 
 }  // namespace ember

@@ -31,6 +31,12 @@ struct Conv2dOptions {
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
               const Conv2dOptions& options = {});
 
+// PyTorch's torch.backends.cudnn.allow_tf32: f32 convolutions on CUDA may round their inputs to
+// TF32 (10-bit mantissa) to use the tensor cores. Off by default in ember, so that an f32 result
+// on the GPU matches the CPU's; PyTorch has it on by default. The CPU ignores it.
+void set_conv_allow_tf32(bool allow);
+bool conv_allow_tf32();
+
 struct Pool2dOptions {
   Size2 kernel_size = 1;
   Size2 stride = 0;  // 0: the kernel size, as PyTorch

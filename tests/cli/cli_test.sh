@@ -59,6 +59,8 @@ check "ddp engine without a launcher" fails_saying "start it under a launcher, e
   "$ember" train --engine ddp --data "$work/nowhere"
 check "--sync-bn without ddp is refused" fails_saying "--sync-bn goes with the ddp engines" \
   "$ember" train --engine cpu --sync-bn --data "$work/nowhere"
+check "--tf32 on the CPU is refused" fails_saying "runs on the CPU, where it would change nothing" \
+  "$ember" train --engine cpu --tf32 --data "$work/nowhere"
 check "device contradicts engine" fails_saying "contradicts --engine" \
   "$ember" train --engine cpu --device cuda --data "$work/nowhere"
 check "--help after other flags" bash -c "'$ember' train --epochs 2 --help | grep -q -- --resume"

@@ -134,6 +134,43 @@ TEST(CudaConvPool, Conv2dGradientsMatchTheCpu) {
 }
 
 #if EMBER_WITH_CUDA
+// PyTorch's torch.backends.cudnn.allow_tf32 (its default): f32 convolutions round their inputs to
+// TF32 (10-bit mantissa). The result stays close to the exact f32 one, the choice of algorithm is
+// made apart (it is cached per math), and the switch is ember's, off unless asked.
+TEST(CudaConvPool, Conv2dWithTf32AllowedStaysCloseToTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  if (!kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
+  EXPECT_FALSE(conv_allow_tf32());
+  // A process-wide switch: put back even when a convolution throws, or every later f32 test
+  // runs with TF32.
+  struct AllowTf32 {
+    AllowTf32() { set_conv_allow_tf32(true); }
+    ~AllowTf32() { set_conv_allow_tf32(false); }
+  };
+  Generator generator(22);
+  // resnet9's layer shape at batch 4; a geometry of its own (17 x 15), so that both searches
+  // below are misses.
+  const std::vector<Tensor> inputs = {uniform({4, 16, 17, 15}, -1.0, 1.0, DType::f32, &generator),
+                                      uniform({32, 16, 3, 3}, -1.0, 1.0, DType::f32, &generator),
+                                      uniform({32}, -1.0, 1.0, DType::f32, &generator)};
+  const auto conv = [](const std::vector<Tensor>& in) {
+    return conv2d(in[0], in[1], in[2], {.padding = 1});
+  };
+  expect_forward_backward_match("conv2d f32, exact", inputs, {true, true, true}, conv,
+                                long_sum_tolerance(DType::f32));
+  const int64_t searches = kernels::cuda::cudnn_conv_algorithm_searches();
+  {
+    const AllowTf32 allowed;
+    // TF32 keeps 10 mantissa bits: about 2^-11 relative per input, sqrt(144) products adding up
+    // in the forward (~2e-3 absolute at outputs near 4) and sqrt(4 * 17 * 15) in the weight
+    // gradient; 3e-2, as for TF32 matrix products (tests/cuda/gemm_test.cpp).
+    expect_forward_backward_match("conv2d f32 with TF32", inputs, {true, true, true}, conv, 3e-2);
+  }
+  EXPECT_EQ(kernels::cuda::cudnn_conv_algorithm_searches(), searches + 3)
+      << "forward, backward data and backward filter are chosen again for TF32 math";
+  EXPECT_FALSE(conv_allow_tf32());
+}
+
 TEST(CudaConvPool, Conv2dChoosesEachAlgorithmOnce) {
   EMBER_SKIP_WITHOUT_GPU();
   if (!kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";

@@ -158,6 +158,20 @@ TEST(Conv2d, ForwardAndBackwardMatchTheDefinition) {
     check_against_definition(c, g, "");
 }
 
+// set_conv_allow_tf32 (torch.backends.cudnn.allow_tf32) is CUDA's: off by default, and the CPU
+// computes the same bits with it on.
+TEST(Conv2d, TheTf32SwitchIsOffByDefaultAndLeavesTheCpuExact) {
+  EXPECT_FALSE(conv_allow_tf32());
+  Generator g(23);
+  const Tensor x = randn({2, 3, 9, 7}, DType::f32, &g), w = randn({4, 3, 3, 3}, DType::f32, &g);
+  const Tensor exact = conv2d(x, w, Tensor(), {.padding = 1});
+  set_conv_allow_tf32(true);
+  EXPECT_TRUE(conv_allow_tf32());
+  const Tensor with_switch = conv2d(x, w, Tensor(), {.padding = 1});
+  set_conv_allow_tf32(false);
+  EXPECT_EQ(to_vector<float>(with_switch), to_vector<float>(exact));
+}
+
 kernels::Conv2dParams params_of(const ConvCase& c) {
   kernels::Conv2dParams p;
   p.batch = c.input[0];
