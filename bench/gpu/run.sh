@@ -284,6 +284,19 @@ if wants bench && built ember_gpu_bench gpu_bench; then
   grep -E "device-to-device|_median|ERROR OCCURRED|^skipped|^  [a-z_0-9]+: " "$WORK/logs/gpu_bench.log" |
     uniq | cut -c1-160 | head -60
 fi
+if wants bench && built ember_gpu_bench gpu_bench_any_algorithm; then
+  # The resnet9 steps again with cuDNN's heuristics' first choice (PyTorch's default:
+  # cudnn.deterministic False) instead of ember's deterministic-first choice, each choice logged
+  # (EMBER_CUDNN_LOG=1): does determinism cost ember the fp16 and f32 steps?
+  step gpu_bench_any_algorithm 60 gpu_bench_any_algorithm.log env EMBER_CUDNN_DETERMINISTIC=0 \
+    EMBER_CUDNN_LOG=1 $BIN/ember_gpu_bench --benchmark_filter=resnet9 --benchmark_repetitions=5 \
+    --benchmark_report_aggregates_only=true --benchmark_out=$WORK/logs/gpu_bench_any_algorithm.json \
+    --benchmark_out_format=json
+  grep -E "_median" "$WORK/logs/gpu_bench_any_algorithm.log" | cut -c1-160
+  # And the deterministic-first choices, logged, for the same steps (5 s).
+  env EMBER_CUDNN_LOG=1 timeout 60 $BIN/ember_gpu_bench --benchmark_filter=resnet9 \
+    --benchmark_repetitions=1 > "$WORK/logs/cudnn_choices_deterministic.log" 2>&1
+fi
 if wants bench && built ember_gemm_bench gemm_bench; then
   # Its cases have no fixed iteration count: Google Benchmark runs each until 0.5 s of *manual*
   # (GPU) time by default, and a 1024^3 product (~4 us on the GPU, ~50 us of flush, launch and

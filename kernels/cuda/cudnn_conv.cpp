@@ -10,6 +10,8 @@
 #include <array>
 #include <atomic>
 #include <compare>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -176,16 +178,20 @@ struct Algorithm {
   int algorithm = 0;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   size_t workspace_bytes = 0;
+  // For EMBER_CUDNN_LOG: its place in the heuristics' ranking, and their first choice.
+  int rank = 0, candidates = 0, first_algorithm = 0;
+  bool deterministic = false;
 };
 
 struct ProblemKey {
   std::array<int64_t, 14> geometry;
   int dtype, direction, device;
-  bool tf32;
+  bool tf32, deterministic;
   auto operator<=>(const ProblemKey&) const = default;
 };
 
-ProblemKey key_of(const Conv2dParams& p, ConvDataType dtype, bool tf32, ConvDirection direction) {
+ProblemKey key_of(const Conv2dParams& p, ConvDataType dtype, bool tf32, bool deterministic,
+                  ConvDirection direction) {
   int device = 0;
   EMBER_CUDA_KERNEL_CHECK(cudaGetDevice(&device));
   return {{p.batch, p.in_channels, p.in_height, p.in_width, p.out_channels, p.kernel_height,
@@ -194,7 +200,8 @@ ProblemKey key_of(const Conv2dParams& p, ConvDataType dtype, bool tf32, ConvDire
           static_cast<int>(dtype),
           static_cast<int>(direction),
           device,
-          tf32};
+          tf32,
+          deterministic};
 }
 
 std::mutex cache_mutex;
@@ -225,13 +232,13 @@ const char* direction_name(ConvDirection direction) {
 constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;
 
 template <typename Perf, typename Query, typename WorkspaceQuery>
-Algorithm pick(const Descriptors& d, ConvDataType dtype, bool tf32, ConvDirection direction,
-               Query query, WorkspaceQuery workspace_query) {
+Algorithm pick(const Descriptors& d, ConvDataType dtype, bool tf32, bool deterministic,
+               ConvDirection direction, Query query, WorkspaceQuery workspace_query) {
   constexpr int kRequested = 16;
   Perf results[kRequested];
   int returned = 0;
   query(kRequested, &returned, results);
-  for (const bool deterministic_only : {true, false}) {
+  for (const bool deterministic_only : {deterministic, false}) {
     for (int i = 0; i < returned; ++i) {
       if (results[i].status != CUDNN_STATUS_SUCCESS) continue;
       if (deterministic_only && results[i].determinism != CUDNN_DETERMINISTIC) continue;
@@ -245,6 +252,10 @@ Algorithm pick(const Descriptors& d, ConvDataType dtype, bool tf32, ConvDirectio
         continue;
       Algorithm chosen;
       chosen.algorithm = static_cast<int>(results[i].algo);
+      chosen.rank = i;
+      chosen.candidates = returned;
+      chosen.deterministic = results[i].determinism == CUDNN_DETERMINISTIC;
+      chosen.first_algorithm = static_cast<int>(results[0].algo);
       chosen.math = dtype == ConvDataType::f32 && !tf32 ? CUDNN_FMA_MATH : math;
       EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, chosen.math));
       // A candidate whose workspace cannot be sized under this math type is skipped, and so is a
@@ -261,11 +272,52 @@ Algorithm pick(const Descriptors& d, ConvDataType dtype, bool tf32, ConvDirectio
                   " and 1 GiB of workspace)");
 }
 
+// EMBER_CUDNN_LOG=1: one line on stderr per choice (a cache miss), to see what the heuristics
+// gave and what the policy took (a deterministic algorithm ranked below a faster one, say).
+bool log_choices() {
+  static const bool enabled = [] {
+    const char* text = std::getenv("EMBER_CUDNN_LOG");
+    return text != nullptr && std::string(text) == "1";
+  }();
+  return enabled;
+}
+
+const char* dtype_name_of(ConvDataType dtype) {
+  switch (dtype) {
+    case ConvDataType::f32:
+      return "f32";
+    case ConvDataType::f64:
+      return "f64";
+    case ConvDataType::f16:
+      return "f16";
+    case ConvDataType::bf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+void log_choice(const Conv2dParams& p, ConvDataType dtype, bool tf32, ConvDirection direction,
+                const Algorithm& chosen) {
+  std::fprintf(
+      stderr,
+      "ember cuDNN: %s %s%s x (%lld, %lld, %lld, %lld) w (%lld, %lld, %lld, %lld) stride "
+      "%lld padding %lld: algorithm %d (rank %d of %d, %s, math %d, workspace %zu B); "
+      "the heuristics' first: %d\n",
+      direction_name(direction), dtype_name_of(dtype), tf32 ? " (TF32)" : "",
+      static_cast<long long>(p.batch), static_cast<long long>(p.in_channels),
+      static_cast<long long>(p.in_height), static_cast<long long>(p.in_width),
+      static_cast<long long>(p.out_channels), static_cast<long long>(p.in_channels / p.groups),
+      static_cast<long long>(p.kernel_height), static_cast<long long>(p.kernel_width),
+      static_cast<long long>(p.stride_h), static_cast<long long>(p.pad_h), chosen.algorithm,
+      chosen.rank, chosen.candidates, chosen.deterministic ? "deterministic" : "not deterministic",
+      static_cast<int>(chosen.math), chosen.workspace_bytes, chosen.first_algorithm);
+}
+
 // The cached algorithm for the problem, chosen now on a miss; sets the descriptors' math type.
 template <typename Choose>
-Algorithm algorithm_for(const Conv2dParams& p, ConvDataType dtype, bool tf32,
+Algorithm algorithm_for(const Conv2dParams& p, ConvDataType dtype, bool tf32, bool deterministic,
                         ConvDirection direction, const Descriptors& d, Choose choose) {
-  const ProblemKey key = key_of(p, dtype, tf32, direction);
+  const ProblemKey key = key_of(p, dtype, tf32, deterministic, direction);
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
     const auto found = algorithm_cache.find(key);
@@ -277,6 +329,7 @@ Algorithm algorithm_for(const Conv2dParams& p, ConvDataType dtype, bool tf32,
   // Two threads may both miss and both choose: the heuristics are deterministic, so they agree.
   const Algorithm chosen = choose();
   searches.fetch_add(1, std::memory_order_relaxed);
+  if (log_choices()) log_choice(p, dtype, tf32, direction, chosen);
   std::lock_guard<std::mutex> lock(cache_mutex);
   algorithm_cache.emplace(key, chosen);
   return chosen;
@@ -312,25 +365,26 @@ int64_t cudnn_handles_created() {
   return handles_created.load(std::memory_order_relaxed);
 }
 
-void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, bool allow_tf32,
+void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, const ConvPolicy& policy,
                           const void* x, const void* w, void* y,
                           const WorkspaceAllocator& workspace, cudaStream_t stream) {
   if (is_empty(params)) return;
-  const bool tf32 = allow_tf32 && dtype == ConvDataType::f32;
+  const bool tf32 = policy.allow_tf32 && dtype == ConvDataType::f32;
   cudnnHandle_t handle = handle_for(stream);
   const Descriptors d(params, dtype, tf32);
-  const Algorithm chosen = algorithm_for(params, dtype, tf32, ConvDirection::forward, d, [&] {
-    return pick<cudnnConvolutionFwdAlgoPerf_t>(
-        d, dtype, tf32, ConvDirection::forward,
-        [&](int requested, int* returned, cudnnConvolutionFwdAlgoPerf_t* results) {
-          EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
-              handle, d.input, d.filter, d.conv, d.output, requested, returned, results));
-        },
-        [&](cudnnConvolutionFwdAlgo_t algorithm, size_t* bytes) {
-          return cudnnGetConvolutionForwardWorkspaceSize(handle, d.input, d.filter, d.conv,
-                                                         d.output, algorithm, bytes);
-        });
-  });
+  const Algorithm chosen =
+      algorithm_for(params, dtype, tf32, policy.deterministic, ConvDirection::forward, d, [&] {
+        return pick<cudnnConvolutionFwdAlgoPerf_t>(
+            d, dtype, tf32, policy.deterministic, ConvDirection::forward,
+            [&](int requested, int* returned, cudnnConvolutionFwdAlgoPerf_t* results) {
+              EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+                  handle, d.input, d.filter, d.conv, d.output, requested, returned, results));
+            },
+            [&](cudnnConvolutionFwdAlgo_t algorithm, size_t* bytes) {
+              return cudnnGetConvolutionForwardWorkspaceSize(handle, d.input, d.filter, d.conv,
+                                                             d.output, algorithm, bytes);
+            });
+      });
   void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;
   const Scaling scaling(dtype);
   EMBER_CUDNN_CHECK(
@@ -339,25 +393,26 @@ void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, bool a
                               chosen.workspace_bytes, scaling.beta(), d.output, y));
 }
 
-void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype, bool allow_tf32,
-                                const void* dy, const void* w, void* dx,
+void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype,
+                                const ConvPolicy& policy, const void* dy, const void* w, void* dx,
                                 const WorkspaceAllocator& workspace, cudaStream_t stream) {
   if (is_empty(params)) return;
-  const bool tf32 = allow_tf32 && dtype == ConvDataType::f32;
+  const bool tf32 = policy.allow_tf32 && dtype == ConvDataType::f32;
   cudnnHandle_t handle = handle_for(stream);
   const Descriptors d(params, dtype, tf32);
-  const Algorithm chosen = algorithm_for(params, dtype, tf32, ConvDirection::backward_data, d, [&] {
-    return pick<cudnnConvolutionBwdDataAlgoPerf_t>(
-        d, dtype, tf32, ConvDirection::backward_data,
-        [&](int requested, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
-          EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-              handle, d.filter, d.output, d.conv, d.input, requested, returned, results));
-        },
-        [&](cudnnConvolutionBwdDataAlgo_t algorithm, size_t* bytes) {
-          return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.filter, d.output, d.conv,
-                                                              d.input, algorithm, bytes);
-        });
-  });
+  const Algorithm chosen = algorithm_for(
+      params, dtype, tf32, policy.deterministic, ConvDirection::backward_data, d, [&] {
+        return pick<cudnnConvolutionBwdDataAlgoPerf_t>(
+            d, dtype, tf32, policy.deterministic, ConvDirection::backward_data,
+            [&](int requested, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
+              EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                  handle, d.filter, d.output, d.conv, d.input, requested, returned, results));
+            },
+            [&](cudnnConvolutionBwdDataAlgo_t algorithm, size_t* bytes) {
+              return cudnnGetConvolutionBackwardDataWorkspaceSize(
+                  handle, d.filter, d.output, d.conv, d.input, algorithm, bytes);
+            });
+      });
   void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;
   const Scaling scaling(dtype);
   EMBER_CUDNN_CHECK(
@@ -366,17 +421,17 @@ void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype, 
                                    scratch, chosen.workspace_bytes, scaling.beta(), d.input, dx));
 }
 
-void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype, bool allow_tf32,
-                                  const void* x, const void* dy, void* dw,
+void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype,
+                                  const ConvPolicy& policy, const void* x, const void* dy, void* dw,
                                   const WorkspaceAllocator& workspace, cudaStream_t stream) {
   if (is_empty(params)) return;
-  const bool tf32 = allow_tf32 && dtype == ConvDataType::f32;
+  const bool tf32 = policy.allow_tf32 && dtype == ConvDataType::f32;
   cudnnHandle_t handle = handle_for(stream);
   const Descriptors d(params, dtype, tf32);
-  const Algorithm chosen =
-      algorithm_for(params, dtype, tf32, ConvDirection::backward_filter, d, [&] {
+  const Algorithm chosen = algorithm_for(
+      params, dtype, tf32, policy.deterministic, ConvDirection::backward_filter, d, [&] {
         return pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
-            d, dtype, tf32, ConvDirection::backward_filter,
+            d, dtype, tf32, policy.deterministic, ConvDirection::backward_filter,
             [&](int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
               EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
                   handle, d.input, d.output, d.conv, d.filter, requested, returned, results));
@@ -417,16 +472,16 @@ int64_t cudnn_handles_created() {
   return 0;
 }
 
-void cudnn_conv2d_forward(const Conv2dParams&, ConvDataType, bool, const void*, const void*, void*,
-                          const WorkspaceAllocator&, cudaStream_t) {
+void cudnn_conv2d_forward(const Conv2dParams&, ConvDataType, const ConvPolicy&, const void*,
+                          const void*, void*, const WorkspaceAllocator&, cudaStream_t) {
   no_cudnn();
 }
-void cudnn_conv2d_backward_data(const Conv2dParams&, ConvDataType, bool, const void*, const void*,
-                                void*, const WorkspaceAllocator&, cudaStream_t) {
+void cudnn_conv2d_backward_data(const Conv2dParams&, ConvDataType, const ConvPolicy&, const void*,
+                                const void*, void*, const WorkspaceAllocator&, cudaStream_t) {
   no_cudnn();
 }
-void cudnn_conv2d_backward_filter(const Conv2dParams&, ConvDataType, bool, const void*, const void*,
-                                  void*, const WorkspaceAllocator&, cudaStream_t) {
+void cudnn_conv2d_backward_filter(const Conv2dParams&, ConvDataType, const ConvPolicy&, const void*,
+                                  const void*, void*, const WorkspaceAllocator&, cudaStream_t) {
   no_cudnn();
 }
 

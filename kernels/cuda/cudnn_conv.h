@@ -4,13 +4,13 @@
 //
 // forward: y = conv(x, w); backward_data: dx = conv^T(dy, w); backward_filter: dw from x and dy.
 // Each overwrites its output. f16 and bf16 compute in f32 (tensor cores allowed); f32 uses FMA
-// math only (no TF32), so a CUDA result matches the CPU's to f32 rounding, unless allow_tf32 asks
-// for tensor cores (inputs rounded to TF32, a 10-bit mantissa: PyTorch's default for cuDNN,
-// torch.backends.cudnn.allow_tf32); f64 computes in f64. allow_tf32 matters for f32 only.
+// math only (no TF32), so a CUDA result matches the CPU's to f32 rounding, unless the policy
+// allows TF32 (inputs rounded to a 10-bit mantissa); f64 computes in f64.
 //
-// The algorithm of each (geometry, dtype, direction, device) is chosen once, by cuDNN's heuristics
-// (cudnnGetConvolution*Algorithm_v7: no benchmark runs, no memory of its own; the best-ranked
-// supported one whose workspace is at most 1 GiB), and cached;
+// The algorithm of each (geometry, dtype, direction, device, policy) is chosen once, by cuDNN's
+// heuristics (cudnnGetConvolution*Algorithm_v7: no benchmark runs, no memory of its own; the
+// best-ranked supported one whose workspace is at most 1 GiB, a deterministic one first unless
+// the policy says otherwise), and cached. EMBER_CUDNN_LOG=1 prints each choice to stderr;
 // cudnn_conv_algorithm_searches() counts the choices made, so a test can see the cache work.
 // Workspace comes from the caller (the runtime hands out blocks of its caching allocator).
 //
@@ -31,6 +31,14 @@ namespace ember::kernels::cuda {
 enum class ConvDirection { forward, backward_data, backward_filter };
 enum class ConvDataType { f32, f64, f16, bf16 };
 
+// How cuDNN may compute: PyTorch's torch.backends.cudnn.allow_tf32 and .deterministic, whose
+// defaults there are true and false; ember's are exact and reproducible.
+struct ConvPolicy {
+  bool allow_tf32 = false;    // f32 only: tensor cores with TF32 inputs
+  bool deterministic = true;  // a deterministic algorithm when the heuristics offer one (false:
+                              // their best-ranked one, which may add with atomics)
+};
+
 // Whether this build links cuDNN.
 bool cudnn_available();
 
@@ -39,16 +47,16 @@ bool cudnn_available();
 using WorkspaceAllocator = std::function<void*(size_t bytes)>;
 
 // y (N, K, P, Q) = conv(x, w), no bias.
-void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, bool allow_tf32,
+void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, const ConvPolicy& policy,
                           const void* x, const void* w, void* y,
                           const WorkspaceAllocator& workspace, cudaStream_t stream);
 // dx (N, C, H, W) from dy (N, K, P, Q) and w.
-void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype, bool allow_tf32,
-                                const void* dy, const void* w, void* dx,
+void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype,
+                                const ConvPolicy& policy, const void* dy, const void* w, void* dx,
                                 const WorkspaceAllocator& workspace, cudaStream_t stream);
 // dw (K, C / groups, R, S) from x and dy.
-void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype, bool allow_tf32,
-                                  const void* x, const void* dy, void* dw,
+void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype,
+                                  const ConvPolicy& policy, const void* x, const void* dy, void* dw,
                                   const WorkspaceAllocator& workspace, cudaStream_t stream);
 
 // How many algorithm choices have been made (cache misses) since the program started.

@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/common/conv_params.h"
 #include "kernels/cpu/conv2d.h"
@@ -23,6 +25,12 @@ namespace ember {
 namespace {
 
 std::atomic<bool> allow_tf32{false};
+// EMBER_CUDNN_DETERMINISTIC=0 starts a process with PyTorch's default (the heuristics' best-ranked
+// algorithm, deterministic or not); anything else, or nothing, with ember's.
+std::atomic<bool> deterministic{[] {
+  const char* text = std::getenv("EMBER_CUDNN_DETERMINISTIC");
+  return text == nullptr || std::string(text) != "0";
+}()};
 
 void check_same_device(const Tensor& input, const Tensor& other, const char* what) {
   if (!other.defined()) return;
@@ -145,13 +153,17 @@ Tensor aligned_for_cudnn(const Tensor& t) {
   return t.clone();
 }
 
+kernels::cuda::ConvPolicy conv_policy() {
+  return {.allow_tf32 = conv_allow_tf32(), .deterministic = conv_deterministic()};
+}
+
 void conv2d_forward_cuda(const kernels::Conv2dParams& params, const Tensor& input_in,
                          const Tensor& weight_in, const Tensor& bias, const Tensor& out) {
   const int device = input_in.device().index;
   cuda::DeviceGuard guard(device);
   const Tensor input = aligned_for_cudnn(input_in), weight = aligned_for_cudnn(weight_in);
   CudaWorkspace workspace{input.device(), {}};
-  kernels::cuda::cudnn_conv2d_forward(params, cudnn_dtype(input.dtype()), conv_allow_tf32(),
+  kernels::cuda::cudnn_conv2d_forward(params, cudnn_dtype(input.dtype()), conv_policy(),
                                       input.data_ptr(), weight.data_ptr(), out.data_ptr(),
                                       workspace.allocator(), cuda::StreamOnDevice(device));
   if (bias.defined()) {
@@ -171,12 +183,12 @@ void conv2d_backward_cuda(const kernels::Conv2dParams& params, const Tensor& x_i
   const cudaStream_t stream = cuda::current_stream(device);
   CudaWorkspace workspace{x.device(), {}};
   if (dx.defined()) {
-    kernels::cuda::cudnn_conv2d_backward_data(params, cudnn_dtype(x.dtype()), conv_allow_tf32(),
+    kernels::cuda::cudnn_conv2d_backward_data(params, cudnn_dtype(x.dtype()), conv_policy(),
                                               dy.data_ptr(), w.data_ptr(), dx.data_ptr(),
                                               workspace.allocator(), stream);
   }
   if (dw.defined()) {
-    kernels::cuda::cudnn_conv2d_backward_filter(params, cudnn_dtype(x.dtype()), conv_allow_tf32(),
+    kernels::cuda::cudnn_conv2d_backward_filter(params, cudnn_dtype(x.dtype()), conv_policy(),
                                                 x.data_ptr(), dy.data_ptr(), dw.data_ptr(),
                                                 workspace.allocator(), stream);
   }
@@ -276,6 +288,14 @@ void set_conv_allow_tf32(bool allow) {
 
 bool conv_allow_tf32() {
   return allow_tf32.load();
+}
+
+void set_conv_deterministic(bool deterministic_only) {
+  deterministic.store(deterministic_only);
+}
+
+bool conv_deterministic() {
+  return deterministic.load();
 }
 
 }  // namespace ember

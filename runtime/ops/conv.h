@@ -37,6 +37,13 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Te
 void set_conv_allow_tf32(bool allow);
 bool conv_allow_tf32();
 
+// torch.backends.cudnn.deterministic: true (ember's default) takes a deterministic cuDNN
+// algorithm when the heuristics offer one, so that two runs give the same bits; false takes their
+// best-ranked one, which may add with atomics (PyTorch's default). EMBER_CUDNN_DETERMINISTIC=0
+// starts a process with false. The CPU is deterministic either way.
+void set_conv_deterministic(bool deterministic_only);
+bool conv_deterministic();
+
 struct Pool2dOptions {
   Size2 kernel_size = 1;
   Size2 stride = 0;  // 0: the kernel size, as PyTorch

@@ -171,6 +171,29 @@ TEST(CudaConvPool, Conv2dWithTf32AllowedStaysCloseToTheCpu) {
   EXPECT_FALSE(conv_allow_tf32());
 }
 
+// PyTorch's default, torch.backends.cudnn.deterministic = False: the heuristics' first choice,
+// which may add with atomics. Still the CPU's result within the same tolerance, in every dtype.
+TEST(CudaConvPool, Conv2dWithTheHeuristicsFirstChoiceMatchesTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  if (!kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
+  EXPECT_TRUE(conv_deterministic());
+  struct AnyAlgorithm {  // a process-wide switch: put back whatever happens
+    AnyAlgorithm() { set_conv_deterministic(false); }
+    ~AnyAlgorithm() { set_conv_deterministic(true); }
+  };
+  const AnyAlgorithm any;
+  Generator generator(24);
+  for (DType dtype : kFloating) {
+    const std::vector<Tensor> inputs = {uniform({8, 16, 16, 16}, -1.0, 1.0, dtype, &generator),
+                                        uniform({32, 16, 3, 3}, -1.0, 1.0, dtype, &generator),
+                                        Tensor()};
+    expect_forward_backward_match(
+        std::string("conv2d, any algorithm, in ") + dtype_name(dtype), inputs, {true, true, false},
+        [](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], {.padding = 1}); },
+        long_sum_tolerance(dtype));
+  }
+}
+
 TEST(CudaConvPool, Conv2dChoosesEachAlgorithmOnce) {
   EMBER_SKIP_WITHOUT_GPU();
   if (!kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";

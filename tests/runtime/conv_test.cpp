@@ -158,10 +158,12 @@ TEST(Conv2d, ForwardAndBackwardMatchTheDefinition) {
     check_against_definition(c, g, "");
 }
 
-// set_conv_allow_tf32 (torch.backends.cudnn.allow_tf32) is CUDA's: off by default, and the CPU
-// computes the same bits with it on.
+// set_conv_allow_tf32 and set_conv_deterministic (torch.backends.cudnn's allow_tf32 and
+// deterministic) are CUDA's: exact and deterministic by default, and the CPU computes the same bits
+// with TF32 allowed.
 TEST(Conv2d, TheTf32SwitchIsOffByDefaultAndLeavesTheCpuExact) {
   EXPECT_FALSE(conv_allow_tf32());
+  EXPECT_TRUE(conv_deterministic());
   Generator g(23);
   const Tensor x = randn({2, 3, 9, 7}, DType::f32, &g), w = randn({4, 3, 3, 3}, DType::f32, &g);
   const Tensor exact = conv2d(x, w, Tensor(), {.padding = 1});
