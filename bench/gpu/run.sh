@@ -33,13 +33,14 @@
 # the request for a machine to its give-back: the start (a minute or two), every call, and the
 # idle time between calls. Everything does not fit in one call's 600 s (a build from scratch takes
 # minutes): the steps run in order of value and the last ones are skipped when the budget runs
-# out, saying so. The plan that fits 15 minutes: one full call, then, only if status says 5
-# minutes or more are left, a short second one on the warm machine (build-gpu/ and /tmp/ember-gpu
-# stay between calls on a warm machine; the `build` step is then a no-op), then give_back:
+# out, saying so. The plan that fits 15 minutes, from the timings below (2026-11-27, H200): one
+# call of the whole default list (~7 minutes, ~8 with the start), then, only if status says 5
+# minutes or more are left, the MPI step on the warm machine (it builds its own MPI-enabled tree),
+# then give_back:
 #     run(command="bash bench/gpu/run.sh", carry=[".debs"], timeout_s=600)
-#     run(command="BUDGET_S=200 bash bench/gpu/run.sh build torch train", carry=[".debs"], timeout_s=230)
+#     run(command="BUDGET_S=240 bash bench/gpu/run.sh mpi", carry=[".debs"], timeout_s=270)
 #     give_back()
-# ctest (the CPU suites, which CI runs anyway) and mpi are for a later session's lease.
+# A machine left idle for 30 s goes back (status's idle_release_s): have the second command ready.
 # Steps: build test sanitize bench torch train engines ctest (default: all of them, in that order), and
 # mpi, never in the default: a call of its own, as its build from scratch takes most of one call
 # (on a warm machine a second call picks the build up where it stopped):
