@@ -190,7 +190,13 @@ struct ProblemKey {
   auto operator<=>(const ProblemKey&) const = default;
 };
 
-ProblemKey key_of(const Conv2dParams& p, ConvDataType dtype, bool tf32, bool deterministic,
+// The policy as it applies to `dtype`: TF32 only ever for f32.
+ConvPolicy effective(const ConvPolicy& policy, ConvDataType dtype) {
+  return {.allow_tf32 = policy.allow_tf32 && dtype == ConvDataType::f32,
+          .deterministic = policy.deterministic};
+}
+
+ProblemKey key_of(const Conv2dParams& p, ConvDataType dtype, const ConvPolicy& policy,
                   ConvDirection direction) {
   int device = 0;
   EMBER_CUDA_KERNEL_CHECK(cudaGetDevice(&device));
@@ -200,8 +206,8 @@ ProblemKey key_of(const Conv2dParams& p, ConvDataType dtype, bool tf32, bool det
           static_cast<int>(dtype),
           static_cast<int>(direction),
           device,
-          tf32,
-          deterministic};
+          policy.allow_tf32,
+          policy.deterministic};
 }
 
 std::mutex cache_mutex;
@@ -232,13 +238,14 @@ const char* direction_name(ConvDirection direction) {
 constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;
 
 template <typename Perf, typename Query, typename WorkspaceQuery>
-Algorithm pick(const Descriptors& d, ConvDataType dtype, bool tf32, bool deterministic,
+Algorithm pick(const Descriptors& d, ConvDataType dtype, const ConvPolicy& policy,
                ConvDirection direction, Query query, WorkspaceQuery workspace_query) {
+  const bool tf32 = policy.allow_tf32;
   constexpr int kRequested = 16;
   Perf results[kRequested];
   int returned = 0;
   query(kRequested, &returned, results);
-  for (const bool deterministic_only : {deterministic, false}) {
+  for (const bool deterministic_only : {policy.deterministic, false}) {
     for (int i = 0; i < returned; ++i) {
       if (results[i].status != CUDNN_STATUS_SUCCESS) continue;
       if (deterministic_only && results[i].determinism != CUDNN_DETERMINISTIC) continue;
@@ -315,9 +322,9 @@ void log_choice(const Conv2dParams& p, ConvDataType dtype, bool tf32, ConvDirect
 
 // The cached algorithm for the problem, chosen now on a miss; sets the descriptors' math type.
 template <typename Choose>
-Algorithm algorithm_for(const Conv2dParams& p, ConvDataType dtype, bool tf32, bool deterministic,
+Algorithm algorithm_for(const Conv2dParams& p, ConvDataType dtype, const ConvPolicy& policy,
                         ConvDirection direction, const Descriptors& d, Choose choose) {
-  const ProblemKey key = key_of(p, dtype, tf32, deterministic, direction);
+  const ProblemKey key = key_of(p, dtype, policy, direction);
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
     const auto found = algorithm_cache.find(key);
@@ -329,7 +336,7 @@ Algorithm algorithm_for(const Conv2dParams& p, ConvDataType dtype, bool tf32, bo
   // Two threads may both miss and both choose: the heuristics are deterministic, so they agree.
   const Algorithm chosen = choose();
   searches.fetch_add(1, std::memory_order_relaxed);
-  if (log_choices()) log_choice(p, dtype, tf32, direction, chosen);
+  if (log_choices()) log_choice(p, dtype, policy.allow_tf32, direction, chosen);
   std::lock_guard<std::mutex> lock(cache_mutex);
   algorithm_cache.emplace(key, chosen);
   return chosen;
@@ -369,22 +376,21 @@ void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, const 
                           const void* x, const void* w, void* y,
                           const WorkspaceAllocator& workspace, cudaStream_t stream) {
   if (is_empty(params)) return;
-  const bool tf32 = policy.allow_tf32 && dtype == ConvDataType::f32;
+  const ConvPolicy used = effective(policy, dtype);
   cudnnHandle_t handle = handle_for(stream);
-  const Descriptors d(params, dtype, tf32);
-  const Algorithm chosen =
-      algorithm_for(params, dtype, tf32, policy.deterministic, ConvDirection::forward, d, [&] {
-        return pick<cudnnConvolutionFwdAlgoPerf_t>(
-            d, dtype, tf32, policy.deterministic, ConvDirection::forward,
-            [&](int requested, int* returned, cudnnConvolutionFwdAlgoPerf_t* results) {
-              EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
-                  handle, d.input, d.filter, d.conv, d.output, requested, returned, results));
-            },
-            [&](cudnnConvolutionFwdAlgo_t algorithm, size_t* bytes) {
-              return cudnnGetConvolutionForwardWorkspaceSize(handle, d.input, d.filter, d.conv,
-                                                             d.output, algorithm, bytes);
-            });
-      });
+  const Descriptors d(params, dtype, used.allow_tf32);
+  const Algorithm chosen = algorithm_for(params, dtype, used, ConvDirection::forward, d, [&] {
+    return pick<cudnnConvolutionFwdAlgoPerf_t>(
+        d, dtype, used, ConvDirection::forward,
+        [&](int requested, int* returned, cudnnConvolutionFwdAlgoPerf_t* results) {
+          EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+              handle, d.input, d.filter, d.conv, d.output, requested, returned, results));
+        },
+        [&](cudnnConvolutionFwdAlgo_t algorithm, size_t* bytes) {
+          return cudnnGetConvolutionForwardWorkspaceSize(handle, d.input, d.filter, d.conv,
+                                                         d.output, algorithm, bytes);
+        });
+  });
   void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;
   const Scaling scaling(dtype);
   EMBER_CUDNN_CHECK(
@@ -397,22 +403,21 @@ void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype,
                                 const ConvPolicy& policy, const void* dy, const void* w, void* dx,
                                 const WorkspaceAllocator& workspace, cudaStream_t stream) {
   if (is_empty(params)) return;
-  const bool tf32 = policy.allow_tf32 && dtype == ConvDataType::f32;
+  const ConvPolicy used = effective(policy, dtype);
   cudnnHandle_t handle = handle_for(stream);
-  const Descriptors d(params, dtype, tf32);
-  const Algorithm chosen = algorithm_for(
-      params, dtype, tf32, policy.deterministic, ConvDirection::backward_data, d, [&] {
-        return pick<cudnnConvolutionBwdDataAlgoPerf_t>(
-            d, dtype, tf32, policy.deterministic, ConvDirection::backward_data,
-            [&](int requested, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
-              EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                  handle, d.filter, d.output, d.conv, d.input, requested, returned, results));
-            },
-            [&](cudnnConvolutionBwdDataAlgo_t algorithm, size_t* bytes) {
-              return cudnnGetConvolutionBackwardDataWorkspaceSize(
-                  handle, d.filter, d.output, d.conv, d.input, algorithm, bytes);
-            });
-      });
+  const Descriptors d(params, dtype, used.allow_tf32);
+  const Algorithm chosen = algorithm_for(params, dtype, used, ConvDirection::backward_data, d, [&] {
+    return pick<cudnnConvolutionBwdDataAlgoPerf_t>(
+        d, dtype, used, ConvDirection::backward_data,
+        [&](int requested, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
+          EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+              handle, d.filter, d.output, d.conv, d.input, requested, returned, results));
+        },
+        [&](cudnnConvolutionBwdDataAlgo_t algorithm, size_t* bytes) {
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.filter, d.output, d.conv,
+                                                              d.input, algorithm, bytes);
+        });
+  });
   void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;
   const Scaling scaling(dtype);
   EMBER_CUDNN_CHECK(
@@ -425,13 +430,13 @@ void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype
                                   const ConvPolicy& policy, const void* x, const void* dy, void* dw,
                                   const WorkspaceAllocator& workspace, cudaStream_t stream) {
   if (is_empty(params)) return;
-  const bool tf32 = policy.allow_tf32 && dtype == ConvDataType::f32;
+  const ConvPolicy used = effective(policy, dtype);
   cudnnHandle_t handle = handle_for(stream);
-  const Descriptors d(params, dtype, tf32);
-  const Algorithm chosen = algorithm_for(
-      params, dtype, tf32, policy.deterministic, ConvDirection::backward_filter, d, [&] {
+  const Descriptors d(params, dtype, used.allow_tf32);
+  const Algorithm chosen =
+      algorithm_for(params, dtype, used, ConvDirection::backward_filter, d, [&] {
         return pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
-            d, dtype, tf32, policy.deterministic, ConvDirection::backward_filter,
+            d, dtype, used, ConvDirection::backward_filter,
             [&](int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
               EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
                   handle, d.input, d.output, d.conv, d.filter, requested, returned, results));
