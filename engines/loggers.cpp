@@ -140,6 +140,7 @@ void ConsoleLogger::log_epoch(const LoaderMetrics& metrics, const IRunner& runne
     line << (first ? "  " : "  | ") << loader << ":";
     first = false;
     for (const auto& [key, value] : values) {
+      if (key == "first_batch_seconds") continue;  // a set-up diagnostic: in the files only
       char text[64];
       std::snprintf(text, sizeof(text), " %s %.4g", key.c_str(), value);
       line << text;

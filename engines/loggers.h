@@ -16,7 +16,7 @@
 namespace ember::engines {
 
 // "epoch 2/10  train: accuracy 0.8123  loss 0.5012 ... | valid: ..." ("stage finetune epoch 2/10
-// ..." with several stages).
+// ..." with several stages). Every metric but first_batch_seconds, which the files keep.
 class ConsoleLogger : public ILogger {
  public:
   explicit ConsoleLogger(std::ostream& out) : out_(out) {}

@@ -200,6 +200,7 @@ void IRunner::run_loader() {
   loader_sample_step = 0;
   running_.clear();
   const Clock::time_point start = Clock::now();
+  double first_batch_seconds = 0;
   run_event(&ICallback::on_loader_start);
   {
     GradModeGuard gradients_only_when_training(is_train_loader);
@@ -218,6 +219,7 @@ void IRunner::run_loader() {
         handle_batch(placed);
       }
       run_event(&ICallback::on_batch_end);
+      if (loader_batch_step == 1) first_batch_seconds = seconds_since(start);
       for (const auto& [key, value] : batch_metrics) {
         EMBER_CHECK(value.defined() && value.numel() == 1, "runner: batch metric '", key,
                     "' should hold one number, got ",
@@ -254,6 +256,7 @@ void IRunner::run_loader() {
   const double seconds = seconds_since(start);
   loader_metrics["throughput"] = values[index] / std::max(seconds, 1e-9);
   loader_metrics["seconds"] = seconds;
+  loader_metrics["first_batch_seconds"] = first_batch_seconds;
   epoch_metrics.emplace_back(loader_key, loader_metrics);
   run_event(&ICallback::on_loader_end);
 }

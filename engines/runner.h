@@ -110,8 +110,10 @@ class IRunner {
   // This loader's running averages so far, on this rank (progress bars). Reads device metrics
   // back: call it once in a while, not every batch.
   Metrics running_metrics() const;
-  // After a loader: its averages over every rank, plus "throughput" (samples/s over all ranks)
-  // and "seconds".
+  // After a loader: its averages over every rank, plus "throughput" (samples/s over all ranks),
+  // "seconds", and "first_batch_seconds" (this rank's host time from the loader's start to the end
+  // of its first batch: the loader's start-up and whatever is set up on first use, such as
+  // cuDNN's algorithm choices; work still queued on a GPU is not in it).
   Metrics loader_metrics;
   // After each loader: every loader of this epoch.
   LoaderMetrics epoch_metrics;

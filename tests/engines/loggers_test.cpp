@@ -200,14 +200,14 @@ TEST(Loggers, FilesHoldOneRowPerEpoch) {
   std::getline(lines, row2);
   EXPECT_FALSE(std::getline(lines, extra));
   EXPECT_EQ(header,
-            "epoch,train_loss,train_lr,train_seconds,train_throughput,valid_loss,valid_seconds,"
-            "valid_throughput");
+            "epoch,train_first_batch_seconds,train_loss,train_lr,train_seconds,train_throughput,"
+            "valid_first_batch_seconds,valid_loss,valid_seconds,valid_throughput");
   EXPECT_EQ(row1.substr(0, 2), "1,");
   EXPECT_EQ(row2.substr(0, 2), "2,");
   EXPECT_NE(row1.find(",0.10000000000000001,"), std::string::npos) << row1;  // the lr, exactly
   const std::string jsonl = read_file(logdir + "/metrics.jsonl");
   EXPECT_EQ(std::count(jsonl.begin(), jsonl.end(), '\n'), 2);
-  EXPECT_EQ(jsonl.rfind("{\"epoch\": 1, \"train_loss\": ", 0), 0u) << jsonl;
+  EXPECT_EQ(jsonl.rfind("{\"epoch\": 1, \"train_first_batch_seconds\": ", 0), 0u) << jsonl;
   EXPECT_NE(console.str().find("epoch 2/2  train: loss "), std::string::npos) << console.str();
   EXPECT_NE(console.str().find(" | valid: loss "), std::string::npos);
 

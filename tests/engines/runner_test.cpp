@@ -2,11 +2,13 @@
 // rules, checkpoints' top-k and early stopping, and the errors a user meets.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "distributed/distributed_sampler.h"
 #include "engines/callbacks.h"
@@ -786,6 +788,52 @@ TEST(Runner, LoaderMetricsAreBatchSizeWeightedMeans) {
   EXPECT_DOUBLE_EQ(runner.epoch_metric("train", "loss"), weighted_sum / 22.0);
   EXPECT_EQ(runner.epoch_metric("train", "loss"), weighted_sum / 22.0);  // bit for bit
   EXPECT_EQ(runner.epoch_metric("train", "lr"), 0.1);
+}
+
+// Stands for a first-use set-up (cuDNN's algorithm choices, say): the first train batch of the
+// first epoch takes `delay` longer, and then the second batch of the second epoch (a slow batch
+// that is not the first). Records each train loader's first_batch_seconds and seconds.
+class SlowFirstBatch : public ICallback {
+ public:
+  explicit SlowFirstBatch(std::chrono::milliseconds delay)
+      : ICallback(CallbackOrder::external), delay_(delay) {}
+  void on_batch_end(IRunner& runner) override {
+    if (runner.is_train_loader && runner.loader_batch_step == runner.epoch)
+      std::this_thread::sleep_for(delay_);
+  }
+  void on_loader_end(IRunner& runner) override {
+    if (!runner.is_train_loader) return;
+    first_batch.push_back(runner.loader_metrics.at("first_batch_seconds"));
+    loader.push_back(runner.loader_metrics.at("seconds"));
+  }
+  std::vector<double> first_batch, loader;
+
+ private:
+  std::chrono::milliseconds delay_;
+};
+
+// first_batch_seconds holds what the first batch cost, so that a set-up paid once shows apart
+// from the epoch's steady rate.
+TEST(Runner, FirstBatchSecondsHoldTheFirstBatchsSetUp) {
+  manual_seed(3);
+  SupervisedRunner runner;
+  auto slow = std::make_shared<SlowFirstBatch>(std::chrono::milliseconds(300));
+  runner.train({.model = testing::mlp(false),
+                .criterion = cross_entropy_loss,
+                .loaders = {{"train", testing::loader(24, 8, true)}},
+                .num_epochs = 2,
+                .engine = "cpu",
+                .callbacks = {{"slow", slow}},
+                .optimizer_fn = [](nn::Module& m) {
+                  return std::make_shared<optim::SGD>(m.named_parameters(),
+                                                      optim::SGDOptions{.lr = 0.1});
+                }});
+  ASSERT_EQ(slow->first_batch.size(), 2u);
+  EXPECT_GE(slow->first_batch[0], 0.3);
+  EXPECT_LE(slow->first_batch[0], slow->loader[0]);
+  EXPECT_GT(slow->first_batch[1], 0.0);
+  EXPECT_LT(slow->first_batch[1], 0.3);
+  EXPECT_GE(slow->loader[1], 0.3);
 }
 
 // A metric of several numbers is refused at the batch that makes it, naming the metric.
