@@ -49,6 +49,9 @@ constexpr const char* kUsage =
     "  --tf32              GPU engines: f32 convolutions and matrix products may round their\n"
     "                      inputs to TF32 to use the tensor cores (PyTorch's default for\n"
     "                      convolutions; ember's f32 is exact f32 otherwise)\n"
+    "  --cudnn-benchmark   GPU engines: time cuDNN's convolution algorithms on each shape's first\n"
+    "                      call and take the fastest deterministic one, instead of the\n"
+    "                      heuristics' choice (PyTorch's torch.backends.cudnn.benchmark)\n"
     "  --daso-warmup N     --engine daso: epochs of blocking averaging first (default 4, Heat's)\n"
     "  --daso-cooldown N   --engine daso: and last (default 4); DASO skips global averages only\n"
     "                      in the epochs between\n";
@@ -71,7 +74,7 @@ int run_train(int argc, char** argv) {
       argc, argv,
       {"epochs", "batch-size", "lr", "model-size", "engine", "amp", "device", "logdir", "seed",
        "limit-train", "limit-valid", "data", "stop-after", "daso-warmup", "daso-cooldown"},
-      {"resume", "quiet", "sync-bn", "tf32"});
+      {"resume", "quiet", "sync-bn", "tf32", "cudnn-benchmark"});
   if (!flags.positional().empty()) {
     const std::string& after = flags.switch_before(0);
     std::string why;  // a value given to a switch, said as such
@@ -102,6 +105,7 @@ int run_train(int argc, char** argv) {
   config.data_dir = flags.text("data", data::kFashionMnistDefaultDir);
   config.sync_bn = flags.has("sync-bn");
   config.tf32 = flags.has("tf32");
+  config.cudnn_benchmark = flags.has("cudnn-benchmark");
   config.daso_warmup = static_cast<int>(flags.integer("daso-warmup", 4, 0, 1000));
   config.daso_cooldown = static_cast<int>(flags.integer("daso-cooldown", 4, 0, 1000));
   EMBER_CHECK(config.engine == "daso" || (!flags.has("daso-warmup") && !flags.has("daso-cooldown")),

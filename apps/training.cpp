@@ -206,6 +206,18 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
     Tf32Switches(const Tf32Switches&) = delete;
     Tf32Switches& operator=(const Tf32Switches&) = delete;
   } const tf32_switches(config.tf32);
+  EMBER_CHECK(!config.cudnn_benchmark || engine->device().is_cuda(),
+              "train: --cudnn-benchmark times cuDNN's convolution algorithms; engine ",
+              engine->name(),
+              " runs on the CPU, where there is nothing to choose: drop --cudnn-benchmark");
+  // torch.backends.cudnn.benchmark, process-wide as there: put back when this run ends.
+  struct BenchmarkSwitch {
+    bool before = conv_benchmark();
+    explicit BenchmarkSwitch(bool measure) { set_conv_benchmark(measure || before); }
+    ~BenchmarkSwitch() { set_conv_benchmark(before); }
+    BenchmarkSwitch(const BenchmarkSwitch&) = delete;
+    BenchmarkSwitch& operator=(const BenchmarkSwitch&) = delete;
+  } const benchmark_switch(config.cudnn_benchmark);
   if (daso && config.daso_warmup + config.daso_cooldown >= config.epochs &&
       engine->is_master_process()) {
     out << "note: DASO with " << config.epochs << " epochs, warm-up " << config.daso_warmup
@@ -304,9 +316,10 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
     }
     out << "ember train: resnet9(size " << config.model_size << ", " << parameters << " parameters"
         << (config.sync_bn ? ", SyncBatchNorm" : "") << ") on " << engine->name()
-        << (config.tf32 ? " with TF32" : "") << ", Fashion-MNIST " << train_set->size()
-        << " train / " << valid_set->size() << " valid images, batch " << rank_batch_size * ranks
-        << shares << ", Adam lr " << config.lr << ", " << config.epochs
+        << (config.tf32 ? " with TF32" : "")
+        << (config.cudnn_benchmark ? ", cuDNN algorithms timed" : "") << ", Fashion-MNIST "
+        << train_set->size() << " train / " << valid_set->size() << " valid images, batch "
+        << rank_batch_size * ranks << shares << ", Adam lr " << config.lr << ", " << config.epochs
         << (config.epochs == 1 ? " epoch\n" : " epochs\n") << std::flush;
   };
 

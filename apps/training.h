@@ -29,9 +29,10 @@ struct TrainConfig {
   int64_t limit_valid = 0;
   std::string data_dir;
   Progress progress = Progress::lines;
-  bool sync_bn = false;  // ddp engines: batch norm over the global batch (SyncBatchNorm)
-  bool tf32 = false;     // CUDA: f32 convolutions and products may use TF32 tensor cores
-  int daso_warmup = 4;   // --engine daso: blocking epochs first and last (Heat's defaults)
+  bool sync_bn = false;          // ddp engines: batch norm over the global batch (SyncBatchNorm)
+  bool tf32 = false;             // CUDA: f32 convolutions and products may use TF32 tensor cores
+  bool cudnn_benchmark = false;  // CUDA: convolution algorithms chosen by timing them
+  int daso_warmup = 4;           // --engine daso: blocking epochs first and last (Heat's defaults)
   int daso_cooldown = 4;
 };
 

@@ -16,25 +16,32 @@ batch, optimizer and augmentation, timed the same way, with the data on the GPU 
 An ember run is cut at 60 s; the rows that would start past 60% of --budget seconds are skipped,
 saying so, and PyTorch gets what is left.
 
-Writes engines.md (the table) and engines.json into --out, and prints the table.
+A second table says where epoch 1's extra time goes: the first train and valid batches' host time
+(metrics.csv's *_first_batch_seconds), and the sums of cuDNN's choice and first-run times, which
+each ember run logs (EMBER_CUDNN_LOG=1, kept in its logdir's stderr.log).
+
+Writes engines.md (the tables) and engines.json into --out, and prints the tables.
 """
 import argparse
 import csv
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import time
 
-# engine:precision. The PyTorch loop of the same precision is each row's reference: o2 (a bf16
-# or f16 model with f32 master weights) has no plain-loop twin and is set beside autocast; tf32 is
-# f32 with `ember train --tf32`, beside PyTorch's default f32 (TF32 convolutions).
+# engine:precision[:benchmark]. The PyTorch loop of the same precision is each row's reference: o2
+# (a bf16 or f16 model with f32 master weights) has no plain-loop twin and is set beside autocast;
+# tf32 is f32 with `ember train --tf32`, beside PyTorch's default f32 (TF32 convolutions);
+# :benchmark adds `--cudnn-benchmark` (cuDNN's algorithms timed, the fastest deterministic one
+# taken), beside the same plain loop with PyTorch's defaults.
 DEFAULT_ENGINES = ("cuda:none,cuda:tf32,amp:bf16,amp:fp16,o2:bf16,o2:fp16,dp:none,dp:bf16,ddp:none,"
-                   "ddp:bf16")
+                   "ddp:bf16,cuda:none:benchmark,amp:bf16:benchmark,amp:fp16:benchmark")
 
 
-def ember_run(ember, engine, amp, args, logdir):
+def ember_run(ember, engine, amp, args, logdir, benchmark=False):
     """{epochs: [{images_per_s, accuracy}], images_per_s, valid_accuracy} or {error}."""
     command = [ember, "train", "--engine", engine, "--amp", "none" if amp == "tf32" else amp,
                "--epochs", str(args.epochs),
@@ -42,23 +49,82 @@ def ember_run(ember, engine, amp, args, logdir):
                "--limit-valid", "2048", "--data", args.data, "--logdir", logdir, "--quiet"]
     if amp == "tf32":
         command.append("--tf32")
+    if benchmark:
+        command.append("--cudnn-benchmark")
     env = dict(os.environ)
     if engine.startswith("ddp"):
         env["EMBER_DDP_WORLD_OF_ONE"] = "1"  # a world of one over NCCL on cuda:0
+    # Each cuDNN choice on stderr, with the time it took and its first run's (epoch 1 only).
+    env["EMBER_CUDNN_LOG"] = "1"
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
         return {"error": "ran past 60 s"}
+    os.makedirs(logdir, exist_ok=True)
+    with open(os.path.join(logdir, "stderr.log"), "w") as f:
+        f.write(done.stderr)
     if done.returncode != 0:
         lines = (done.stderr or done.stdout).strip().splitlines()
         return {"error": f"exit {done.returncode}: {lines[-1] if lines else ''}"}
     with open(os.path.join(logdir, "metrics.csv")) as f:
         rows = list(csv.DictReader(f))
     epochs = [{"images_per_s": float(r["train_throughput"]),
-               "accuracy": float(r["train_accuracy"])} for r in rows]
+               "accuracy": float(r["train_accuracy"]),
+               "seconds": float(r.get("train_seconds") or "nan"),
+               "first_batch_seconds": float(r.get("train_first_batch_seconds") or "nan"),
+               "valid_first_batch_seconds": float(r.get("valid_first_batch_seconds") or "nan")}
+              for r in rows]
     later = epochs[1:] or epochs
     return {"epochs": epochs, "images_per_s": statistics.median(e["images_per_s"] for e in later),
-            "valid_accuracy": float(rows[-1]["valid_accuracy"]), "command": " ".join(command)}
+            "valid_accuracy": float(rows[-1]["valid_accuracy"]), "command": " ".join(command),
+            "cudnn": cudnn_set_up(done.stderr)}
+
+
+CUDNN_TIMES = re.compile(r"chosen in ([0-9.]+) ms, first run ([0-9.]+) ms")
+
+
+def cudnn_set_up(stderr):
+    """{choices, choice_ms, first_run_ms}: the sums over EMBER_CUDNN_LOG's lines."""
+    times = [tuple(map(float, m.groups())) for m in CUDNN_TIMES.finditer(stderr)]
+    return {"choices": len(times), "choice_ms": sum(t[0] for t in times),
+            "first_run_ms": sum(t[1] for t in times)}
+
+
+def set_up_lines(rows, runs, order):
+    """A table of where ember's epoch 1 goes beyond a later epoch, and PyTorch's epoch 1."""
+    lines = ["", "Epoch 1's extra time (its seconds less the median of the later epochs'). ember: "
+             "the first train and valid batches' host time (metrics.csv), and cuDNN's choices and "
+             "first runs (EMBER_CUDNN_LOG=1; each first run is timed between two synchronisations)."
+             " Each ember row is a process of its own.", "",
+             "| engine | precision | epoch 1 s | later s | extra s | first train batch s | "
+             "first valid batch s | cuDNN choices | choosing ms | first runs ms |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if "error" in r or len(r["epochs"]) < 2:
+            continue
+        first = r["epochs"][0]
+        later = statistics.median(e["seconds"] for e in r["epochs"][1:])
+        c = r["cudnn"]
+        lines.append(f"| {r['engine']} | {label(r)} | {first['seconds']:.2f} | {later:.2f} | "
+                     f"{first['seconds'] - later:.2f} | {first['first_batch_seconds']:.3f} | "
+                     f"{first['valid_first_batch_seconds']:.3f} | {c['choices']} | "
+                     f"{c['choice_ms']:.0f} | {c['first_run_ms']:.0f} |")
+    shown = []
+    for amp in order:
+        epochs = runs.get(amp, {}).get("epochs") or []
+        if len(epochs) >= 2:
+            later = statistics.median(e["seconds"] for e in epochs[1:])
+            shown.append(f"{amp} {epochs[0]['seconds']:.2f} s against {later:.2f} s")
+    if shown:
+        lines += ["", "PyTorch's epoch 1 against its later epochs, in the order run in one process "
+                  "(only the first pays for loading cuDNN and the CUDA context's first use): "
+                  + "; ".join(shown) + "."]
+    return lines
+
+
+def label(row):
+    """The precision column: the row's precision, and whether cuDNN's algorithms were timed."""
+    return row["amp"] + (" (--cudnn-benchmark)" if row.get("benchmark") else "")
 
 
 def reference_of(amp):
@@ -73,6 +139,8 @@ def torch_runs(args, precisions, path, seconds):
     command = [sys.executable, script, "--data", args.data, "--amp", ",".join(precisions),
                "--epochs", str(args.epochs), "--limit", str(args.limit), "--size", str(args.size),
                "--batch", str(args.batch), "--device", args.torch_device, "--json", path]
+    if os.path.exists(path):  # an earlier run's results must not stand in for this one's
+        os.remove(path)
     try:
         subprocess.run(command, timeout=seconds, check=False)
         with open(path) as f:
@@ -98,20 +166,27 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     start = time.perf_counter()
     rows = []
+    entries = []
     for entry in args.engines.split(","):
-        engine, amp = entry.split(":")
+        engine, amp, *options = entry.split(":") + ([""] if ":" not in entry else [])
+        if not engine or not amp or options not in ([], ["benchmark"]):
+            parser.error(f"--engines: {entry}: expected engine:precision[:benchmark]")
+        entries.append((engine, amp, options == ["benchmark"]))
+    for engine, amp, benchmark in entries:
         if time.perf_counter() - start > 0.6 * args.budget:  # the rest is PyTorch's
-            rows.append({"engine": engine, "amp": amp, "error": "skipped: past --budget"})
+            rows.append({"engine": engine, "amp": amp, "benchmark": benchmark,
+                         "error": "skipped: past --budget"})
             continue
-        logdir = os.path.join(args.out, f"train_{engine}_{amp}")
-        result = ember_run(args.ember, engine, amp, args, logdir)
+        logdir = os.path.join(args.out, f"train_{engine}_{amp}" + ("_benchmark" if benchmark else ""))
+        result = ember_run(args.ember, engine, amp, args, logdir, benchmark)
         for ckpt in ("last.ckpt", "best.ckpt"):  # large, of no use here
             if os.path.exists(os.path.join(logdir, ckpt)):
                 os.remove(os.path.join(logdir, ckpt))
-        rows.append(dict(result, engine=engine, amp=amp))
+        rows.append(dict(result, engine=engine, amp=amp, benchmark=benchmark))
         shown = (f"{result['images_per_s']:.0f} images/s" if "error" not in result
                  else result["error"])
-        print(f"ember train --engine {engine} --amp {amp}: {shown}", flush=True)
+        print(f"ember train --engine {engine} --amp {amp}"
+              f"{' --cudnn-benchmark' if benchmark else ''}: {shown}", flush=True)
 
     precisions = sorted({reference_of(r["amp"]) for r in rows})
     if "none" in precisions and "none-tf32" not in precisions:  # PyTorch's default f32 too
@@ -134,13 +209,14 @@ def main():
     for r in rows:
         theirs = runs.get(reference_of(r["amp"]), {}).get("images_per_s")
         if "error" in r:
-            lines.append(f"| {r['engine']} | {r['amp']} | {r['error'][:120]} | | | "
+            lines.append(f"| {r['engine']} | {label(r)} | {r['error'][:120]} | | | "
                          f"{rate(theirs)} | – |")
             continue
         ratio = f"{r['images_per_s'] / theirs:.2f}" if theirs else "–"
-        lines.append(f"| {r['engine']} | {r['amp']} | {r['images_per_s']:.0f} | "
+        lines.append(f"| {r['engine']} | {label(r)} | {r['images_per_s']:.0f} | "
                      f"{r['epochs'][0]['images_per_s']:.0f} | {100 * r['valid_accuracy']:.2f}% | "
                      f"{rate(theirs)} | {ratio} |")
+    lines += set_up_lines(rows, runs, precisions)
     tf32 = runs.get("none-tf32", {}).get("images_per_s")
     if tf32:
         lines += ["", f"PyTorch's f32 loop with its default TF32 convolutions "

@@ -298,6 +298,15 @@ if wants bench && built ember_gpu_bench gpu_bench_any_algorithm; then
   env EMBER_CUDNN_LOG=1 timeout 60 $BIN/ember_gpu_bench --benchmark_filter=resnet9 \
     --benchmark_repetitions=1 > "$WORK/logs/cudnn_choices_deterministic.log" 2>&1
 fi
+if wants bench && built ember_gpu_bench gpu_bench_measured_algorithm; then
+  # Once more with the algorithms timed (EMBER_CUDNN_BENCHMARK=1, PyTorch's cudnn.benchmark) and
+  # the fastest deterministic one taken: determinism kept, the heuristics' ranking left out.
+  step gpu_bench_measured_algorithm 60 gpu_bench_measured_algorithm.log env EMBER_CUDNN_BENCHMARK=1 \
+    EMBER_CUDNN_LOG=1 $BIN/ember_gpu_bench --benchmark_filter=resnet9 --benchmark_repetitions=5 \
+    --benchmark_report_aggregates_only=true --benchmark_out=$WORK/logs/gpu_bench_measured_algorithm.json \
+    --benchmark_out_format=json
+  grep -E "_median" "$WORK/logs/gpu_bench_measured_algorithm.log" | cut -c1-160
+fi
 if wants bench && built ember_gemm_bench gemm_bench; then
   # Its cases have no fixed iteration count: Google Benchmark runs each until 0.5 s of *manual*
   # (GPU) time by default, and a 1024^3 product (~4 us on the GPU, ~50 us of flush, launch and

@@ -7,8 +7,10 @@
 #if defined(EMBER_WITH_CUDNN)
 #include <cudnn.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <compare>
 #include <cstdio>
 #include <cstdlib>
@@ -178,22 +180,25 @@ struct Algorithm {
   int algorithm = 0;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   size_t workspace_bytes = 0;
-  // For EMBER_CUDNN_LOG: its place in the heuristics' ranking, and their first choice.
+  // For EMBER_CUDNN_LOG: its place in the ranking (the heuristics', or by measured time), and the
+  // first-ranked algorithm; with the policy's benchmark, the times cudnnFind* measured for both.
   int rank = 0, candidates = 0, first_algorithm = 0;
   bool deterministic = false;
+  float time_ms = -1, first_time_ms = -1;
 };
 
 struct ProblemKey {
   std::array<int64_t, 14> geometry;
   int dtype, direction, device;
-  bool tf32, deterministic;
+  bool tf32, deterministic, benchmark;
   auto operator<=>(const ProblemKey&) const = default;
 };
 
 // The policy as it applies to `dtype`: TF32 only ever for f32.
 ConvPolicy effective(const ConvPolicy& policy, ConvDataType dtype) {
   return {.allow_tf32 = policy.allow_tf32 && dtype == ConvDataType::f32,
-          .deterministic = policy.deterministic};
+          .deterministic = policy.deterministic,
+          .benchmark = policy.benchmark};
 }
 
 ProblemKey key_of(const Conv2dParams& p, ConvDataType dtype, const ConvPolicy& policy,
@@ -207,7 +212,8 @@ ProblemKey key_of(const Conv2dParams& p, ConvDataType dtype, const ConvPolicy& p
           static_cast<int>(direction),
           device,
           policy.allow_tf32,
-          policy.deterministic};
+          policy.deterministic,
+          policy.benchmark};
 }
 
 std::mutex cache_mutex;
@@ -226,9 +232,10 @@ const char* direction_name(ConvDirection direction) {
   return "?";
 }
 
-// The first (best-ranked) deterministic algorithm the heuristics say is supported, else the first
-// supported one, and its workspace with the math type it needs (workspace_query(algo, &bytes)
-// returns cuDNN's status). The descriptors' math type is set to it as a side effect.
+// The first (best-ranked) deterministic algorithm of query's results (the heuristics' ranking, or
+// cudnnFind*'s by measured time) that is supported, else the first supported one, and its
+// workspace with the math type it needs (workspace_query(algo, &bytes) returns cuDNN's status).
+// The descriptors' math type is set to it as a side effect.
 //
 // Deterministic first: the others (BWD_DATA_ALGO_0, BWD_FILTER_ALGO_0 and _3) add with atomics,
 // so two runs of the same training differ in the last bits, which 16-bit rounding and Adam
@@ -263,6 +270,8 @@ Algorithm pick(const Descriptors& d, ConvDataType dtype, const ConvPolicy& polic
       chosen.candidates = returned;
       chosen.deterministic = results[i].determinism == CUDNN_DETERMINISTIC;
       chosen.first_algorithm = static_cast<int>(results[0].algo);
+      chosen.time_ms = results[i].time;
+      chosen.first_time_ms = results[0].time;
       chosen.math = dtype == ConvDataType::f32 && !tf32 ? CUDNN_FMA_MATH : math;
       EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, chosen.math));
       // A candidate whose workspace cannot be sized under this math type is skipped, and so is a
@@ -304,12 +313,17 @@ const char* dtype_name_of(ConvDataType dtype) {
 }
 
 void log_choice(const Conv2dParams& p, ConvDataType dtype, bool tf32, ConvDirection direction,
-                const Algorithm& chosen) {
+                const Algorithm& chosen, double choice_ms, double first_run_ms) {
+  char measured[96] = "";
+  if (chosen.time_ms >= 0) {
+    std::snprintf(measured, sizeof(measured), " (measured %.3f ms; the fastest %.3f ms)",
+                  chosen.time_ms, chosen.first_time_ms);
+  }
   std::fprintf(
       stderr,
       "ember cuDNN: %s %s%s x (%lld, %lld, %lld, %lld) w (%lld, %lld, %lld, %lld) stride "
-      "%lld padding %lld: algorithm %d (rank %d of %d, %s, math %d, workspace %zu B); "
-      "the heuristics' first: %d\n",
+      "%lld padding %lld: algorithm %d (rank %d of %d, %s, math %d, workspace %zu B)%s; "
+      "the %s first: %d; chosen in %.3f ms, first run %.3f ms\n",
       direction_name(direction), dtype_name_of(dtype), tf32 ? " (TF32)" : "",
       static_cast<long long>(p.batch), static_cast<long long>(p.in_channels),
       static_cast<long long>(p.in_height), static_cast<long long>(p.in_width),
@@ -317,29 +331,81 @@ void log_choice(const Conv2dParams& p, ConvDataType dtype, bool tf32, ConvDirect
       static_cast<long long>(p.kernel_height), static_cast<long long>(p.kernel_width),
       static_cast<long long>(p.stride_h), static_cast<long long>(p.pad_h), chosen.algorithm,
       chosen.rank, chosen.candidates, chosen.deterministic ? "deterministic" : "not deterministic",
-      static_cast<int>(chosen.math), chosen.workspace_bytes, chosen.first_algorithm);
+      static_cast<int>(chosen.math), chosen.workspace_bytes, measured,
+      chosen.time_ms >= 0 ? "measurements'" : "heuristics'", chosen.first_algorithm, choice_ms,
+      first_run_ms);
 }
+
+using Clock = std::chrono::steady_clock;
+
+double milliseconds_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// What algorithm_for found: the algorithm, whether it was chosen now (a cache miss) and the host
+// time the choice took.
+struct Lookup {
+  Algorithm algorithm;
+  bool chosen_now = false;
+  double choice_ms = 0;
+};
 
 // The cached algorithm for the problem, chosen now on a miss; sets the descriptors' math type.
 template <typename Choose>
-Algorithm algorithm_for(const Conv2dParams& p, ConvDataType dtype, const ConvPolicy& policy,
-                        ConvDirection direction, const Descriptors& d, Choose choose) {
+Lookup algorithm_for(const Conv2dParams& p, ConvDataType dtype, const ConvPolicy& policy,
+                     ConvDirection direction, const Descriptors& d, Choose choose) {
   const ProblemKey key = key_of(p, dtype, policy, direction);
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
     const auto found = algorithm_cache.find(key);
     if (found != algorithm_cache.end()) {
       EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, found->second.math));
-      return found->second;
+      return {.algorithm = found->second};
     }
   }
-  // Two threads may both miss and both choose: the heuristics are deterministic, so they agree.
+  // Two threads may both miss and both choose. The heuristics are deterministic, so they agree;
+  // measurements may not, and the first choice cached is the one every later call takes.
+  const Clock::time_point start = Clock::now();
   const Algorithm chosen = choose();
+  const double choice_ms = milliseconds_since(start);
   searches.fetch_add(1, std::memory_order_relaxed);
-  if (log_choices()) log_choice(p, dtype, policy.allow_tf32, direction, chosen);
   std::lock_guard<std::mutex> lock(cache_mutex);
-  algorithm_cache.emplace(key, chosen);
-  return chosen;
+  const Algorithm& cached = algorithm_cache.emplace(key, chosen).first->second;
+  EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, cached.math));
+  return {.algorithm = cached, .chosen_now = true, .choice_ms = choice_ms};
+}
+
+// Runs the convolution. With EMBER_CUDNN_LOG=1, a problem's first run is timed on the host
+// between two synchronisations of the stream (what cuDNN sets up on first use, such as loading
+// its kernels, shows there) and its choice is logged with both times.
+template <typename Run>
+void run_convolution(const Lookup& lookup, const Conv2dParams& p, ConvDataType dtype,
+                     const ConvPolicy& policy, ConvDirection direction, cudaStream_t stream,
+                     Run run) {
+  if (!lookup.chosen_now || !log_choices()) {
+    run();
+    return;
+  }
+  EMBER_CUDA_KERNEL_CHECK(cudaStreamSynchronize(stream));
+  const Clock::time_point start = Clock::now();
+  run();
+  EMBER_CUDA_KERNEL_CHECK(cudaStreamSynchronize(stream));
+  log_choice(p, dtype, policy.allow_tf32, direction, lookup.algorithm, lookup.choice_ms,
+             milliseconds_since(start));
+}
+
+// The largest workspace, up to kMaxWorkspaceBytes, that any of the direction's `count` algorithms
+// needs under the descriptors' math type: what cudnnFind* is given to try them in.
+template <typename AlgorithmEnum, typename WorkspaceQuery>
+size_t largest_workspace(int count, WorkspaceQuery workspace_query) {
+  size_t largest = 0;
+  for (int algorithm = 0; algorithm < count; ++algorithm) {
+    size_t bytes = 0;
+    if (workspace_query(static_cast<AlgorithmEnum>(algorithm), &bytes) == CUDNN_STATUS_SUCCESS &&
+        bytes <= kMaxWorkspaceBytes)
+      largest = std::max(largest, bytes);
+  }
+  return largest;
 }
 
 // alpha = 1, beta = 0 in the type cuDNN reads them as (double for f64, float otherwise).
@@ -379,24 +445,36 @@ void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, const 
   const ConvPolicy used = effective(policy, dtype);
   cudnnHandle_t handle = handle_for(stream);
   const Descriptors d(params, dtype, used.allow_tf32);
-  const Algorithm chosen = algorithm_for(params, dtype, used, ConvDirection::forward, d, [&] {
+  const auto workspace_size = [&](cudnnConvolutionFwdAlgo_t algorithm, size_t* bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(handle, d.input, d.filter, d.conv, d.output,
+                                                   algorithm, bytes);
+  };
+  const Lookup lookup = algorithm_for(params, dtype, used, ConvDirection::forward, d, [&] {
     return pick<cudnnConvolutionFwdAlgoPerf_t>(
         d, dtype, used, ConvDirection::forward,
         [&](int requested, int* returned, cudnnConvolutionFwdAlgoPerf_t* results) {
-          EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
-              handle, d.input, d.filter, d.conv, d.output, requested, returned, results));
+          if (!used.benchmark) {
+            EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+                handle, d.input, d.filter, d.conv, d.output, requested, returned, results));
+            return;
+          }
+          const size_t bytes = largest_workspace<cudnnConvolutionFwdAlgo_t>(
+              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, workspace_size);
+          EMBER_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+              handle, d.input, x, d.filter, w, d.conv, d.output, y, requested, returned, results,
+              bytes > 0 ? workspace(bytes) : nullptr, bytes));
         },
-        [&](cudnnConvolutionFwdAlgo_t algorithm, size_t* bytes) {
-          return cudnnGetConvolutionForwardWorkspaceSize(handle, d.input, d.filter, d.conv,
-                                                         d.output, algorithm, bytes);
-        });
+        workspace_size);
   });
+  const Algorithm& chosen = lookup.algorithm;
   void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;
   const Scaling scaling(dtype);
-  EMBER_CUDNN_CHECK(
-      cudnnConvolutionForward(handle, scaling.alpha(), d.input, x, d.filter, w, d.conv,
-                              static_cast<cudnnConvolutionFwdAlgo_t>(chosen.algorithm), scratch,
-                              chosen.workspace_bytes, scaling.beta(), d.output, y));
+  run_convolution(lookup, params, dtype, used, ConvDirection::forward, stream, [&] {
+    EMBER_CUDNN_CHECK(
+        cudnnConvolutionForward(handle, scaling.alpha(), d.input, x, d.filter, w, d.conv,
+                                static_cast<cudnnConvolutionFwdAlgo_t>(chosen.algorithm), scratch,
+                                chosen.workspace_bytes, scaling.beta(), d.output, y));
+  });
 }
 
 void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype,
@@ -406,24 +484,36 @@ void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype,
   const ConvPolicy used = effective(policy, dtype);
   cudnnHandle_t handle = handle_for(stream);
   const Descriptors d(params, dtype, used.allow_tf32);
-  const Algorithm chosen = algorithm_for(params, dtype, used, ConvDirection::backward_data, d, [&] {
+  const auto workspace_size = [&](cudnnConvolutionBwdDataAlgo_t algorithm, size_t* bytes) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.filter, d.output, d.conv, d.input,
+                                                        algorithm, bytes);
+  };
+  const Lookup lookup = algorithm_for(params, dtype, used, ConvDirection::backward_data, d, [&] {
     return pick<cudnnConvolutionBwdDataAlgoPerf_t>(
         d, dtype, used, ConvDirection::backward_data,
         [&](int requested, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
-          EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-              handle, d.filter, d.output, d.conv, d.input, requested, returned, results));
+          if (!used.benchmark) {
+            EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                handle, d.filter, d.output, d.conv, d.input, requested, returned, results));
+            return;
+          }
+          const size_t bytes = largest_workspace<cudnnConvolutionBwdDataAlgo_t>(
+              CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, workspace_size);
+          EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+              handle, d.filter, w, d.output, dy, d.conv, d.input, dx, requested, returned, results,
+              bytes > 0 ? workspace(bytes) : nullptr, bytes));
         },
-        [&](cudnnConvolutionBwdDataAlgo_t algorithm, size_t* bytes) {
-          return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.filter, d.output, d.conv,
-                                                              d.input, algorithm, bytes);
-        });
+        workspace_size);
   });
+  const Algorithm& chosen = lookup.algorithm;
   void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;
   const Scaling scaling(dtype);
-  EMBER_CUDNN_CHECK(
-      cudnnConvolutionBackwardData(handle, scaling.alpha(), d.filter, w, d.output, dy, d.conv,
-                                   static_cast<cudnnConvolutionBwdDataAlgo_t>(chosen.algorithm),
-                                   scratch, chosen.workspace_bytes, scaling.beta(), d.input, dx));
+  run_convolution(lookup, params, dtype, used, ConvDirection::backward_data, stream, [&] {
+    EMBER_CUDNN_CHECK(
+        cudnnConvolutionBackwardData(handle, scaling.alpha(), d.filter, w, d.output, dy, d.conv,
+                                     static_cast<cudnnConvolutionBwdDataAlgo_t>(chosen.algorithm),
+                                     scratch, chosen.workspace_bytes, scaling.beta(), d.input, dx));
+  });
 }
 
 void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype,
@@ -433,25 +523,36 @@ void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype
   const ConvPolicy used = effective(policy, dtype);
   cudnnHandle_t handle = handle_for(stream);
   const Descriptors d(params, dtype, used.allow_tf32);
-  const Algorithm chosen =
-      algorithm_for(params, dtype, used, ConvDirection::backward_filter, d, [&] {
-        return pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
-            d, dtype, used, ConvDirection::backward_filter,
-            [&](int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
-              EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                  handle, d.input, d.output, d.conv, d.filter, requested, returned, results));
-            },
-            [&](cudnnConvolutionBwdFilterAlgo_t algorithm, size_t* bytes) {
-              return cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                  handle, d.input, d.output, d.conv, d.filter, algorithm, bytes);
-            });
-      });
+  const auto workspace_size = [&](cudnnConvolutionBwdFilterAlgo_t algorithm, size_t* bytes) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.input, d.output, d.conv,
+                                                          d.filter, algorithm, bytes);
+  };
+  const Lookup lookup = algorithm_for(params, dtype, used, ConvDirection::backward_filter, d, [&] {
+    return pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
+        d, dtype, used, ConvDirection::backward_filter,
+        [&](int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
+          if (!used.benchmark) {
+            EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                handle, d.input, d.output, d.conv, d.filter, requested, returned, results));
+            return;
+          }
+          const size_t bytes = largest_workspace<cudnnConvolutionBwdFilterAlgo_t>(
+              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, workspace_size);
+          EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+              handle, d.input, x, d.output, dy, d.conv, d.filter, dw, requested, returned, results,
+              bytes > 0 ? workspace(bytes) : nullptr, bytes));
+        },
+        workspace_size);
+  });
+  const Algorithm& chosen = lookup.algorithm;
   void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;
   const Scaling scaling(dtype);
-  EMBER_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-      handle, scaling.alpha(), d.input, x, d.output, dy, d.conv,
-      static_cast<cudnnConvolutionBwdFilterAlgo_t>(chosen.algorithm), scratch,
-      chosen.workspace_bytes, scaling.beta(), d.filter, dw));
+  run_convolution(lookup, params, dtype, used, ConvDirection::backward_filter, stream, [&] {
+    EMBER_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+        handle, scaling.alpha(), d.input, x, d.output, dy, d.conv,
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(chosen.algorithm), scratch,
+        chosen.workspace_bytes, scaling.beta(), d.filter, dw));
+  });
 }
 
 #else  // no cuDNN in this build

@@ -7,10 +7,17 @@
 // math only (no TF32), so a CUDA result matches the CPU's to f32 rounding, unless the policy
 // allows TF32 (inputs rounded to a 10-bit mantissa); f64 computes in f64.
 //
-// The algorithm of each (geometry, dtype, direction, device, policy) is chosen once, by cuDNN's
-// heuristics (cudnnGetConvolution*Algorithm_v7: no benchmark runs, no memory of its own; the
-// best-ranked supported one whose workspace is at most 1 GiB, a deterministic one first unless
-// the policy says otherwise), and cached. EMBER_CUDNN_LOG=1 prints each choice to stderr;
+// The algorithm of each (geometry, dtype, direction, device, policy) is chosen once and cached:
+// the best-ranked supported one whose workspace is at most 1 GiB, a deterministic one first
+// unless the policy says otherwise. The ranking is cuDNN's heuristics'
+// (cudnnGetConvolution*Algorithm_v7: no runs, no memory of its own), or with the policy's
+// benchmark the measured time of one run of each algorithm (cudnnFind*AlgorithmEx, on the
+// call's own buffers, whose output it overwrites before the call computes it, and a workspace of
+// the largest any algorithm needs, up to 1 GiB). Measured times vary from run to run, so two
+// processes may choose differently; within a process the first choice stays.
+// EMBER_CUDNN_LOG=1 prints each choice to stderr, with the host time the choice took and that of
+// the problem's first run (timed between two synchronisations of the stream, so that cuDNN's
+// set-up on first use shows);
 // cudnn_conv_algorithm_searches() counts the choices made, so a test can see the cache work.
 // Workspace comes from the caller (the runtime hands out blocks of its caching allocator).
 //
@@ -31,12 +38,14 @@ namespace ember::kernels::cuda {
 enum class ConvDirection { forward, backward_data, backward_filter };
 enum class ConvDataType { f32, f64, f16, bf16 };
 
-// How cuDNN may compute: PyTorch's torch.backends.cudnn.allow_tf32 and .deterministic, whose
-// defaults there are true and false; ember's are exact and reproducible.
+// How cuDNN may compute: PyTorch's torch.backends.cudnn.allow_tf32, .deterministic and .benchmark,
+// whose defaults there are true, false and false; ember's are exact, reproducible and unmeasured.
 struct ConvPolicy {
   bool allow_tf32 = false;    // f32 only: tensor cores with TF32 inputs
-  bool deterministic = true;  // a deterministic algorithm when the heuristics offer one (false:
-                              // their best-ranked one, which may add with atomics)
+  bool deterministic = true;  // a deterministic algorithm when the ranking offers one (false: the
+                              // best-ranked one, which may add with atomics)
+  bool benchmark = false;     // rank the algorithms by running each once (cudnnFind*) instead of
+                              // by the heuristics
 };
 
 // Whether this build links cuDNN.

@@ -31,6 +31,11 @@ std::atomic<bool> deterministic{[] {
   const char* text = std::getenv("EMBER_CUDNN_DETERMINISTIC");
   return text == nullptr || std::string(text) != "0";
 }()};
+// EMBER_CUDNN_BENCHMARK=1 starts a process with torch.backends.cudnn.benchmark = True.
+std::atomic<bool> benchmark{[] {
+  const char* text = std::getenv("EMBER_CUDNN_BENCHMARK");
+  return text != nullptr && std::string(text) == "1";
+}()};
 
 void check_same_device(const Tensor& input, const Tensor& other, const char* what) {
   if (!other.defined()) return;
@@ -154,7 +159,9 @@ Tensor aligned_for_cudnn(const Tensor& t) {
 }
 
 kernels::cuda::ConvPolicy conv_policy() {
-  return {.allow_tf32 = conv_allow_tf32(), .deterministic = conv_deterministic()};
+  return {.allow_tf32 = conv_allow_tf32(),
+          .deterministic = conv_deterministic(),
+          .benchmark = conv_benchmark()};
 }
 
 void conv2d_forward_cuda(const kernels::Conv2dParams& params, const Tensor& input_in,
@@ -296,6 +303,14 @@ void set_conv_deterministic(bool deterministic_only) {
 
 bool conv_deterministic() {
   return deterministic.load();
+}
+
+void set_conv_benchmark(bool measure) {
+  benchmark.store(measure);
+}
+
+bool conv_benchmark() {
+  return benchmark.load();
 }
 
 }  // namespace ember

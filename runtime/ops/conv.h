@@ -44,6 +44,15 @@ bool conv_allow_tf32();
 void set_conv_deterministic(bool deterministic_only);
 bool conv_deterministic();
 
+// torch.backends.cudnn.benchmark: false (the default, in ember as in PyTorch) ranks cuDNN's
+// algorithms for a new convolution shape by its heuristics; true runs each algorithm once on the
+// first call of each shape and ranks them by the time measured (the first call takes longer).
+// The deterministic rule above still applies to the ranking, so a run stays reproducible within
+// a process; another process may measure, and so choose, differently. EMBER_CUDNN_BENCHMARK=1
+// starts a process with true. The CPU ignores it.
+void set_conv_benchmark(bool measure);
+bool conv_benchmark();
+
 struct Pool2dOptions {
   Size2 kernel_size = 1;
   Size2 stride = 0;  // 0: the kernel size, as PyTorch

@@ -61,6 +61,8 @@ check "--sync-bn without ddp is refused" fails_saying "--sync-bn goes with the d
   "$ember" train --engine cpu --sync-bn --data "$work/nowhere"
 check "--tf32 on the CPU is refused" fails_saying "runs on the CPU, where it would change nothing" \
   "$ember" train --engine cpu --tf32 --data "$work/nowhere"
+check "--cudnn-benchmark on the CPU is refused" fails_saying "where there is nothing to choose" \
+  "$ember" train --engine cpu --cudnn-benchmark --data "$work/nowhere"
 check "device contradicts engine" fails_saying "contradicts --engine" \
   "$ember" train --engine cpu --device cuda --data "$work/nowhere"
 check "--help after other flags" bash -c "'$ember' train --epochs 2 --help | grep -q -- --resume"

@@ -194,6 +194,52 @@ TEST(CudaConvPool, Conv2dWithTheHeuristicsFirstChoiceMatchesTheCpu) {
   }
 }
 
+// torch.backends.cudnn.benchmark: each algorithm is run once and the fastest deterministic one
+// taken. The CPU's result within the same tolerance, in every dtype; each direction is measured
+// once per shape (a cache of its own beside the heuristics' choices), and the measured choice is
+// deterministic: the same inputs give the same bits again.
+TEST(CudaConvPool, Conv2dWithMeasuredAlgorithmsMatchesTheCpuAndRepeatsItsBits) {
+  EMBER_SKIP_WITHOUT_GPU();
+  if (!kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
+  EXPECT_FALSE(conv_benchmark());
+  struct Measure {  // a process-wide switch: put back whatever happens
+    Measure() { set_conv_benchmark(true); }
+    ~Measure() { set_conv_benchmark(false); }
+  };
+  const Measure measure;
+  Generator generator(26);
+  const auto conv = [](const std::vector<Tensor>& in) {
+    return conv2d(in[0], in[1], in[2], {.padding = 1});
+  };
+  for (DType dtype : kFloating) {
+    // A geometry of its own (13 x 11, 24 channels), so that the three choices are misses.
+    const std::vector<Tensor> inputs = {uniform({6, 24, 13, 11}, -1.0, 1.0, dtype, &generator),
+                                        uniform({40, 24, 3, 3}, -1.0, 1.0, dtype, &generator),
+                                        Tensor()};
+    const int64_t searches = kernels::cuda::cudnn_conv_algorithm_searches();
+    expect_forward_backward_match(
+        std::string("conv2d, measured algorithms, in ") + dtype_name(dtype), inputs,
+        {true, true, false}, conv, long_sum_tolerance(dtype));
+    EXPECT_EQ(kernels::cuda::cudnn_conv_algorithm_searches(), searches + 3)
+        << "forward, backward data and backward filter, each measured once in "
+        << dtype_name(dtype);
+    // Twice more on the GPU, the measured choices cached: the same bits.
+    std::vector<std::vector<double>> runs;
+    for (int run = 0; run < 2; ++run) {
+      const ForwardBackward result = run_on(Device::cuda(0), inputs, {true, true, false}, conv);
+      std::vector<double> bits;
+      for (const Tensor& t : {result.output, result.grads[0], result.grads[1]}) {
+        const std::vector<double> values = to_vector<double>(t.to(Device::cpu()).to(DType::f64));
+        bits.insert(bits.end(), values.begin(), values.end());
+      }
+      runs.push_back(std::move(bits));
+    }
+    EXPECT_EQ(kernels::cuda::cudnn_conv_algorithm_searches(), searches + 3);
+    EXPECT_EQ(runs[0], runs[1]) << "the measured choice in " << dtype_name(dtype)
+                                << " gave other bits the second time";
+  }
+}
+
 TEST(CudaConvPool, Conv2dChoosesEachAlgorithmOnce) {
   EMBER_SKIP_WITHOUT_GPU();
   if (!kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";

@@ -158,12 +158,13 @@ TEST(Conv2d, ForwardAndBackwardMatchTheDefinition) {
     check_against_definition(c, g, "");
 }
 
-// set_conv_allow_tf32 and set_conv_deterministic (torch.backends.cudnn's allow_tf32 and
-// deterministic) are CUDA's: exact and deterministic by default, and the CPU computes the same bits
-// with TF32 allowed.
+// set_conv_allow_tf32, set_conv_deterministic and set_conv_benchmark (torch.backends.cudnn's
+// allow_tf32, deterministic and benchmark) are CUDA's: exact, deterministic and unmeasured by
+// default, and the CPU computes the same bits with TF32 allowed or benchmarking asked for.
 TEST(Conv2d, TheTf32SwitchIsOffByDefaultAndLeavesTheCpuExact) {
   EXPECT_FALSE(conv_allow_tf32());
   EXPECT_TRUE(conv_deterministic());
+  EXPECT_FALSE(conv_benchmark());
   Generator g(23);
   const Tensor x = randn({2, 3, 9, 7}, DType::f32, &g), w = randn({4, 3, 3, 3}, DType::f32, &g);
   const Tensor exact = conv2d(x, w, Tensor(), {.padding = 1});
@@ -172,6 +173,12 @@ TEST(Conv2d, TheTf32SwitchIsOffByDefaultAndLeavesTheCpuExact) {
   const Tensor with_switch = conv2d(x, w, Tensor(), {.padding = 1});
   set_conv_allow_tf32(false);
   EXPECT_EQ(to_vector<float>(with_switch), to_vector<float>(exact));
+  set_conv_benchmark(true);
+  EXPECT_TRUE(conv_benchmark());
+  const Tensor benchmarked = conv2d(x, w, Tensor(), {.padding = 1});
+  set_conv_benchmark(false);
+  EXPECT_FALSE(conv_benchmark());
+  EXPECT_EQ(to_vector<float>(benchmarked), to_vector<float>(exact));
 }
 
 kernels::Conv2dParams params_of(const ConvCase& c) {
