@@ -57,6 +57,8 @@
 # -j16; test 55 s (cuda 40, nccl 15); sanitize 42 s (the whole suite); bench 37 s (kernels 5,
 # gemm 32); torch 38 s; train 16 s; engines 82 s; ctest 82 s (the rest of the build included).
 # The default list thus takes ~7 minutes: one call. With the start, two calls fit 15 minutes.
+# Added since, not timed yet: bench's third resnet9 pass with measured cuDNN algorithms (~15 s)
+# and the engines step's three --cudnn-benchmark rows (~25 s): about 7.5 minutes.
 #
 # What comes back ($OUT, at most 8 files): summary.md (the tables), side_by_side.md,
 # gpu_bench.json (Google Benchmark, medians), torch_bench.json, logs.tar.gz (every log and JSON).
@@ -361,7 +363,7 @@ if wants engines; then
     step engines "$engine_seconds" engines.log python3 bench/gpu/engines_gpu.py --ember $BIN/ember \
       --data "$EMBER_FASHION_MNIST" --out "$WORK/logs/engines" --epochs "${ENGINE_EPOCHS:-4}" \
       --budget $((engine_seconds - 10))
-    tail -16 "$WORK/logs/engines.log"
+    tail -40 "$WORK/logs/engines.log"
   elif [[ -z ${EMBER_FASHION_MNIST:-} ]]; then
     note engines "skipped: no Fashion-MNIST carried (.debs/fashion-mnist)" 0
   fi
