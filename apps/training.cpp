@@ -19,6 +19,8 @@
 #include "nn/nn.h"
 #include "optim/adam.h"
 #include "optim/schedulers.h"
+#include "runtime/allocator.h"
+#include "runtime/block_allocator.h"
 #include "runtime/io/checkpoint.h"
 #include "runtime/io/metadata_numbers.h"
 #include "runtime/ops.h"
@@ -363,6 +365,17 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
   if (runner.epoch < config.epochs && engine->is_master_process()) {
     out << "stopping after epoch " << runner.epoch << " of " << config.epochs
         << " (--stop-after); continue with the same flags and --resume\n";
+  }
+
+  if (engine->device().is_cuda() && engine->is_master_process()) {
+    // PyTorch's torch.cuda.max_memory_allocated and memory_reserved, and what growing the cache
+    // cost: a set-up paid in the first steps.
+    const AllocatorStats memory = allocator_for(engine->device()).stats();
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%.3f", memory.system_alloc_seconds);
+    out << engine->device() << " memory: peak " << format_bytes(memory.peak_allocated_bytes)
+        << " allocated, " << format_bytes(memory.reserved_bytes) << " reserved; "
+        << memory.num_system_allocs << " cudaMalloc calls took " << seconds << " s\n";
   }
 
   TrainResult result;

@@ -3,6 +3,7 @@
 // buffer costs page faults (CPU) or a device synchronisation (cudaFree).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -20,8 +21,23 @@ struct AllocatorStats {
   size_t num_frees = 0;             // blocks handed back
   size_t num_segments = 0;          // allocations held from the system now
   size_t num_ooms = 0;              // requests that failed for lack of memory
+  size_t num_system_allocs = 0;     // calls for new memory from the system (malloc, cudaMalloc),
+                                    // failed ones included
+  double system_alloc_seconds = 0;  // the host time those calls took
   std::string str() const;
 };
+
+// Calls `allocate` (the system's allocation: it returns the memory or nullptr) and counts the
+// call and its time in `stats`.
+template <typename Allocate>
+void* count_system_alloc(AllocatorStats& stats, Allocate&& allocate) {
+  const auto start = std::chrono::steady_clock::now();
+  void* ptr = allocate();
+  stats.system_alloc_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++stats.num_system_allocs;
+  return ptr;
+}
 
 class Allocator {
  public:

@@ -124,11 +124,12 @@ BlockAllocator::Block* BlockAllocator::take_free_block(bool small, StreamRef str
 
 BlockAllocator::Block* BlockAllocator::new_segment(bool small, StreamRef stream, size_t size) {
   const size_t bytes = segment_size(size);
-  void* ptr = source_->allocate(bytes);
+  const auto from_the_source = [&] { return source_->allocate(bytes); };
+  void* ptr = count_system_alloc(stats_, from_the_source);
   if (ptr == nullptr) {
     // Cached segments of other sizes or streams may be what is missing.
     release_cached();
-    ptr = source_->allocate(bytes);
+    ptr = count_system_alloc(stats_, from_the_source);
   }
   if (ptr == nullptr) {
     ++stats_.num_ooms;

@@ -29,11 +29,12 @@ void* CachingAllocator::allocate(size_t nbytes) {
     it->second.pop_back();
     ++stats_.num_cache_hits;
   } else {
-    ptr = system_allocate(size);
+    const auto from_the_system = [&] { return system_allocate(size); };
+    ptr = count_system_alloc(stats_, from_the_system);
     if (ptr == nullptr) {
       // Cached blocks of other sizes may be what is missing: give them back and try once more.
       release_cached_locked();
-      ptr = system_allocate(size);
+      ptr = count_system_alloc(stats_, from_the_system);
     }
     if (ptr == nullptr) ++stats_.num_ooms;
     EMBER_CHECK(ptr != nullptr, name_, ": out of memory allocating ", nbytes, " bytes (",

@@ -28,7 +28,8 @@ std::string AllocatorStats::str() const {
   return detail::concat("allocated ", allocated_bytes, " B, reserved ", reserved_bytes, " B, peak ",
                         peak_allocated_bytes, " B, ", num_segments, " segments, ", num_allocs,
                         " allocs (", num_cache_hits, " from the cache), ", num_frees, " frees, ",
-                        num_ooms, " out of memory");
+                        num_ooms, " out of memory, ", num_system_allocs,
+                        " allocations from the system in ", system_alloc_seconds, " s");
 }
 
 Allocator& cpu_allocator() {

@@ -18,7 +18,8 @@ saying so, and PyTorch gets what is left.
 
 A second table says where epoch 1's extra time goes: the first train and valid batches' host time
 (metrics.csv's *_first_batch_seconds), and the sums of cuDNN's choice and first-run times, which
-each ember run logs (EMBER_CUDNN_LOG=1, kept in its logdir's stderr.log).
+each ember run logs (EMBER_CUDNN_LOG=1, kept in its logdir's stderr.log), and the cudaMalloc calls
+of `ember train`'s closing memory line.
 
 Writes engines.md (the tables) and engines.json into --out, and prints the tables.
 """
@@ -77,10 +78,20 @@ def ember_run(ember, engine, amp, args, logdir, benchmark=False):
     later = epochs[1:] or epochs
     return {"epochs": epochs, "images_per_s": statistics.median(e["images_per_s"] for e in later),
             "valid_accuracy": float(rows[-1]["valid_accuracy"]), "command": " ".join(command),
-            "cudnn": cudnn_set_up(done.stderr)}
+            "cudnn": cudnn_set_up(done.stderr), "cuda_malloc": cuda_malloc(done.stdout)}
 
 
 CUDNN_TIMES = re.compile(r"chosen in ([0-9.]+) ms, first run ([0-9.]+) ms")
+
+
+CUDA_MALLOC = re.compile(r"(\d+) cudaMalloc calls took ([0-9.]+) s")
+
+
+def cuda_malloc(stdout):
+    """{calls, seconds} of the caching allocator's growth, from `ember train`'s memory line."""
+    found = CUDA_MALLOC.search(stdout)
+    return ({"calls": int(found.group(1)), "seconds": float(found.group(2))} if found
+            else {"calls": 0, "seconds": 0.0})
 
 
 def cudnn_set_up(stderr):
@@ -94,11 +105,13 @@ def set_up_lines(rows, runs, order):
     """A table of where ember's epoch 1 goes beyond a later epoch, and PyTorch's epoch 1."""
     lines = ["", "Epoch 1's extra time (its seconds less the median of the later epochs'). ember: "
              "the first train and valid batches' host time (metrics.csv), and cuDNN's choices and "
-             "first runs (EMBER_CUDNN_LOG=1; each first run is timed between two synchronisations)."
+             "first runs (EMBER_CUDNN_LOG=1; each first run is timed between two synchronisations),"
+             " and the caching allocator's cudaMalloc calls (over the whole run)."
              " Each ember row is a process of its own.", "",
              "| engine | precision | epoch 1 s | later s | extra s | first train batch s | "
-             "first valid batch s | cuDNN choices | choosing ms | first runs ms |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "first valid batch s | cuDNN choices | choosing ms | first runs ms | cudaMalloc calls "
+             "| cudaMalloc s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if "error" in r or len(r["epochs"]) < 2:
             continue
@@ -108,7 +121,8 @@ def set_up_lines(rows, runs, order):
         lines.append(f"| {r['engine']} | {label(r)} | {first['seconds']:.2f} | {later:.2f} | "
                      f"{first['seconds'] - later:.2f} | {first['first_batch_seconds']:.3f} | "
                      f"{first['valid_first_batch_seconds']:.3f} | {c['choices']} | "
-                     f"{c['choice_ms']:.0f} | {c['first_run_ms']:.0f} |")
+                     f"{c['choice_ms']:.0f} | {c['first_run_ms']:.0f} | "
+                     f"{r['cuda_malloc']['calls']} | {r['cuda_malloc']['seconds']:.3f} |")
     shown = []
     for amp in order:
         epochs = runs.get(amp, {}).get("epochs") or []

@@ -44,8 +44,12 @@ TEST(CpuAllocator, StatisticsTrackAllocatedReservedAndPeak) {
   const AllocatorStats busy = allocator.stats();
   EXPECT_GE(busy.allocated_bytes, start.allocated_bytes + (2u << 20));
   EXPECT_GE(busy.reserved_bytes, busy.allocated_bytes);
+  EXPECT_EQ(busy.num_system_allocs, start.num_system_allocs + 2) << "the cache was empty";
+  EXPECT_GE(busy.system_alloc_seconds, start.system_alloc_seconds);
   allocator.deallocate(a);
   allocator.deallocate(b);
+  allocator.deallocate(allocator.allocate(1 << 20));  // from the cache: no call to the system
+  EXPECT_EQ(allocator.stats().num_system_allocs, busy.num_system_allocs);
   const AllocatorStats idle = allocator.stats();
   EXPECT_EQ(idle.allocated_bytes, start.allocated_bytes);
   EXPECT_GE(idle.peak_allocated_bytes, start.allocated_bytes + (2u << 20));

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/block_allocator.h"
@@ -29,6 +31,7 @@ struct FakeDevice {
   std::map<void*, size_t> live;
   std::vector<std::unique_ptr<bool>> events;  // each event's "completed" flag
   StreamRef current{1, 0};
+  std::chrono::milliseconds delay{0};  // how long each allocation takes
 };
 
 class FakeSource final : public MemorySource {
@@ -36,6 +39,7 @@ class FakeSource final : public MemorySource {
   explicit FakeSource(std::shared_ptr<FakeDevice> device) : device_(std::move(device)) {}
   std::string out_of_memory_prefix() const override { return "fake out of memory on fake:0"; }
   void* allocate(size_t size) override {
+    std::this_thread::sleep_for(device_->delay);
     if (device_->used + size > device_->capacity) return nullptr;
     void* ptr = std::aligned_alloc(BlockAllocator::kRounding, size);
     device_->used += size;
@@ -341,6 +345,28 @@ TEST(BlockAllocator, CountsRequestsAndResetsThePeak) {
             std::string::npos);
   f.allocator.deallocate(nullptr);  // a no-op
   f.allocator.deallocate(empty_b);
+}
+
+// Each call for a new segment is counted and timed, failed ones and the retry after an
+// out-of-memory included; a request the cache serves costs no call.
+TEST(BlockAllocator, CountsAndTimesTheCallsForNewSegments) {
+  Fixture f;
+  f.device->delay = std::chrono::milliseconds(20);
+  void* big = f.allocator.allocate(8 * kMiB, kStreamA);
+  AllocatorStats stats = f.allocator.stats();
+  EXPECT_EQ(stats.num_system_allocs, 1u);
+  EXPECT_GE(stats.system_alloc_seconds, 0.02);
+  f.allocator.deallocate(big);
+  big = f.allocator.allocate(8 * kMiB, kStreamA);  // the cached segment
+  EXPECT_EQ(f.allocator.stats().num_system_allocs, 1u);
+  f.device->capacity = f.device->used;  // nothing more to give
+  EXPECT_NE(error_of([&] { f.allocator.allocate(64 * kMiB, kStreamA); }).find("out of memory"),
+            std::string::npos);
+  stats = f.allocator.stats();
+  EXPECT_EQ(stats.num_system_allocs, 3u) << "the failed call and its retry";
+  EXPECT_GE(stats.system_alloc_seconds, 0.06);
+  EXPECT_NE(stats.str().find("3 allocations from the system"), std::string::npos) << stats.str();
+  f.allocator.deallocate(big);
 }
 
 TEST(BlockAllocator, FormatsByteCounts) {
