@@ -264,7 +264,19 @@ TEST(Cuda, AllocatorReusesFreedBlocksAndCountsBytes) {
   EXPECT_EQ(second, first);
   EXPECT_EQ(allocator.stats().num_cache_hits, holding.num_cache_hits + 1);
   EXPECT_EQ(allocator.stats().reserved_bytes, holding.reserved_bytes);
+  EXPECT_EQ(allocator.stats().num_system_allocs, holding.num_system_allocs);  // no cudaMalloc
   allocator.deallocate(second);
+  // A large block: a new segment (one cudaMalloc, counted and timed) unless a segment still in
+  // use had room for it.
+  const AllocatorStats before_large = allocator.stats();
+  void* large = allocator.allocate(size_t{96} << 20);
+  const AllocatorStats after_large = allocator.stats();
+  const bool new_segment = after_large.reserved_bytes > before_large.reserved_bytes;
+  EXPECT_EQ(after_large.num_system_allocs, before_large.num_system_allocs + (new_segment ? 1 : 0));
+  if (new_segment) {
+    EXPECT_GT(after_large.system_alloc_seconds, before_large.system_alloc_seconds);
+  }
+  allocator.deallocate(large);
 
   // Zero bytes still gives a unique, valid pointer.
   void* empty_a = allocator.allocate(0);
