@@ -182,10 +182,10 @@ def main():
     rows = []
     entries = []
     for entry in args.engines.split(","):
-        engine, amp, *options = entry.split(":") + ([""] if ":" not in entry else [])
-        if not engine or not amp or options not in ([], ["benchmark"]):
+        parts = entry.split(":")
+        if len(parts) not in (2, 3) or not all(parts[:2]) or parts[2:] not in ([], ["benchmark"]):
             parser.error(f"--engines: {entry}: expected engine:precision[:benchmark]")
-        entries.append((engine, amp, options == ["benchmark"]))
+        entries.append((parts[0], parts[1], parts[2:] == ["benchmark"]))
     for engine, amp, benchmark in entries:
         if time.perf_counter() - start > 0.6 * args.budget:  # the rest is PyTorch's
             rows.append({"engine": engine, "amp": amp, "benchmark": benchmark,
