@@ -3,7 +3,7 @@
 
     python3 bench/gpu/engines_gpu.py --ember build-gpu/bin/ember --data DIR --out DIR
         [--epochs 4] [--limit 20480] [--budget 150] [--engines cuda:none,amp:bf16,...]
-        [--size 64] [--batch 512] [--torch-device cuda]
+        [--size 64] [--batch 512] [--torch-device cuda] [--torch-compile bf16]
 
 Every engine that one GPU can run (cuda, amp, o2, dp over cuda:0 twice, and ddp as a world of
 one over NCCL, EMBER_DDP_WORLD_OF_ONE=1; daso needs MPI, which the GPU machine's build lacks)
@@ -12,7 +12,9 @@ trains ResNet9 (width 64, batch 512, Adam 2e-3, seed 42) for --epochs epochs ove
 epochs 2.. (the first pays for cuDNN's and cuBLAS's set-up, the allocator's growth and the
 loader's start). The PyTorch column is torch_epochs.py at the same precision: the same model,
 batch, optimizer and augmentation, timed the same way, with the data on the GPU from the start
-(f32: TF32 off, as ember; PyTorch's default TF32 figure is printed under the table).
+(f32: TF32 off, as ember; PyTorch's default TF32 figure is printed under the table). After the
+eager loops, the same loop under torch.compile for each --torch-compile precision that a row uses
+(bf16 by default; "" for none), last, as its compilation takes the longest: a third table.
 An ember run is cut at 60 s; the rows that would start past 60% of --budget seconds are skipped,
 saying so, and PyTorch gets what is left.
 
@@ -155,12 +157,45 @@ def torch_runs(args, precisions, path, seconds):
                "--batch", str(args.batch), "--device", args.torch_device, "--json", path]
     if os.path.exists(path):  # an earlier run's results must not stand in for this one's
         os.remove(path)
+    error = None
     try:
         subprocess.run(command, timeout=seconds, check=False)
+    except (subprocess.TimeoutExpired, OSError) as failure:
+        error = f"{type(failure).__name__}: {failure}"
+    # torch_epochs.py rewrites its JSON after each precision: what finished before a timeout counts.
+    try:
         with open(path) as f:
-            return json.load(f)
-    except (subprocess.TimeoutExpired, OSError, ValueError) as error:
-        return {"error": f"{type(error).__name__}: {error}", "runs": {}}
+            results = json.load(f)
+    except (OSError, ValueError) as failure:
+        results = {"runs": {}}
+        error = error or f"{type(failure).__name__}: {failure}"
+    if error:
+        results["error"] = error
+    return results
+
+
+def compile_lines(rows, runs, compiled):
+    """A table of PyTorch's loop under torch.compile beside its eager loop and ember's rows."""
+    lines = ["", "PyTorch's loop under torch.compile (default mode; its epoch 1 includes the "
+             "compilation), beside the eager loop and each ember row of that precision.", "",
+             "| precision | PyTorch eager images/s | torch.compile images/s | compile's epoch 1 s "
+             "| ember row | ember images/s | ember / torch.compile |",
+             "|---|---:|---:|---:|---|---:|---:|"]
+    for amp in compiled:
+        eager = runs.get(amp, {}).get("images_per_s")
+        run = runs.get(f"{amp}+compile", {})
+        if "images_per_s" not in run:
+            shown = run.get("error", "not run (past the budget?)")[:120]
+            lines.append(f"| {amp} | {eager or 0:.0f} | {shown} | | | | |")
+            continue
+        for r in rows:
+            if reference_of(r["amp"]) != amp or "error" in r:
+                continue
+            lines.append(f"| {amp} | {eager or 0:.0f} | {run['images_per_s']:.0f} | "
+                         f"{run['epochs'][0]['seconds']:.1f} | {r['engine']} {label(r)} | "
+                         f"{r['images_per_s']:.0f} | "
+                         f"{r['images_per_s'] / run['images_per_s']:.2f} |")
+    return lines
 
 
 def main():
@@ -176,6 +211,9 @@ def main():
     parser.add_argument("--size", type=int, default=64, help="ResNet9 base width")
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--torch-device", default="cuda", help="cpu: to try the script anywhere")
+    parser.add_argument("--torch-compile", default="bf16",
+                        help="comma-separated precisions also run under torch.compile, when a row "
+                             "uses them ('' for none)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     start = time.perf_counter()
@@ -186,6 +224,9 @@ def main():
         if len(parts) not in (2, 3) or not all(parts[:2]) or parts[2:] not in ([], ["benchmark"]):
             parser.error(f"--engines: {entry}: expected engine:precision[:benchmark]")
         entries.append((parts[0], parts[1], parts[2:] == ["benchmark"]))
+    for amp in filter(None, args.torch_compile.split(",")):
+        if amp not in ("none", "none-tf32", "bf16", "fp16"):
+            parser.error(f"--torch-compile: {amp}: expected none, none-tf32, bf16 or fp16")
     for engine, amp, benchmark in entries:
         if time.perf_counter() - start > 0.6 * args.budget:  # the rest is PyTorch's
             rows.append({"engine": engine, "amp": amp, "benchmark": benchmark,
@@ -205,6 +246,8 @@ def main():
     precisions = sorted({reference_of(r["amp"]) for r in rows})
     if "none" in precisions and "none-tf32" not in precisions:  # PyTorch's default f32 too
         precisions.append("none-tf32")
+    compiled = [amp for amp in args.torch_compile.split(",") if amp in precisions]
+    precisions += [f"{amp}+compile" for amp in compiled]
     seconds_left = args.budget - (time.perf_counter() - start) - 5
     reference = torch_runs(args, precisions, os.path.join(args.out, "torch_epochs.json"),
                            max(20.0, seconds_left))
@@ -230,7 +273,9 @@ def main():
         lines.append(f"| {r['engine']} | {label(r)} | {r['images_per_s']:.0f} | "
                      f"{r['epochs'][0]['images_per_s']:.0f} | {100 * r['valid_accuracy']:.2f}% | "
                      f"{rate(theirs)} | {ratio} |")
-    lines += set_up_lines(rows, runs, precisions)
+    lines += set_up_lines(rows, runs, [p for p in precisions if "+" not in p])
+    if compiled:
+        lines += compile_lines(rows, runs, compiled)
     tf32 = runs.get("none-tf32", {}).get("images_per_s")
     if tf32:
         lines += ["", f"PyTorch's f32 loop with its default TF32 convolutions "

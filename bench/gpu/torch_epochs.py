@@ -10,13 +10,16 @@ each batch on the CPU in a worker thread and copies it over. An epoch is timed a
 times it: from the first batch to the last step's completion, loss and accuracy summed on the
 device and read once at the end.
 
-    python3 bench/gpu/torch_epochs.py --data DIR [--amp none,none-tf32,bf16,fp16] [--epochs 4]
-        [--limit 20480] [--size 64] [--batch 512] [--json FILE]
+    python3 bench/gpu/torch_epochs.py --data DIR [--amp none,none-tf32,bf16,fp16,bf16+compile]
+        [--epochs 4] [--limit 20480] [--size 64] [--batch 512] [--json FILE]
 
 `none` is f32 as ember computes it: cuDNN's convolutions without TF32
 (torch.backends.cudnn.allow_tf32 = False; ember's f32 convolutions are exact f32, like its CPU).
 `none-tf32` is PyTorch's default, which rounds the convolutions' inputs to TF32 (10-bit mantissa).
 Matrix products stay f32 in both (float32_matmul_precision 'highest', PyTorch's default).
+A precision followed by `+compile` (e.g. `bf16+compile`) runs the same loop with the model wrapped
+in torch.compile (its default mode); its epoch 1 includes the compilation, and a failure to
+compile is reported as that precision's error.
 
 Prints one line per precision: the median images/s of epochs 2.. (the first pays for cuDNN's and
 cuBLAS's set-up and the allocator's growth, in both libraries), and the last epoch's accuracy.
@@ -80,11 +83,23 @@ def make_scaler(enabled, device):
         return torch.cuda.amp.GradScaler(enabled=enabled)
 
 
-def run_epochs(images, labels, amp, epochs, size=64, batch=512, seed=42, device="cuda"):
+def parse_precision(name):
+    """'bf16+compile' -> ('bf16', True); 'none-tf32' -> ('none-tf32', False). ValueError for a
+    name that is not one of none, none-tf32, bf16, fp16 with or without '+compile'."""
+    amp, plus, suffix = name.partition("+")
+    if (amp not in ("none-tf32", *AMP_DTYPES)) or (plus and suffix != "compile"):
+        raise ValueError(f"{name}: expected none, none-tf32, bf16 or fp16, optionally +compile")
+    return amp, bool(plus)
+
+
+def run_epochs(images, labels, precision, epochs, size=64, batch=512, seed=42, device="cuda"):
     """[{seconds, images_per_s, accuracy, loss}] for each epoch of training from scratch."""
+    amp, compile_model = parse_precision(precision)
     device = torch.device(device)
     torch.manual_seed(seed)
     model = resnet9(1, 10, size).to(device).train()
+    # The optimizer holds the eager module's parameters, which the compiled one shares.
+    forward = torch.compile(model) if compile_model else model
     try:
         optimizer = torch.optim.Adam(model.parameters(), lr=2e-3, fused=device.type == "cuda")
     except (TypeError, RuntimeError):
@@ -113,7 +128,7 @@ def run_epochs(images, labels, amp, epochs, size=64, batch=512, seed=42, device=
             optimizer.zero_grad(set_to_none=True)
             with torch.autocast(device.type, dtype=dtype or torch.bfloat16,
                                 enabled=dtype is not None):
-                logits = model(x)
+                logits = forward(x)
                 loss = loss_fn(logits, y)
             scaler.scale(loss).backward()
             scaler.step(optimizer)
@@ -138,7 +153,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, help="folder of Fashion-MNIST's IDX .gz files")
     parser.add_argument("--amp", default="none,none-tf32,bf16,fp16",
-                        help="comma-separated: none, none-tf32, bf16, fp16")
+                        help="comma-separated: none, none-tf32, bf16, fp16; +compile after one "
+                             "(bf16+compile) wraps the model in torch.compile")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--limit", type=int, default=20480, help="training images used")
     parser.add_argument("--size", type=int, default=64, help="ResNet9 base width")
@@ -146,6 +162,12 @@ def main():
     parser.add_argument("--device", default="cuda", help="cuda (or cpu, to try the script)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
+    precisions = args.amp.split(",")
+    for name in precisions:
+        try:
+            parse_precision(name)
+        except ValueError as error:
+            parser.error(f"--amp: {error}")
     if args.device == "cuda" and not torch.cuda.is_available():
         print("torch_epochs.py: no CUDA device visible", file=sys.stderr)
         return 1
@@ -154,7 +176,7 @@ def main():
            "epochs": args.epochs, "images": int(images.shape[0]), "runs": {}}
     if args.device == "cuda":
         out["gpu"] = torch.cuda.get_device_name(0)
-    for amp in args.amp.split(","):
+    for amp in precisions:
         try:
             epochs = run_epochs(images, labels, amp, args.epochs, args.size, args.batch,
                                 device=args.device)

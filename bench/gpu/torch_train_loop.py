@@ -125,7 +125,7 @@ def main():
     parser.add_argument("--channels-last", action="store_true")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model too")
     parser.add_argument("--cudnn-benchmark", action="store_true",
-                        help="torch.backends.cudnn.benchmark = True (ember has no equivalent)")
+                        help="torch.backends.cudnn.benchmark = True (ember: --cudnn-benchmark)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     if not torch.cuda.is_available():
