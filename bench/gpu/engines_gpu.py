@@ -174,8 +174,14 @@ def torch_runs(args, precisions, path, seconds):
     return results
 
 
-def compile_lines(rows, runs, compiled):
+def rate(value):
+    """images/s as a table cell: '–' for a run that gave none."""
+    return f"{value:.0f}" if value else "–"
+
+
+def compile_lines(rows, reference, compiled):
     """A table of PyTorch's loop under torch.compile beside its eager loop and ember's rows."""
+    runs = reference.get("runs", {})
     lines = ["", "PyTorch's loop under torch.compile (default mode; its epoch 1 includes the "
              "compilation), beside the eager loop and each ember row of that precision.", "",
              "| precision | PyTorch eager images/s | torch.compile images/s | compile's epoch 1 s "
@@ -185,13 +191,14 @@ def compile_lines(rows, runs, compiled):
         eager = runs.get(amp, {}).get("images_per_s")
         run = runs.get(f"{amp}+compile", {})
         if "images_per_s" not in run:
-            shown = run.get("error", "not run (past the budget?)")[:120]
-            lines.append(f"| {amp} | {eager or 0:.0f} | {shown} | | | | |")
+            shown = run.get("error") or ("not run: PyTorch's run failed" if "error" in reference
+                                         else "not run")
+            lines.append(f"| {amp} | {rate(eager)} | {shown[:120]} | | | | |")
             continue
         for r in rows:
             if reference_of(r["amp"]) != amp or "error" in r:
                 continue
-            lines.append(f"| {amp} | {eager or 0:.0f} | {run['images_per_s']:.0f} | "
+            lines.append(f"| {amp} | {rate(eager)} | {run['images_per_s']:.0f} | "
                          f"{run['epochs'][0]['seconds']:.1f} | {r['engine']} {label(r)} | "
                          f"{r['images_per_s']:.0f} | "
                          f"{r['images_per_s'] / run['images_per_s']:.2f} |")
@@ -252,10 +259,6 @@ def main():
     reference = torch_runs(args, precisions, os.path.join(args.out, "torch_epochs.json"),
                            max(20.0, seconds_left))
     runs = reference.get("runs", {})
-
-    def rate(value):
-        return f"{value:.0f}" if value else "–"
-
     lines = [f"`ember train` on {reference.get('gpu', 'the GPU')}: ResNet9 width {args.size}, "
              f"batch {args.batch}, "
              f"{args.limit} training images, {args.epochs} epochs; images/s = median of epochs "
@@ -275,7 +278,7 @@ def main():
                      f"{rate(theirs)} | {ratio} |")
     lines += set_up_lines(rows, runs, [p for p in precisions if "+" not in p])
     if compiled:
-        lines += compile_lines(rows, runs, compiled)
+        lines += compile_lines(rows, reference, compiled)
     tf32 = runs.get("none-tf32", {}).get("images_per_s")
     if tf32:
         lines += ["", f"PyTorch's f32 loop with its default TF32 convolutions "
