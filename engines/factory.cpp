@@ -1,12 +1,12 @@
 #include "engines/factory.h"
 
-#include <cstdlib>
 #include <sstream>
 
 #include "distributed/nccl/nccl_process_group.h"
 #include "distributed/world.h"
 #include "engines/device_engines.h"
 #include "engines/distributed_engines.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 
 namespace ember::engines {
@@ -36,9 +36,9 @@ std::vector<Device> data_parallel_devices() {
 // as a world of one over NCCL on cuda:0 (to test the NCCL path on one GPU; the average over one
 // rank changes nothing). On the CPU a world of one stays an error: it is only ever a mistake.
 bool world_of_one_allowed() {
-  const char* text = std::getenv("EMBER_DDP_WORLD_OF_ONE");
-  return text != nullptr && std::string(text) == "1" && cuda_device_count() > 0 &&
-         dist::nccl_available();
+  return env_switch("EMBER_DDP_WORLD_OF_ONE", false,
+                    "run a data-parallel engine without a launcher, a world of one over NCCL") &&
+         cuda_device_count() > 0 && dist::nccl_available();
 }
 
 // A data-parallel engine's group and device: under a launcher only (or a world of one, above).

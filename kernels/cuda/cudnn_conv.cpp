@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "kernels/common/env_switch.h"
 #include "kernels/cuda/check.h"
 
 #if defined(EMBER_WITH_CUDNN)
@@ -291,10 +292,8 @@ Algorithm pick(const Descriptors& d, ConvDataType dtype, const ConvPolicy& polic
 // EMBER_CUDNN_LOG=1: one line on stderr per choice (a cache miss), to see what the heuristics
 // gave and what the policy took (a deterministic algorithm ranked below a faster one, say).
 bool log_choices() {
-  static const bool enabled = [] {
-    const char* text = std::getenv("EMBER_CUDNN_LOG");
-    return text != nullptr && std::string(text) == "1";
-  }();
+  static const bool enabled =
+      env_switch("EMBER_CUDNN_LOG", false, "log each cuDNN algorithm choice on stderr");
   return enabled;
 }
 
@@ -365,6 +364,7 @@ Lookup algorithm_for(const Conv2dParams& p, ConvDataType dtype, const ConvPolicy
   }
   // Two threads may both miss and both choose. The heuristics are deterministic, so they agree;
   // measurements may not, and the first choice cached is the one every later call takes.
+  static_cast<void>(log_choices());  // a bad EMBER_CUDNN_LOG throws before anything is cached
   const Clock::time_point start = Clock::now();
   const Algorithm chosen = choose();
   const double choice_ms = milliseconds_since(start);

@@ -14,6 +14,7 @@
 #include "runtime/cuda/device_guard.h"
 #include "runtime/cuda/stream.h"
 #include "runtime/cuda_hooks.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 
 namespace ember::cuda {
@@ -124,10 +125,8 @@ class PinnedHostMemory final : public CudaEvents {
 };
 
 std::atomic<bool>& poison_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* value = std::getenv("EMBER_CUDA_POISON");
-    return value != nullptr && std::string(value) != "0" && std::string(value) != "";
-  }()};
+  static std::atomic<bool> flag{env_switch(
+      "EMBER_CUDA_POISON", false, "fill every new device block with NaN bytes, for the tests")};
   return flag;
 }
 
@@ -148,8 +147,9 @@ BlockAllocator& device_allocator(int device_index) {
   std::lock_guard<std::mutex> lock(allocators_mutex);
   BlockAllocator*& slot = device_allocators()[device_index];
   if (slot == nullptr) {
+    const bool poison = poison_flag().load();  // first: a bad EMBER_CUDA_POISON throws here
     slot = new BlockAllocator(std::make_unique<DeviceMemory>(device_index));
-    slot->set_poison(poison_flag().load());
+    slot->set_poison(poison);
   }
   return *slot;
 }

@@ -3,7 +3,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "kernels/common/conv_params.h"
@@ -12,6 +11,7 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/autograd/node.h"
 #include "runtime/dispatch.h"
+#include "runtime/env.h"
 #include "runtime/ops.h"
 
 #if EMBER_WITH_CUDA
@@ -26,16 +26,21 @@ namespace {
 
 std::atomic<bool> allow_tf32{false};
 // EMBER_CUDNN_DETERMINISTIC=0 starts a process with PyTorch's default (the heuristics' best-ranked
-// algorithm, deterministic or not); anything else, or nothing, with ember's.
-std::atomic<bool> deterministic{[] {
-  const char* text = std::getenv("EMBER_CUDNN_DETERMINISTIC");
-  return text == nullptr || std::string(text) != "0";
-}()};
+// algorithm, deterministic or not). Read on first use, not at static initialisation, so that a
+// value other than 0 or 1 is an exception the caller sees, not a termination before main.
+std::atomic<bool>& deterministic() {
+  static std::atomic<bool> flag{env_switch(
+      "EMBER_CUDNN_DETERMINISTIC", true,
+      "take a deterministic cuDNN algorithm when there is one; 0 takes the heuristics' best")};
+  return flag;
+}
 // EMBER_CUDNN_BENCHMARK=1 starts a process with torch.backends.cudnn.benchmark = True.
-std::atomic<bool> benchmark{[] {
-  const char* text = std::getenv("EMBER_CUDNN_BENCHMARK");
-  return text != nullptr && std::string(text) == "1";
-}()};
+std::atomic<bool>& benchmark() {
+  static std::atomic<bool> flag{env_switch(
+      "EMBER_CUDNN_BENCHMARK", false,
+      "time cuDNN's convolution algorithms on each shape's first call and take the fastest")};
+  return flag;
+}
 
 void check_same_device(const Tensor& input, const Tensor& other, const char* what) {
   if (!other.defined()) return;
@@ -298,19 +303,19 @@ bool conv_allow_tf32() {
 }
 
 void set_conv_deterministic(bool deterministic_only) {
-  deterministic.store(deterministic_only);
+  deterministic().store(deterministic_only);
 }
 
 bool conv_deterministic() {
-  return deterministic.load();
+  return deterministic().load();
 }
 
 void set_conv_benchmark(bool measure) {
-  benchmark.store(measure);
+  benchmark().store(measure);
 }
 
 bool conv_benchmark() {
-  return benchmark.load();
+  return benchmark().load();
 }
 
 }  // namespace ember

@@ -40,7 +40,8 @@ bool conv_allow_tf32();
 // torch.backends.cudnn.deterministic: true (ember's default) takes a deterministic cuDNN
 // algorithm when the heuristics offer one, so that two runs give the same bits; false takes their
 // best-ranked one, which may add with atomics (PyTorch's default). EMBER_CUDNN_DETERMINISTIC=0
-// starts a process with false. The CPU is deterministic either way.
+// starts a process with false. The CPU is deterministic either way. The variable is read on the
+// first call of either function (or of a CUDA convolution): a value other than 0 or 1 throws.
 void set_conv_deterministic(bool deterministic_only);
 bool conv_deterministic();
 
@@ -49,7 +50,7 @@ bool conv_deterministic();
 // first call of each shape and ranks them by the time measured (the first call takes longer).
 // The deterministic rule above still applies to the ranking, so a run stays reproducible within
 // a process; another process may measure, and so choose, differently. EMBER_CUDNN_BENCHMARK=1
-// starts a process with true. The CPU ignores it.
+// starts a process with true (read as EMBER_CUDNN_DETERMINISTIC is). The CPU ignores it.
 void set_conv_benchmark(bool measure);
 bool conv_benchmark();
 

@@ -1,6 +1,7 @@
 // The engines: what each one does to a model, a loss and a step; the factory and its errors; and
 // the promise that every single-process engine checkpoints and resumes to continue identically.
 #include <algorithm>
+#include <cstdlib>
 
 #include <gtest/gtest.h>
 
@@ -56,6 +57,15 @@ TEST(Engines, FactoryErrorsSayWhatToDo) {
                       "pick cpu, cuda, amp or o2");
   }
   EXPECT_ERROR_WITH(AMPEngine(Device::cpu(), DType::f32), "f16 or bf16");
+}
+
+TEST(Engines, ABadWorldOfOneSwitchIsNamedNotTakenForOff) {
+  setenv("EMBER_DDP_WORLD_OF_ONE", "yes", 1);
+  EXPECT_ERROR_WITH(make_engine("ddp"), "EMBER_DDP_WORLD_OF_ONE='yes'", "expected 1 (",
+                    "world of one over NCCL", ") or 0");
+  setenv("EMBER_DDP_WORLD_OF_ONE", "0", 1);
+  EXPECT_ERROR_WITH(make_engine("ddp"), "several processes", "mpirun -np 2");
+  unsetenv("EMBER_DDP_WORLD_OF_ONE");
 }
 
 TEST(Engines, AmpRunsTheForwardInLowPrecisionAndScalesF16Losses) {
