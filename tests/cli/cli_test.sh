@@ -6,28 +6,7 @@
 set -uo pipefail
 ember=$1
 data=${EMBER_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-
-check() {  # check NAME COMMAND...: the command must succeed
-  local name=$1
-  shift
-  if "$@" >"$work/out" 2>&1; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAILED: $name"
-    sed 's/^/    /' "$work/out" | tail -20
-  fi
-}
-
-fails_saying() {  # fails_saying TEXT COMMAND...: the command must fail and print TEXT
-  local text=$1
-  shift
-  ! "$@" >"$work/err" 2>&1 && grep -qF -- "$text" "$work/err"
-}
+source "$(dirname "$0")/checks.sh"
 
 same_checkpoints() {  # same_checkpoints A B: byte-identical, or say which tensors differ
   cmp "$1" "$2" && return 0
@@ -206,5 +185,4 @@ if "$ember" version 2>&1 | grep -qE "CUDA devices visible: [1-9]"; then
   run_gpu o2_fp16 "o2-fp16 cuda:0" --engine o2 --amp fp16
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

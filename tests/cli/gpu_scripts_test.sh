@@ -16,28 +16,7 @@ ember=$1
 python=${2:-}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 data=${EMBER_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-
-check() {  # check NAME COMMAND...: the command must succeed
-  local name=$1
-  shift
-  if "$@" > "$work/out" 2>&1; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAILED: $name"
-    sed 's/^/    /' "$work/out" | tail -20
-  fi
-}
-
-fails_saying() {  # fails_saying TEXT COMMAND...: the command must fail and print TEXT
-  local text=$1
-  shift
-  ! "$@" > "$work/err" 2>&1 && grep -qF -- "$text" "$work/err"
-}
+source "$(dirname "$0")/checks.sh"
 
 check "run.sh parses" bash -n "$here/bench/gpu/run.sh"
 check "prepare.sh parses" bash -n "$here/bench/gpu/prepare.sh"
@@ -89,5 +68,4 @@ check "engines.json is JSON" "$python" -c 'import json, sys; json.load(open(sys.
   "$work/engines/engines.json"
 check "a stderr.log per ember row" test -f "$work/engines/train_cpu_none/stderr.log"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
