@@ -14,7 +14,6 @@
 #include <chrono>
 #include <compare>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <sstream>

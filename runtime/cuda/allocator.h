@@ -24,8 +24,8 @@ void record_stream(const Tensor& tensor, cudaStream_t stream, int device_index);
 
 // Poisoning: every new device block is filled with 0xFF bytes (NaN in every floating dtype),
 // so that a kernel that leaves part of its output unwritten is caught by the tests. Off unless
-// the environment says EMBER_CUDA_POISON=1 or this turns it on (for every device). Another
-// value than 0 or 1 in the variable throws on the first allocation.
+// the environment says EMBER_CUDA_POISON=1 or this turns it on (for every device). A value
+// other than 0 or 1 in the variable throws on the first allocation.
 void set_poison_allocations(bool poison);
 bool poison_allocations();
 
