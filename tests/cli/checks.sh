@@ -3,6 +3,8 @@
 #   check NAME COMMAND...         the command must succeed (its output's tail is shown if not)
 #   fails_saying TEXT COMMAND...  the command must fail and print TEXT (use it inside check)
 #   finish                        prints the counts; exits 0 when nothing failed, else 1
+#   skip_rest WHY                 prints the counts and why the rest cannot run; exits 77 (CTest:
+#                                 skipped) when nothing failed so far, else 1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 passed=0
@@ -30,4 +32,10 @@ finish() {
   echo "$passed passed, $failed failed"
   [ "$failed" -eq 0 ]
   exit
+}
+
+skip_rest() {
+  echo "$passed passed, $failed failed (the rest skipped: $1)"
+  [ "$failed" -eq 0 ] && exit 77
+  exit 1
 }

@@ -51,8 +51,7 @@ check "resume without checkpoint" fails_saying "no checkpoint at" \
   "$ember" train --data "$work/nowhere" --resume --logdir "$work/empty"
 
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-  echo "$passed passed, $failed failed (training skipped: no Fashion-MNIST at $data)"
-  [ "$failed" -eq 0 ] && exit 77 || exit 1
+  skip_rest "no Fashion-MNIST at $data, so no training"
 fi
 
 # On the CPU, GPU or not (byte-identical resumes; a GPU's engines are the section below).
