@@ -270,8 +270,9 @@ Algorithm pick(const Descriptors& d, ConvDataType dtype, const ConvPolicy& polic
       chosen.candidates = returned;
       chosen.deterministic = results[i].determinism == CUDNN_DETERMINISTIC;
       chosen.first_algorithm = static_cast<int>(results[0].algo);
-      chosen.time_ms = results[i].time;
-      chosen.first_time_ms = results[0].time;
+      // Only cudnnFind* measures; the heuristics' `time` field is not a time.
+      chosen.time_ms = policy.benchmark ? results[i].time : -1;
+      chosen.first_time_ms = policy.benchmark ? results[0].time : -1;
       chosen.math = dtype == ConvDataType::f32 && !tf32 ? CUDNN_FMA_MATH : math;
       EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, chosen.math));
       // A candidate whose workspace cannot be sized under this math type is skipped, and so is a
