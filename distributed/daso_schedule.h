@@ -46,8 +46,8 @@ class PlateauDetector {
 
 // The skips in force for an epoch. global_skip: batches between the starts of two global
 // synchronisations (0: a blocking average every batch). batches_to_wait: batches between a send
-// and the merge of its average. local_skip: Heat's batches between node-local gradient averages;
-// kept for the trace, ember averages gradients inside the node every batch.
+// and the merge of its average. local_skip: Heat's batches between node-local gradient averages
+// (averages_in_node() below says which batches average; 0 and 1 mean every batch).
 struct DasoSkips {
   int global_skip = 0;
   int local_skip = 0;
