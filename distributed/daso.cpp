@@ -265,14 +265,21 @@ void Daso::step() {
               "DASO: set_last_batch(batches per epoch - 1) before the first step(): the last batch "
               "of every epoch ends with a blocking average");
   NoGradGuard no_grad;
+  const bool averaged_in_node = averages_in_node();  // this batch's, before next_batch()
   // Backward did, through set_model's reducer, unless the schedule skips this batch.
-  if (!node_reducer_ && averages_in_node()) average_gradients_in_node();
+  if (!node_reducer_ && averaged_in_node) average_gradients_in_node();
   if (scaler_ != nullptr) {
     scaler_->step(optimizer_);
     scaler_->update();
   } else {
     optimizer_.step();
   }
+  // Buffers (batch norm's running statistics) are not the optimizer's, so no average reaches
+  // them. Heat's torch DDP over the node broadcasts them from the node's first rank before a
+  // forward that follows a synchronised backward; here the same broadcast comes after the step.
+  // Across nodes they are left as they are, as in Heat.
+  if (module_ != nullptr && averaged_in_node && groups_.node->size() > 1)
+    broadcast_from_rank_zero(module_->buffers(), *groups_.node);
 
   const DasoBatchPlan plan = schedule_.next_batch();
   if (node_reducer_) node_reducer_->set_sync(averages_in_node());  // for the next batch

@@ -132,7 +132,10 @@ class Daso {
   // (one DASO does not average would silently drift apart across nodes). On a node of several
   // ranks it also attaches a DDP reducer over the node group (default buckets): from then on
   // backward averages the node's gradients as it goes, and step() no longer does. Every
-  // trainable parameter must then take part in each backward pass, as under DDP.
+  // trainable parameter must then take part in each backward pass, as under DDP. step() then
+  // also gives the node its first rank's buffers (batch norm's running statistics) after every
+  // batch that averaged in the node, as Heat's DDP over the node does; across nodes buffers are
+  // never averaged, as in Heat.
   void set_model(nn::Module& module);
   // Off: backward leaves the node's gradients local (gradient accumulation, DDP's no_sync); the
   // first backward with it on again averages the accumulated sum. step() sets it for the next

@@ -269,6 +269,38 @@ TEST(Daso, SetModelAveragesTheNodesGradientsDuringBackwardAsStepWould) {
       << in_step << " vs " << in_backward;
 }
 
+TEST(Daso, SetModelGivesTheNodeItsFirstRanksBuffersAfterEachAveragedStep) {
+  if (world()->size() != 4) GTEST_SKIP() << "needs 4 ranks (mpirun -np 4)";
+  const DasoGroups groups = split_world(2);
+  nn::BatchNorm1d model(3);  // buffers running_mean, running_var (3), num_batches_tracked
+  optim::SGD sgd(model.parameters(), {.lr = 0.05});
+  Daso daso(sgd, 4, {.warmup_epochs = 0, .cooldown_epochs = 0}, groups);
+  daso.set_model(model);
+  daso.set_last_batch(5);
+  daso.load_schedule_state({.skips = {8, 2, 2}});  // local skip 2: batch 3 stays local
+  int skipped = 0;
+  for (int64_t batch = 0; batch < 6; ++batch) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    // (8, 3) inputs that differ by rank, so each rank's batch statistics differ.
+    Generator generator(1000 * static_cast<uint64_t>(world()->rank()) +
+                        static_cast<uint64_t>(batch));
+    const Tensor x = randn({8, 3}, {}, &generator).mul_(1.0 + world()->rank());
+    const bool averaged = daso.schedule().averages_in_node();
+    skipped += averaged ? 0 : 1;
+    daso.zero_grad();
+    Tensor loss = mse_loss(model(x), x);
+    loss.backward();
+    daso.step();
+    // (2, 6): this node's running_mean and running_var, one row per rank.
+    const Tensor mine = cat({model.running_mean, model.running_var});
+    Tensor node = empty({2, 6});
+    groups.node->allgather(node, mine)->wait();
+    const bool equal = to_vector<float>(node.select(0, 0)) == to_vector<float>(node.select(0, 1));
+    EXPECT_EQ(equal, averaged) << "the node's running statistics\n" << node;
+  }
+  EXPECT_GT(skipped, 0) << "no batch was left local: the skipped broadcast went untested";
+}
+
 TEST(Daso, SimulatedLinkParsesLatencyAndBandwidth) {
   const SimulatedLink link = SimulatedLink::parse("50,1.5");
   EXPECT_DOUBLE_EQ(link.latency_us, 50.0);
