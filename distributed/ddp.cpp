@@ -117,10 +117,12 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, ProcessGr
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
-  if (options_.broadcast_buffers && is_training() && group_->size() > 1) {
+  if (options_.broadcast_buffers && sync_buffers_before_forward_ && group_->size() > 1) {
     broadcast_from_rank_zero(module_->buffers(), *group_);
   }
-  return module_->forward(input);
+  Tensor output = module_->forward(input);
+  sync_buffers_before_forward_ = grad_enabled() && reducer_->sync();
+  return output;
 }
 
 }  // namespace ember::dist

@@ -9,7 +9,11 @@
 // At construction rank 0's parameters and buffers are broadcast to every rank, after checking
 // that all ranks hold the same model (names, shapes, dtypes): a mismatch is an error on every
 // rank, not a hang. Buffers (batch-norm statistics) are broadcast from rank 0 before each
-// forward in training mode, as PyTorch's broadcast_buffers. The wrapped model is the child
+// forward that follows one run with grad enabled outside no_sync, in training or eval mode, as
+// PyTorch's broadcast_buffers (require_forward_param_sync): the first eval forward after
+// training sees rank 0's statistics on every rank, later ones under no_grad broadcast nothing.
+// That broadcast is a collective: a forward on one rank alone goes through module(), as in
+// PyTorch. The wrapped model is the child
 // "module": state_dict keys read "module.<key>", and load into the unwrapped model as they are.
 #pragma once
 
@@ -81,6 +85,7 @@ class DistributedDataParallel : public nn::Module {
   ProcessGroupPtr group_;
   DdpOptions options_;
   std::unique_ptr<Reducer> reducer_;
+  bool sync_buffers_before_forward_ = true;  // the last forward had grad on, outside no_sync
 };
 
 }  // namespace ember::dist

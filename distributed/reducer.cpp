@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/grad_mode.h"
@@ -37,6 +38,7 @@ Reducer::Reducer(std::vector<Tensor> parameters, std::vector<std::string> names,
   for (size_t i = 0; i < order.size(); ++i)
     order[i] = order.size() - 1 - i;
   build_buckets(order);
+  used_since_sync_.assign(parameters_.size(), false);
   if (options_.simulated_link) link_.emplace(*options_.simulated_link);
   std::weak_ptr<bool> alive = alive_;
   for (size_t i = 0; i < parameters_.size(); ++i) {
@@ -123,6 +125,9 @@ void Reducer::prepare_iteration() {
 }
 
 void Reducer::gradient_ready(size_t index) {
+  // A use under no_sync counts for the next synced pass (PyTorch's local_used_map_): its
+  // gradient is in what accumulates, even if that pass leaves the parameter out.
+  used_since_sync_[index] = true;
   if (!sync_) return;  // no_sync: the gradient stays local and keeps accumulating
   if (!in_backward_) {
     prepare_iteration();
@@ -172,18 +177,32 @@ void Reducer::finalize() {
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (!ready_[i]) unused.push_back(i);
   }
-  // Which parameters some rank used: those get the average (of zeros from the ranks that did
-  // not use them); one used by no rank keeps an undefined gradient, as in one process.
+  // The parameters used since the last synced pass, this one included; the next window starts
+  // empty.
+  const std::vector<bool> used =
+      std::exchange(used_since_sync_, std::vector<bool>(parameters_.size(), false));
+  // Which parameters some rank used, in this pass or under no_sync since the last synced one:
+  // those get the average; one used by no rank keeps its gradient (undefined, as in one process,
+  // unless it was left from before).
   Tensor used_anywhere;
   if (options_.find_unused_parameters) {
     used_anywhere = zeros({static_cast<int64_t>(parameters_.size())}, DType::i32);
     int32_t* flags = used_anywhere.data<int32_t>();
     for (size_t i = 0; i < parameters_.size(); ++i)
-      flags[i] = ready_[i] ? 1 : 0;
+      flags[i] = used[i] ? 1 : 0;
     for (size_t index : unused) {
+      // An unused parameter's slot takes its gradient as the hook would have (one accumulated
+      // under no_sync), or zeros when it has none, as PyTorch's mark_variable_ready_dense.
       Bucket& bucket = buckets_[bucket_of_[index]];
-      bucket.buffer.narrow(0, bucket.offsets[position_of_[index]], parameters_[index].numel())
-          .zero_();
+      const Tensor& parameter = parameters_[index];
+      Tensor slot = bucket.buffer.narrow(0, bucket.offsets[position_of_[index]], parameter.numel());
+      const Tensor grad = parameter.grad();
+      if (grad.defined()) {
+        if (!is_slot(grad, slot)) slot.copy_(grad.reshape({-1}));
+        slot.mul_(Scalar(1.0 / group_->size()));
+      } else {
+        slot.zero_();
+      }
       ready_[index] = true;
       --bucket.pending;
     }

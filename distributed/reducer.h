@@ -53,8 +53,10 @@ namespace ember::dist {
 struct ReducerOptions {
   int64_t bucket_bytes = 25 * 1024 * 1024;
   int64_t first_bucket_bytes = 1024 * 1024;
-  // Parameters that get no gradient in a backward pass are found and reduced as zeros; without
-  // it such a pass is an error naming them (PyTorch's find_unused_parameters).
+  // Parameters that get no gradient in a backward pass are found when it ends; their gradient
+  // (one accumulated under no_sync) is reduced, or zeros when they have none. One that no rank
+  // used, in this pass or under no_sync since the last synced one, keeps its gradient as it
+  // was. Without it such a pass is an error naming them (PyTorch's find_unused_parameters).
   bool find_unused_parameters = false;
   // f16 or bf16: buckets travel in that dtype (PyTorch's fp16/bf16 compression hooks).
   std::optional<DType> compression;
@@ -62,8 +64,8 @@ struct ReducerOptions {
   // the hook's copy into the bucket happens only when autograd made a new gradient tensor
   // (after zero_grad(set_to_none)), and the averages need no copy back at the end. One
   // difference from copying: with find_unused_parameters, a parameter that no rank used has its
-  // slot zeroed, so a gradient that is already a view of it reads zero rather than keeping its
-  // old value.
+  // slot reduced all the same, so a gradient that is already a view of it reads the average of
+  // the ranks' old values (zeros after zero_grad) rather than keeping its own.
   bool gradient_as_bucket_view = false;
   // Delays each bucket as if it crossed this link (EMBER_SIMULATE_GLOBAL_LINK, when the world
   // spans several nodes): for the DASO-versus-DDP benchmark.
@@ -125,9 +127,10 @@ class Reducer {
 
   std::vector<std::vector<size_t>> bucket_indices_;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;    // parameter -> bucket
-  std::vector<size_t> position_of_;  // parameter -> position in its bucket
-  std::vector<bool> ready_;          // this iteration
+  std::vector<size_t> bucket_of_;      // parameter -> bucket
+  std::vector<size_t> position_of_;    // parameter -> position in its bucket
+  std::vector<bool> ready_;            // this iteration
+  std::vector<bool> used_since_sync_;  // got a gradient since the last synced pass (no_sync too)
   size_t next_to_launch_ = 0;
   bool in_backward_ = false;
   bool rebuilt_ = false;

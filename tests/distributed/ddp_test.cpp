@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include "distributed/ddp.h"
@@ -186,6 +187,33 @@ TEST(Ddp, BuffersAreRankZerosAfterConstructionAndAtEachTrainingForward) {
   }
 }
 
+// PyTorch's require_forward_param_sync: the first forward after a training step (grad on,
+// outside no_sync) starts from rank 0's buffers even in eval mode, so every rank validates with
+// the same statistics; a forward under no_grad leaves the next one unsynchronised.
+TEST(Ddp, TheFirstEvalForwardAfterTrainingTakesRankZerosBuffersAndTheNextDoesNot) {
+  auto group = world();
+  auto model = make_batch_norm_mlp();
+  auto ddp = nn::make<DistributedDataParallel>(model, group);
+  auto rank_zeros = std::dynamic_pointer_cast<nn::Sequential>(model->clone());
+  auto [x, y] = global_batch(group->size(), 0);
+  const Tensor rows = rows_of_rank(x, group->rank());
+  mse_loss((*ddp)(rows), rows_of_rank(y, group->rank())).backward();
+
+  // The statistics drift apart by rank (as this rank's rows would make them); eval mode does
+  // not update them, so after the forward they are what it started from.
+  fill_buffers_for_rank(*model, group->rank());
+  fill_buffers_for_rank(*rank_zeros, 0);
+  ddp->eval();
+  NoGradGuard no_grad;
+  (*ddp)(rows);
+  expect_same_buffers(*model, *rank_zeros, "after the first eval forward");
+
+  fill_buffers_for_rank(*model, group->rank());
+  auto own = std::dynamic_pointer_cast<nn::Sequential>(model->clone());
+  (*ddp)(rows);
+  expect_same_buffers(*model, *own, "after a second eval forward under no_grad");
+}
+
 TEST(Ddp, NoSyncAccumulatesLocallyThenAveragesTheSum) {
   auto group = world();
   auto model = make_mlp();
@@ -311,6 +339,52 @@ TEST(Ddp, FindUnusedParametersAveragesWhatSomeRankUsed) {
   expect_close(model->head_b->weight.grad(),
                reference->head_b->weight.grad() / static_cast<double>(group->size()), 1e-6,
                "head_b.weight");
+}
+
+// Gradient accumulation with an unused head: head_b takes part only in the first, no_sync pass
+// (on every rank), then in the synced pass on no rank (round 0) or on rank 0 only (round 1). Its
+// accumulated gradient must be averaged like the rest, as a use under no_sync counts in PyTorch.
+TEST(Ddp, FindUnusedParametersCountsAUseInsideNoSync) {
+  auto group = world();
+  const int world_size = group->size();
+  for (const bool as_view : {false, true}) {
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE(std::string(as_view ? "gradient_as_bucket_view, " : "") + "round " +
+                   std::to_string(round));
+      auto model = nn::make<TwoHeads>();
+      DdpOptions options;
+      options.find_unused_parameters = true;
+      options.gradient_as_bucket_view = as_view;
+      auto ddp = nn::make<DistributedDataParallel>(model, group, options);
+      auto reference = nn::make<TwoHeads>();
+      reference->load_state_dict(model->state_dict());
+      // Pass 0 under no_sync, pass 1 synced; `uses_b(pass, rank)`.
+      auto uses_b = [&](int pass, int rank) { return pass == 0 || (round == 1 && rank == 0); };
+      for (int pass = 0; pass < 2; ++pass) {
+        auto [x, y] = global_batch(world_size, pass);
+        model->use_b = uses_b(pass, group->rank());
+        {
+          std::optional<DistributedDataParallel::NoSync> guard;  // ddp->no_sync(), in a branch
+          if (pass == 0) guard.emplace(ddp->reducer());
+          mse_loss((*ddp)(rows_of_rank(x, group->rank())), rows_of_rank(y, group->rank()))
+              .backward();
+        }
+        // The reference: every rank's loss in one process, summed, then divided by the ranks.
+        for (int rank = 0; rank < world_size; ++rank) {
+          reference->use_b = uses_b(pass, rank);
+          mse_loss((*reference)(rows_of_rank(x, rank)), rows_of_rank(y, rank)).backward();
+        }
+      }
+      const auto mine = model->named_parameters();
+      const auto theirs = reference->named_parameters();
+      for (size_t i = 0; i < mine.size(); ++i) {
+        ASSERT_TRUE(mine[i].second.grad().defined()) << mine[i].first;
+        expect_close(mine[i].second.grad(),
+                     theirs[i].second.grad() / static_cast<double>(world_size), 1e-6,
+                     mine[i].first);
+      }
+    }
+  }
 }
 
 TEST(Ddp, DifferentModelsOnTheRanksAreAClearErrorOnEveryRank) {
