@@ -6,6 +6,7 @@
 #include "engines/distributed_engines.h"
 #include "engines/factory.h"
 #include "optim/grad_clip.h"
+#include "optim/schedulers.h"
 #include "runtime/error.h"
 #include "runtime/io/metadata_numbers.h"
 #include "runtime/ops.h"
@@ -70,10 +71,7 @@ Tensor AcceleratedModule::forward(const Tensor& input) {
 // ---- AcceleratedOptimizer, AcceleratedScheduler ----
 
 void AcceleratedOptimizer::step() {
-  if (!accelerator_.sync_gradients()) {
-    skipped_ = true;
-    return;
-  }
+  if (!accelerator_.sync_gradients()) return;  // accumulating: the step comes at the last batch
   accelerator_.require_prepared("optimizer.step()");
   skipped_ = !accelerator_.engine_->optimizer_step(*accelerator_.model_->module(), *optimizer_);
   if (!skipped_) ++accelerator_.steps_taken_;
@@ -84,8 +82,13 @@ void AcceleratedOptimizer::zero_grad() {
 }
 
 void AcceleratedScheduler::step() {
-  const bool stepped = accelerator_.optimizer_ && !accelerator_.optimizer_->step_was_skipped();
-  if (stepped) scheduler_->step();
+  if (!accelerator_.sync_gradients()) return;
+  if (accelerator_.optimizer_ && accelerator_.optimizer_->step_was_skipped()) return;
+  const auto* one_cycle = dynamic_cast<const optim::OneCycleLR*>(scheduler_.get());
+  for (int process = 0; process < accelerator_.num_processes(); ++process) {
+    if (one_cycle != nullptr && one_cycle->last_epoch() >= one_cycle->total_steps()) return;
+    scheduler_->step();
+  }
 }
 
 // ---- PreparedLoader ----
@@ -193,6 +196,11 @@ Scope Accelerator::accumulate(nn::Module& model) {
 Tensor Accelerator::clip_grad_norm_(const std::vector<Tensor>& params, double max_norm,
                                     double norm_type) {
   require_prepared("clip_grad_norm_");
+  const auto* amp = dynamic_cast<const AMPEngine*>(engine_.get());
+  EMBER_CHECK(sync_gradients_ || amp == nullptr || !amp->scaler().is_enabled(),
+              "Accelerator: clip_grad_norm_ between the batches of an accumulation, under fp16 "
+              "loss scaling: the gradients are still multiplied by the loss scale, which is only "
+              "taken out before the step; clip when accelerator.sync_gradients() is true");
   if (sync_gradients_) engine_->unscale_gradients(optimizer_->optimizer());
   return optim::clip_grad_norm_(params, max_norm, norm_type);
 }

@@ -8,7 +8,8 @@
 //     const Tensor loss = cross_entropy((*model)(batch.inputs), batch.targets);
 //     accelerator.backward(loss);
 //     optimizer->step();                                  // only at the end of an accumulation
-//     scheduler->step();                                  // not when the step was skipped
+//     scheduler->step();                                  // not when the step was skipped;
+//                                                         // once per process (Accelerate's)
 //     optimizer->zero_grad();
 //   }
 //   accelerator.save_state("checkpoints");
@@ -60,8 +61,8 @@ class AcceleratedOptimizer {
       : optimizer_(std::move(optimizer)), accelerator_(accelerator) {}
   void step();
   void zero_grad();
-  // Whether the last step() was skipped (by the loss scaler, or because gradients were still
-  // accumulating).
+  // Whether the loss scaler skipped the last step that ran (Accelerate's step_was_skipped). A
+  // step() between the batches of an accumulation runs nothing and leaves it as it was.
   bool step_was_skipped() const { return skipped_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
 
@@ -71,7 +72,11 @@ class AcceleratedOptimizer {
   bool skipped_ = false;
 };
 
-// step() only after an optimizer step that ran.
+// As Accelerate's AcceleratedScheduler (stepping with the optimizer, split_batches off): step()
+// does nothing between the batches of an accumulation or after a step the loss scaler skipped,
+// and otherwise steps the schedule once per process. Each process's loader holds 1/N of the
+// data, so a schedule sized in one process's steps (OneCycleLR's total_steps, a warm-up) ends
+// where it would in one process; OneCycleLR is not stepped past its total_steps.
 class AcceleratedScheduler {
  public:
   AcceleratedScheduler(std::shared_ptr<optim::LRScheduler> scheduler, Accelerator& accelerator)
@@ -159,7 +164,9 @@ class Accelerator {
   Scope accumulate(nn::Module& model);
   bool sync_gradients() const { return sync_gradients_; }
   // Unscales the gradients first (loss scaling) and clips their total norm; call it when
-  // sync_gradients() is true. Returns the total norm from before clipping.
+  // sync_gradients() is true. Between the batches of an accumulation it clips the partial sum
+  // (no loss scaling) or refuses (fp16, whose gradients are still scaled there; Accelerate
+  // fails there too, on its second unscale). Returns the total norm from before clipping.
   Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm,
                          double norm_type = 2.0);
 

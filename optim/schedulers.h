@@ -148,6 +148,7 @@ class OneCycleLR : public LRScheduler {
              const OneCycleOptions& options = {});
   OneCycleLR(Optimizer& optimizer, std::vector<double> max_lrs, int64_t total_steps,
              const OneCycleOptions& options = {});
+  int64_t total_steps() const { return total_steps_; }
 
  protected:
   std::vector<double> compute_lr() override;

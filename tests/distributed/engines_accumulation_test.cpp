@@ -10,6 +10,7 @@
 #include "engines/callbacks.h"
 #include "engines/distributed_engines.h"
 #include "engines/runner.h"
+#include "optim/schedulers.h"
 #include "optim/sgd.h"
 #include "tests/engines/fixtures.h"
 
@@ -125,6 +126,37 @@ TEST(DistributedEngines, AcceleratorAccumulationOnDdpIsOneBigBatchWithOneReducti
   expect_the_big_batchs_update(big, accumulated);
   EXPECT_EQ(big.reductions, 1);
   EXPECT_EQ(accumulated.reductions, 1) << "the 3 inner batches of the accumulation were reduced";
+}
+
+// Accelerate's AcceleratedScheduler with split_batches off: each process's loader holds 1/N of
+// the data, so every optimizer step steps the schedule N times, and OneCycleLR stops at its
+// total_steps instead of failing.
+TEST(DistributedEngines, AcceleratorStepsTheScheduleOncePerProcessAsAccelerateDoes) {
+  if (dist::world()->size() < 2) GTEST_SKIP() << "needs mpirun -np 2 or more";
+  const int64_t world = dist::world()->size();
+  for (const bool one_cycle : {false, true}) {
+    SCOPED_TRACE(one_cycle ? "OneCycleLR, 5 steps in all" : "StepLR");
+    Accelerator accelerator({.engine_instance = std::make_shared<DdpEngine>(dist::world())});
+    manual_seed(3);
+    auto net = testing::mlp(/*dropout=*/false);
+    auto sgd = std::make_shared<optim::SGD>(net->named_parameters(), optim::SGDOptions{.lr = 0.5});
+    std::shared_ptr<optim::LRScheduler> schedule;
+    if (one_cycle) {
+      schedule = std::make_shared<optim::OneCycleLR>(*sgd, 1.0, /*total_steps=*/5);
+    } else {
+      schedule = std::make_shared<optim::StepLR>(*sgd, 1, 0.9);
+    }
+    // 16 samples per rank in batches of 4: 4 optimizer steps.
+    auto [model, optimizer, loader, scheduler] =
+        accelerator.prepare(net, sgd, testing::loader(kSamplesPerRank * world, 4, false), schedule);
+    for (const data::Batch& batch : *loader) {
+      accelerator.backward(cross_entropy((*model)(batch.inputs), batch.targets));
+      optimizer->step();
+      scheduler->step();
+      optimizer->zero_grad();
+    }
+    EXPECT_EQ(schedule->last_epoch(), one_cycle ? 5 : 4 * world);
+  }
 }
 
 TEST(DistributedEngines, RunnerAccumulationOnDasoIsOneBigBatchWithOneNodeReductionPerStep) {

@@ -56,6 +56,40 @@ TEST(Accelerator, AccumulationGivesTheUpdateOfOneBigBatch) {
     EXPECT_TRUE(allclose(big[i], accumulated[i], 1e-5, 1e-6)) << i;
 }
 
+// Accelerate's AcceleratedOptimizer and AcceleratedScheduler under fp16: a step the loss scaler
+// skips leaves the schedule where it was, the batches of an accumulation leave step_was_skipped
+// as the last real step left it, and clipping there is refused (the gradients are still scaled).
+TEST(Accelerator, SkippedStepsHoldTheScheduleAndAccumulationHoldsTheSkipFlag) {
+  Accelerator accelerator({.mixed_precision = "fp16", .gradient_accumulation_steps = 2});
+  Parts setup = make_parts();
+  auto schedule = std::make_shared<optim::StepLR>(*setup.optimizer, 1, 0.9);
+  auto [model, optimizer, loader, scheduler] =
+      accelerator.prepare(setup.model, setup.optimizer, testing::loader(16, 4, false), schedule);
+  // Batches 0-1 make one step, whose loss overflows f16 once scaled; batches 2-3 a normal one.
+  std::vector<bool> skipped;
+  std::vector<int64_t> schedule_at;
+  int64_t index = 0;
+  for (const data::Batch& batch : *loader) {
+    Scope accumulate = accelerator.accumulate(*model);
+    const double factor = index < 2 ? 1e6 : 1.0;
+    accelerator.backward(cross_entropy((*model)(batch.inputs), batch.targets) * factor);
+    if (accelerator.sync_gradients()) {
+      accelerator.clip_grad_norm_(setup.model->parameters(), 1.0);
+    } else {
+      EXPECT_ERROR_WITH(accelerator.clip_grad_norm_(setup.model->parameters(), 1.0),
+                        "between the batches of an accumulation", "sync_gradients()");
+    }
+    optimizer->step();
+    scheduler->step();
+    optimizer->zero_grad();
+    skipped.push_back(optimizer->step_was_skipped());
+    schedule_at.push_back(schedule->last_epoch());
+    if (++index == 4) break;
+  }
+  EXPECT_EQ(skipped, (std::vector<bool>{false, true, true, false}));
+  EXPECT_EQ(schedule_at, (std::vector<int64_t>{0, 0, 0, 1}));
+}
+
 TEST(Accelerator, ProcessBasicsGatherAndPrint) {
   Accelerator accelerator;
   EXPECT_EQ(accelerator.process_index(), 0);
