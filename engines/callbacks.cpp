@@ -403,8 +403,10 @@ EarlyStoppingCallback::EarlyStoppingCallback(int64_t patience, std::string loade
 
 void EarlyStoppingCallback::on_epoch_end(IRunner& runner) {
   const double value = runner.epoch_metric(loader_key_, metric_key_);
+  // Catalyst's MetricHandler: an improvement by min_delta or more counts, the bound included
+  // (with min_delta 0, a tie with the best counts).
   const bool improved =
-      !has_best_ || (minimize_ ? value < best_ - min_delta_ : value > best_ + min_delta_);
+      !has_best_ || (minimize_ ? value <= best_ - min_delta_ : value >= best_ + min_delta_);
   if (improved) {
     best_ = value;
     has_best_ = true;

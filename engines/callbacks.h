@@ -144,8 +144,8 @@ class CheckpointCallback : public ICallback {
   bool stage_stopped_early_ = false;
 };
 
-// Stops the run (runner.need_early_stop) once loader_key's metric_key has not improved by more
-// than min_delta for `patience` epochs.
+// Stops the run (runner.need_early_stop) once loader_key's metric_key has not improved by at
+// least min_delta for `patience` epochs (Catalyst's comparison: with min_delta 0, a tie counts).
 class EarlyStoppingCallback : public ICallback {
  public:
   EarlyStoppingCallback(int64_t patience, std::string loader_key = "valid",

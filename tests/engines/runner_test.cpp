@@ -714,6 +714,26 @@ class BareRunner : public IRunner {
   void handle_batch(const data::Batch&) override {}
 };
 
+// Catalyst's MetricHandler: improving by exactly min_delta counts, and so does a tie when
+// min_delta is 0; less does not.
+TEST(Runner, EarlyStoppingCountsAnImprovementOfExactlyMinDelta) {
+  auto run = [](double min_delta, const std::vector<double>& accuracies) {
+    BareRunner runner;
+    EarlyStoppingCallback early_stopping(2, "valid", "accuracy", /*minimize=*/false, min_delta);
+    int64_t stopped_after = 0;
+    for (const double accuracy : accuracies) {
+      runner.epoch_metrics = {{"valid", {{"accuracy", accuracy}}}};
+      early_stopping.on_epoch_end(runner);
+      ++stopped_after;
+      if (runner.need_early_stop) break;
+    }
+    return stopped_after;
+  };
+  EXPECT_EQ(run(0.0, {0.5, 0.5, 0.5, 0.5}), 4) << "a tie is an improvement with min_delta 0";
+  EXPECT_EQ(run(0.25, {0.5, 0.75, 1.0, 1.25}), 4) << "exactly min_delta is an improvement";
+  EXPECT_EQ(run(0.25, {0.5, 0.625, 0.7, 0.72}), 3) << "less than min_delta is not";
+}
+
 TEST(Runner, AccuracyBreaksTiesAsArgmax) {
   BareRunner runner;
   // Row 0: the target (1) ties with class 0, which ranks first; row 1: it ties with class 2, after.
