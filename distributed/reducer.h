@@ -58,7 +58,10 @@ struct ReducerOptions {
   // used, in this pass or under no_sync since the last synced one, keeps its gradient as it
   // was. Without it such a pass is an error naming them (PyTorch's find_unused_parameters).
   bool find_unused_parameters = false;
-  // f16 or bf16: buckets travel in that dtype (PyTorch's fp16/bf16 compression hooks).
+  // f16 or bf16: buckets travel in that dtype, as with PyTorch's fp16/bf16 compression hooks,
+  // but divided by the world size before the cast where PyTorch casts first: a gradient between
+  // f16's largest value (65504) and 65504 times the world size overflows there (a step the
+  // GradScaler then skips) and travels here.
   std::optional<DType> compression;
   // Each gradient becomes a view of its slot in the bucket (PyTorch's gradient_as_bucket_view):
   // the hook's copy into the bucket happens only when autograd made a new gradient tensor

@@ -39,7 +39,10 @@ class BackwardCallback : public ICallback {
 struct OptimizerOptions {
   // Gradients of this many batches are summed (under the engine's no_sync, so a DDP engine
   // reduces only once) and averaged before one step: with a mean loss and equal batches, the
-  // same update as one batch this many times larger. The last batches of a loader step too.
+  // same update as one batch this many times larger. The last batches of a loader step too, and
+  // the count starts again with each loader. (Catalyst's OptimizerCallback sums without dividing,
+  // so its update is this many times larger; it leaves a loader's last incomplete group for the
+  // next loader, and keeps counting across loaders and epochs.)
   int64_t accumulation_steps = 1;
   // > 0: clip the gradients' total 2-norm to this, after the engine has unscaled them.
   double max_grad_norm = 0;
@@ -64,7 +67,9 @@ class OptimizerCallback : public ICallback {
 // scheduler.step() after each epoch in which the optimizer stepped at least once, or after each
 // optimizer step (mode batch) — never for steps the loss scaler skipped, nor between accumulated
 // batches: an epoch whose every step was skipped (f16 gradients overflowing) leaves the schedule
-// where it was, as PyTorch's scheduler after a skipped optimizer.step().
+// where it was. That is Accelerate's AcceleratedScheduler rule (and what issue 6 asks for);
+// Catalyst's SchedulerCallback steps on every batch or epoch whatever the optimizer did, and a
+// plain PyTorch scheduler steps whenever it is called.
 class SchedulerCallback : public ICallback {
  public:
   enum class Mode { epoch, batch };
