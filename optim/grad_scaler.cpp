@@ -264,8 +264,9 @@ Metadata GradScaler::state_dict() const {
 }
 
 void GradScaler::load_state_dict(const Metadata& state) {
-  EMBER_CHECK(options_.enabled,
-              "GradScaler.load_state_dict: this scaler is disabled; nothing can be loaded into it");
+  // As PyTorch: a disabled scaler loads nothing, so a script that turns loss scaling off with
+  // `enabled` still loads the checkpoints of its scaled runs.
+  if (!options_.enabled) return;
   EMBER_CHECK(state.count("scaler.scale") == 1,
               "GradScaler.load_state_dict: the state dict has no 'scaler.scale' (is it empty, "
               "saved from a disabled GradScaler?)");

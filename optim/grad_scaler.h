@@ -60,6 +60,7 @@ class GradScaler {
   // Metadata "scaler.scale", "scaler.growth_factor", "scaler.backoff_factor",
   // "scaler.growth_interval", "scaler.growth_tracker" (empty when disabled, as PyTorch).
   Metadata state_dict() const;
+  // A no-op when disabled (PyTorch's); enabled, an empty or partial state is an error.
   void load_state_dict(const Metadata& state);
 
  private:

@@ -159,6 +159,11 @@ TEST(GradScaler, DisabledScalerIsTransparent) {
   scaler.update();
   EXPECT_EQ(scaler.get_scale(), 1.0);
   EXPECT_TRUE(scaler.state_dict().empty());
+  // Loading an enabled scaler's state changes nothing (PyTorch's load_state_dict returns).
+  GradScaler enabled({.init_scale = 8.0});
+  scaler.load_state_dict(enabled.state_dict());
+  EXPECT_EQ(scaler.get_scale(), 1.0);
+  EXPECT_FALSE(scaler.is_enabled());
 }
 
 TEST(GradScaler, StateDictRoundTrip) {
