@@ -71,6 +71,40 @@ TEST(DasoSchedule, EpochSkipsWithConstantLossFollowHeat) {
   }
 }
 
+// A plateau divides the global and local skips by skip_reduction_factor (here 4, not the default
+// 2) and shortens the wait by one batch; at a global skip of 1 it starts again at (max,
+// max / local_skip_factor, max / local_skip_factor): (8, 2, 2). No warm-up or cool-down: a
+// constant loss plateaus after epochs 3, 6 and 9.
+TEST(DasoSchedule, PlateauDividesTheSkipsByTheReductionFactorAndShortensTheWait) {
+  DasoSchedule schedule({.total_epochs = 13,
+                         .warmup_epochs = 0,
+                         .cooldown_epochs = 0,
+                         .max_global_skips = 8,
+                         .skip_reduction_factor = 4},
+                        /*num_groups=*/2);
+  schedule.set_last_batch(7);
+  for (int epoch = 0; epoch < 13; ++epoch) {
+    DasoSkips expected{4, 1, 1};                         // the cycling start
+    if (epoch >= 4 && epoch <= 6) expected = {1, 1, 1};  // 4 / 4, at least 1 to wait
+    if (epoch >= 7 && epoch <= 9) expected = {8, 2, 2};  // from 1: back to the longest
+    if (epoch >= 10) expected = {2, 1, 1};               // 8 / 4, 2 / 4 (at least 1), 2 - 1
+    const DasoSkips& got = schedule.skips();
+    EXPECT_EQ(got, expected) << "epoch " << epoch << ": got (" << got.global_skip << ", "
+                             << got.local_skip << ", " << got.batches_to_wait << ")";
+    expect_consistent_epoch(run_epoch(schedule), 2);
+    schedule.epoch_loss_logic(1.0);
+  }
+}
+
+// A run shorter than its cool-down is all cool-down: blocking averages from epoch 0.
+TEST(DasoSchedule, ARunThatIsAllCooldownAveragesFromTheFirstEpoch) {
+  DasoSchedule schedule({.total_epochs = 2, .warmup_epochs = 0, .cooldown_epochs = 2}, 2);
+  EXPECT_EQ(schedule.skips(), DasoSkips{});
+  schedule.set_last_batch(3);
+  for (const DasoBatchPlan& plan : run_epoch(schedule))
+    EXPECT_TRUE(plan.blocking()) << "batch " << plan.batch;
+}
+
 TEST(DasoSchedule, ImprovingLossKeepsTheLongSkips) {
   DasoSchedule schedule({.total_epochs = 12, .warmup_epochs = 2, .cooldown_epochs = 2}, 2);
   double loss = 1.0;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -138,6 +139,42 @@ TEST(Daso, MergeWeighsTheLocalParametersByTwiceTheWait) {
   for (float value : to_vector<float>(param.detach()))
     EXPECT_EQ(value, average);
   expect_identical_on_all_ranks({param}, "after the epoch");
+}
+
+// DASO only ever averages: ranks that started apart would stay apart. Its constructor gives every
+// rank rank 0's parameters: the f32 ones, and the bf16 ones (the optimizer's f32 masters, and the
+// bf16 parameters the model computes with).
+TEST(Daso, ConstructionStartsEveryRankFromRankZerosParameters) {
+  if (world()->size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  const double mine = 1.0 + world()->rank();
+  Tensor param = full({3}, mine).requires_grad_();
+  Tensor low_precision = full({2}, mine, DType::bf16).requires_grad_();
+  optim::SGD sgd(std::vector<Tensor>{param, low_precision}, {.lr = 0.1});
+  Daso daso(sgd, 5, {}, split_world(split_local_size()));
+  EXPECT_EQ(to_vector<float>(param.detach()), (std::vector<float>{1, 1, 1}));
+  EXPECT_EQ(to_vector<float>(sgd.master_param(0, 1)), (std::vector<float>{1, 1}));
+  EXPECT_EQ(to_vector<float>(low_precision.detach()), (std::vector<float>{1, 1}))
+      << "the bf16 parameters must follow their masters";
+  expect_identical_on_all_ranks({param, low_precision.to(DType::f32)}, "after construction");
+}
+
+// With one node the node's gradient average keeps the ranks identical, and nothing is sent
+// globally: the parameters are never rounded to downcast_type (bf16), not even by the blocking
+// average on an epoch's last batch. 1 + 2^-10 needs more mantissa than bf16's 8 bits.
+TEST(Daso, OneNodeNeverRoundsTheParametersToTheDowncastType) {
+  const double value = 1.0 + std::ldexp(1.0, -10);
+  Tensor param = full({4}, value).requires_grad_();
+  optim::SGD sgd(std::vector<Tensor>{param}, {.lr = 0.1});
+  Daso daso(sgd, 3, {.warmup_epochs = 1, .cooldown_epochs = 1},
+            split_world(world()->size()));  // one node of every rank
+  ASSERT_EQ(daso.num_nodes(), 1);
+  daso.set_last_batch(1);
+  for (int batch = 0; batch < 2; ++batch) {  // a warm-up epoch: both batches blocking
+    daso.zero_grad();  // zero gradients: SGD leaves the parameters as they are
+    daso.step();
+  }
+  for (float got : to_vector<float>(param.detach()))
+    EXPECT_EQ(got, static_cast<float>(value));
 }
 
 TEST(Daso, ChunkedAndUnchunkedSendsGiveIdenticalParameters) {

@@ -92,6 +92,26 @@ TEST(DdpBuckets, CustomCapsApplyToTheFirstBucketAndToTheRest) {
   EXPECT_EQ(layout_of(*ddp), want);
 }
 
+// p0 f32, p1 f64, p2 f32, all small enough to share the first bucket.
+class MixedDtypes : public nn::Module {
+ public:
+  MixedDtypes() {
+    register_parameter("p0", zeros({4}));
+    register_parameter("p1", zeros({4}, DType::f64));
+    register_parameter("p2", zeros({4}));
+  }
+  std::string type_name() const override { return "MixedDtypes"; }
+};
+
+// A bucket is one flat buffer of one dtype: a change of dtype closes it, or the f64 gradient would
+// travel (and be averaged) in the f32 bucket's precision.
+TEST(DdpBuckets, ADtypeChangeStartsANewBucket) {
+  auto group = world();
+  auto ddp = nn::make<DistributedDataParallel>(nn::make<MixedDtypes>(), group);
+  const Layout want = {{"p2"}, {"p1"}, {"p0"}};
+  EXPECT_EQ(layout_of(*ddp), want);
+}
+
 // Layers registered as c, a, b but applied a -> b -> c: backward produces c's gradients first,
 // then b's, then a's, which is not the reverse of registration (b, a, c).
 class RegisteredOutOfOrder : public nn::Module {
@@ -199,6 +219,64 @@ TEST(DdpBuckets, RebuiltBucketsFollowTheGradientsArrivalOrder) {
   for (const auto& bucket : ddp->reducer().bucket_parameters())
     bucket_order.insert(bucket_order.end(), bucket.begin(), bucket.end());
   EXPECT_EQ(log->order, bucket_order);
+}
+
+// Two layers applied to the same input and summed, `a` first or `b` first: which gradient backward
+// produces first follows the order of the forward, so it can differ from rank to rank.
+class EitherOrder : public nn::Module {
+ public:
+  EitherOrder() {
+    a = register_module("a", nn::make<nn::Linear>(8, 3));
+    b = register_module("b", nn::make<nn::Linear>(8, 3));
+  }
+  Tensor forward(const Tensor& x) override {
+    if (a_first) {
+      Tensor from_a = (*a)(x);
+      return from_a + (*b)(x);
+    }
+    Tensor from_b = (*b)(x);
+    return from_b + (*a)(x);
+  }
+  std::string type_name() const override { return "EitherOrder"; }
+  bool a_first = true;
+  std::shared_ptr<nn::Linear> a, b;
+};
+
+// The rebuilt buckets follow rank 0's arrival order on every rank, also where a rank's own
+// gradients arrived in another order: buckets that differ across ranks would pair up collectives
+// of different parameters (or sizes).
+TEST(DdpBuckets, RebuiltBucketsFollowRankZerosArrivalOrderOnEveryRank) {
+  auto group = world();
+  if (group->size() < 2) GTEST_SKIP() << "needs 2 ranks (run under mpirun -np 2)";
+  auto model = nn::make<EitherOrder>();
+  model->a_first = group->rank() % 2 == 0;
+  auto log = log_arrivals(*model);
+  const DdpOptions options = small_buckets();
+  auto ddp = nn::make<DistributedDataParallel>(model, group, options);
+  log->reducer = &ddp->reducer();
+  Generator generator(9);
+  Tensor x = randn({4, 8}, {}, &generator);
+  Tensor y = randn({4, 3}, {}, &generator);
+  mse_loss((*ddp)(x), y).backward();
+  ASSERT_TRUE(ddp->reducer().rebuilt());
+
+  // (world size, parameters): every rank's arrival order.
+  const auto named = model->named_parameters();
+  const auto count = static_cast<int64_t>(named.size());
+  ASSERT_EQ(static_cast<int64_t>(log->order.size()), count);
+  std::vector<int64_t> order(log->order.begin(), log->order.end());
+  Tensor mine = from_vector(order, {count}, DType::i64);
+  Tensor everyone = zeros({group->size(), count}, DType::i64);
+  group->allgather(everyone, mine)->wait();
+  const std::vector<int64_t> rank_one = to_vector<int64_t>(everyone.select(0, 1));
+  const std::vector<int64_t> rank_zero = to_vector<int64_t>(everyone.select(0, 0));
+  ASSERT_NE(rank_zero, rank_one) << "the model must make the ranks' arrival orders differ";
+
+  std::vector<size_t> rank_zero_order(rank_zero.begin(), rank_zero.end());
+  const auto first_bytes = static_cast<int64_t>(options.first_bucket_cap_mb * 1024 * 1024);
+  const auto bytes = static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024);
+  EXPECT_EQ(layout_of(*ddp), reference_layout(named, rank_zero_order, first_bytes, bytes))
+      << "rank " << group->rank();
 }
 
 // How many buckets, from the first, hold only parameters among `arrived`: those that the

@@ -47,9 +47,10 @@ class CountReductions : public ICallback {
   Trained trained;
 };
 
-// One epoch of the runner over this rank's 16 samples in batches of `batch_size`, stepping every
-// `accumulation` batches.
-Trained runner_epoch(EnginePtr engine, int64_t batch_size, int64_t accumulation) {
+// One epoch of the runner over this rank's `samples_per_rank` samples in batches of `batch_size`,
+// stepping every `accumulation` batches.
+Trained runner_epoch(EnginePtr engine, int64_t batch_size, int64_t accumulation,
+                     int64_t samples_per_rank = kSamplesPerRank) {
   auto world = dist::world();
   manual_seed(3);
   auto model = testing::mlp(/*dropout=*/false);
@@ -59,7 +60,7 @@ Trained runner_epoch(EnginePtr engine, int64_t batch_size, int64_t accumulation)
       {.model = model,
        .criterion = [](const Tensor& logits,
                        const Tensor& targets) { return cross_entropy(logits, targets); },
-       .loaders = {{"train", testing::loader(kSamplesPerRank * world->size(), batch_size, false)}},
+       .loaders = {{"train", testing::loader(samples_per_rank * world->size(), batch_size, false)}},
        .engine_instance = std::move(engine),
        .callbacks = {{"optimizer", std::make_shared<OptimizerCallback>(
                                        OptimizerOptions{.accumulation_steps = accumulation})},
@@ -72,14 +73,17 @@ Trained runner_epoch(EnginePtr engine, int64_t batch_size, int64_t accumulation)
   return counter->trained;
 }
 
-Trained ddp_runner_epoch(int64_t batch_size, int64_t accumulation) {
-  return runner_epoch(std::make_shared<DdpEngine>(dist::world()), batch_size, accumulation);
+Trained ddp_runner_epoch(int64_t batch_size, int64_t accumulation,
+                         int64_t samples_per_rank = kSamplesPerRank) {
+  return runner_epoch(std::make_shared<DdpEngine>(dist::world()), batch_size, accumulation,
+                      samples_per_rank);
 }
 
 // DASO counts optimizer steps, not batches, to find an epoch's last batch (its blocking average).
-Trained daso_runner_epoch(int64_t batch_size, int64_t accumulation) {
+Trained daso_runner_epoch(int64_t batch_size, int64_t accumulation,
+                          int64_t samples_per_rank = kSamplesPerRank) {
   return runner_epoch(std::make_shared<DasoEngine>(Device::cpu(), /*total_epochs=*/1), batch_size,
-                      accumulation);
+                      accumulation, samples_per_rank);
 }
 
 // The same epoch through the Accelerator's loop.
@@ -117,6 +121,21 @@ TEST(DistributedEngines, RunnerAccumulationOnDdpIsOneBigBatchWithOneReductionPer
   EXPECT_EQ(big.reductions, 1);
   EXPECT_EQ(accumulated.reductions, 1) << "the 3 inner batches of the accumulation were reduced";
   EXPECT_EQ(ddp_runner_epoch(4, 2).reductions, 2);
+}
+
+// 32 samples per rank in batches of 4, stepping every 3: steps after batches 3, 6 and 8, the last
+// one short. It is the update of batches of 12, 12 and 8: the short step is the mean of its two
+// batches, its last batch is reduced (not left local under no_sync), and DASO is told of 3 steps,
+// so its epoch ends on the short one.
+TEST(DistributedEngines, RunnerAccumulationWithAShortLastStepIsTheBigBatchesUpdate) {
+  if (dist::world()->size() < 2) GTEST_SKIP() << "needs mpirun -np 2 or more";
+  constexpr int64_t kSamples = 32;
+  const Trained big = ddp_runner_epoch(12, 1, kSamples);  // batches of 12, 12 and 8
+  const Trained accumulated = ddp_runner_epoch(4, 3, kSamples);
+  expect_the_big_batchs_update(big, accumulated);
+  EXPECT_EQ(accumulated.reductions, 3);
+  expect_the_big_batchs_update(daso_runner_epoch(12, 1, kSamples),
+                               daso_runner_epoch(4, 3, kSamples));
 }
 
 TEST(DistributedEngines, AcceleratorAccumulationOnDdpIsOneBigBatchWithOneReductionPerStep) {

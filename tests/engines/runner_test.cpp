@@ -212,6 +212,16 @@ TEST(Runner, AccumulationGivesTheUpdateOfOneBigBatch) {
   EXPECT_FALSE(allclose(partial[0], untouched[0], 0, 0));
 }
 
+// A loader's last, shorter accumulation is the mean of its own batches: 20 samples in batches of
+// 4, stepping every 3, give the updates of batches of 12 and then 8 (the last two batches' mean,
+// not their sum divided by 3).
+TEST(Runner, AShortLastAccumulationIsTheMeanOfItsOwnBatches) {
+  const auto big = weights_after(20, 12, 1, "cpu");  // batches of 12 and 8
+  const auto accumulated = weights_after(20, 4, 3, "cpu");
+  for (size_t i = 0; i < big.size(); ++i)
+    EXPECT_TRUE(allclose(big[i], accumulated[i], 1e-5, 1e-6)) << i;
+}
+
 // The optimizer and schedule of the scheduler tests: SGD at lr 0.1, and StepLR halving the rate
 // at each of its steps, handed to `scheduler` as the runner makes it.
 std::shared_ptr<optim::Optimizer> sgd(nn::Module& m) {
@@ -577,6 +587,29 @@ TEST(Runner, CheckpointTopKKeepsTheBestEpochsFiles) {
               std::to_string(best_epochs[0]));
     std::filesystem::remove_all(logdir);
   }
+}
+
+// With topk 1 best.ckpt is the top-1 file: no epoch-NNNN.ckpt is written (none would ever be
+// removed: the logdir would gain one file per improving epoch).
+TEST(Runner, CheckpointTopOneKeepsOnlyBestAndLast) {
+  const std::vector<double> scores = {0.5, 0.9, 0.3, 0.95};
+  const std::string logdir = fresh_dir("top_one");
+  SupervisedRunner runner;
+  runner.train(
+      {.model = testing::mlp(),
+       .loaders = {{"train", testing::loader(8, 4, false)},
+                   {"valid", testing::loader(4, 4, false)}},
+       .logdir = logdir,
+       .num_epochs = static_cast<int64_t>(scores.size()),
+       .engine = "cpu",
+       .callbacks = {
+           {"score", std::make_shared<ScriptedScore>(scores)},
+           {"checkpoint",
+            std::make_shared<CheckpointCallback>(CheckpointOptions{
+                .logdir = logdir, .metric_key = "score", .minimize = false, .topk = 1})}}});
+  EXPECT_EQ(testing::checkpoint_files(logdir), (std::set<std::string>{"best.ckpt", "last.ckpt"}));
+  EXPECT_EQ(load_checkpoint(logdir + "/best.ckpt").meta("checkpoint.epoch"), "4");
+  std::filesystem::remove_all(logdir);
 }
 
 // What the checkpoint of epoch k sees, from a logger and a callback after it.

@@ -93,6 +93,55 @@ TEST(GradScaler, ScaleDoublesAfterGrowthIntervalGoodSteps) {
   EXPECT_EQ(scaler.growth_tracker(), 2);
 }
 
+// An overflow part-way through an interval starts the count of good steps again: two good steps,
+// an Inf, then growth_interval more good steps before the scale grows (not one).
+TEST(GradScaler, OverflowInTheMiddleOfAnIntervalRestartsTheCount) {
+  GradScaler scaler({.init_scale = 8.0, .growth_interval = 3});
+  Tensor p = param_with_grad({1}, {1});
+  SGD sgd({p}, {.lr = 0.0});
+  auto step_with_grad = [&](float grad) {
+    p.set_grad(full({1}, static_cast<double>(grad)));
+    scaler.step(sgd);
+    scaler.update();
+  };
+  step_with_grad(1);
+  step_with_grad(1);
+  ASSERT_EQ(scaler.growth_tracker(), 2);
+  step_with_grad(std::numeric_limits<float>::infinity());
+  EXPECT_EQ(scaler.get_scale(), 4.0);
+  EXPECT_EQ(scaler.growth_tracker(), 0);
+  step_with_grad(1);
+  step_with_grad(1);
+  EXPECT_EQ(scaler.get_scale(), 4.0) << "grew after 2 good steps since the overflow";
+  step_with_grad(1);
+  EXPECT_EQ(scaler.get_scale(), 8.0);
+}
+
+// PyTorch's _amp_update_scale_: a growth that would overflow f32 leaves the scale where it is
+// (an infinite scale would make every gradient Inf and could never back off again).
+TEST(GradScaler, GrowthThatWouldOverflowF32KeepsTheScale) {
+  const double largest_power_of_two = std::ldexp(1.0, 127);  // 2^127; 2^128 is Inf in f32
+  GradScaler scaler({.init_scale = largest_power_of_two, .growth_interval = 1});
+  Tensor p = param_with_grad({1}, {0});  // a zero gradient stays finite at any scale
+  SGD sgd({p}, {.lr = 0.0});
+  EXPECT_TRUE(scaler.step(sgd));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), largest_power_of_two);
+  EXPECT_EQ(scaler.growth_tracker(), 0);
+}
+
+// As in PyTorch, unscale_ divides every gradient, also those after one holding an Inf: what reads
+// the gradients next (clipping, a gradient-norm log) sees unscaled values everywhere.
+TEST(GradScaler, UnscaleDividesEveryGradientEvenAfterAnInf) {
+  GradScaler scaler({.init_scale = 4.0});
+  Tensor a = param_with_grad({0}, {std::numeric_limits<float>::infinity()});
+  Tensor b = param_with_grad({0, 0}, {8, -2});
+  SGD sgd({a, b});
+  scaler.unscale_(sgd);
+  EXPECT_EQ(to_vector<float>(b.grad()), (std::vector<float>{2, -0.5f}));
+  EXPECT_FALSE(scaler.step(sgd));
+}
+
 TEST(GradScaler, UnscaleBeforeClipEqualsClippingTheUnscaledGradients) {
   const std::vector<float> g1 = {3.0f, -4.0f, 1.5f}, g2 = {0.25f, 12.0f};
   // Scaled gradients, unscaled by the scaler, then clipped.
@@ -178,6 +227,42 @@ TEST(GradScaler, StateDictRoundTrip) {
   EXPECT_EQ(restored.growth_tracker(), 1);
   EXPECT_EQ(restored.options().growth_interval, 7);
   expect_error([&] { restored.load_state_dict({}); }, "saved from a disabled GradScaler");
+}
+
+// A resumed run keeps the saved run's factors, not the defaults of the scaler it loads into: an
+// Inf backs off by the saved 0.25, a good step grows by the saved 4.
+TEST(GradScaler, StateDictRoundTripKeepsTheGrowthAndBackoffFactors) {
+  GradScaler saved(
+      {.init_scale = 64.0, .growth_factor = 4.0, .backoff_factor = 0.25, .growth_interval = 1});
+  GradScaler restored;  // defaults: growth 2, backoff 0.5, interval 2000
+  restored.load_state_dict(saved.state_dict());
+  EXPECT_EQ(restored.options().growth_factor, 4.0);
+  EXPECT_EQ(restored.options().backoff_factor, 0.25);
+  Tensor p = param_with_grad({1}, {std::numeric_limits<float>::infinity()});
+  SGD sgd({p}, {.lr = 0.0});
+  restored.step(sgd);
+  restored.update();
+  EXPECT_EQ(restored.get_scale(), 16.0);
+  p.set_grad(ones({1}));
+  restored.step(sgd);
+  restored.update();
+  EXPECT_EQ(restored.get_scale(), 64.0);
+}
+
+// load_state_dict holds a checkpoint to the constructor's rules: a growth_interval of 0 would
+// never grow the scale, a scale of 0 would zero every gradient and never recover.
+TEST(GradScaler, LoadStateDictRefusesWhatTheConstructorRefuses) {
+  GradScaler source;
+  const Metadata good = source.state_dict();
+  Metadata zero_interval = good;
+  zero_interval["scaler.growth_interval"] = "0";
+  GradScaler target;
+  expect_error([&] { target.load_state_dict(zero_interval); }, "scaler.growth_interval");
+  Metadata zero_scale = good;
+  zero_scale["scaler.scale"] = "0";
+  expect_error([&] { target.load_state_dict(zero_scale); }, "out-of-range values (scale 0");
+  EXPECT_EQ(target.get_scale(), 65536.0) << "a refused state leaves the scaler as it was";
+  EXPECT_EQ(target.options().growth_interval, 2000);
 }
 
 TEST(AmpKernel, FindsANonFiniteValueAnywhereInALargeGradient) {
