@@ -47,7 +47,9 @@
 //   sum is converted to f32 before dividing (daso.cpp, start_send).
 // - The schedule (daso_schedule.cpp): warmup_epochs 0 starts cycling at once (Heat never leaves
 //   blocking averages); the first cycling skip is capped at max_global_skips; batches_to_wait is
-//   capped at global_skip and a merge comes exactly that many batches after its send; epochs are
+//   capped at global_skip and a merge comes exactly that many batches after its send; a plateau
+//   divides the global skip down to 1 at the least (Heat's can reach 0, blocking averages for
+//   the rest of the run, when skip_reduction_factor does not divide it); epochs are
 //   counted per epoch_loss_logic call, which refuses a call in mid-epoch; the plateau test treats
 //   a negative best loss as Heat does.
 // - One node (num_nodes() == 1) makes no global sends (an average of one only rounds).

@@ -215,13 +215,13 @@ void DasoSchedule::epoch_loss_logic(double averaged_loss) {
   // The loss has plateaued: synchronise more often, down to every batch; from there, start the
   // cycle again at the longest skips.
   if (skips_.global_skip > 1) {
-    skips_.global_skip /= options_.skip_reduction_factor;
-    skips_.local_skip /= options_.skip_reduction_factor;
-    skips_.batches_to_wait = std::max(skips_.batches_to_wait - 1, 0);
-    if (skips_.global_skip > 0) {
-      skips_.batches_to_wait = std::max(skips_.batches_to_wait, 1);
-      skips_.local_skip = std::max(skips_.local_skip, 1);
-    }
+    // At least 1: Heat divides down to 0 when the factor does not divide the skip (factor 3 from
+    // 2, or 8 from 4), and a global skip of 0 is blocking averages with no plateau branch to
+    // leave them, so its run stays there until the cool-down. Stopping at 1 lets the next plateau
+    // restart the cycle, as with a factor that divides evenly.
+    skips_.global_skip = std::max(skips_.global_skip / options_.skip_reduction_factor, 1);
+    skips_.local_skip = std::max(skips_.local_skip / options_.skip_reduction_factor, 1);
+    skips_.batches_to_wait = std::max(skips_.batches_to_wait - 1, 1);
   } else if (skips_.global_skip == 1) {
     const int longest = options_.max_global_skips;
     skips_ = {longest, longest / options_.local_skip_factor, longest / options_.local_skip_factor};

@@ -96,6 +96,31 @@ TEST(DasoSchedule, PlateauDividesTheSkipsByTheReductionFactorAndShortensTheWait)
   }
 }
 
+// A factor that does not divide the skips evenly (3 from 2) stops at a global skip of 1, so the
+// next plateau restarts the cycle; Heat divides down to 0 and stays on blocking averages.
+TEST(DasoSchedule, AnUnevenReductionFactorStopsAtOneAndTheCycleGoesOn) {
+  DasoSchedule schedule({.total_epochs = 19,
+                         .warmup_epochs = 0,
+                         .cooldown_epochs = 0,
+                         .max_global_skips = 8,
+                         .skip_reduction_factor = 3},
+                        /*num_groups=*/2);
+  schedule.set_last_batch(7);
+  for (int epoch = 0; epoch < 19; ++epoch) {
+    DasoSkips expected{4, 1, 1};                           // the cycling start
+    if (epoch >= 4 && epoch <= 6) expected = {1, 1, 1};    // 4 / 3
+    if (epoch >= 7 && epoch <= 9) expected = {8, 2, 2};    // from 1: back to the longest
+    if (epoch >= 10 && epoch <= 12) expected = {2, 1, 1};  // 8 / 3, 2 / 3 (at least 1), 2 - 1
+    if (epoch >= 13 && epoch <= 15) expected = {1, 1, 1};  // 2 / 3: 0 in Heat, 1 here
+    if (epoch >= 16) expected = {8, 2, 2};                 // and the cycle goes on
+    const DasoSkips& got = schedule.skips();
+    EXPECT_EQ(got, expected) << "epoch " << epoch << ": got (" << got.global_skip << ", "
+                             << got.local_skip << ", " << got.batches_to_wait << ")";
+    expect_consistent_epoch(run_epoch(schedule), 2);
+    schedule.epoch_loss_logic(1.0);
+  }
+}
+
 // A run shorter than its cool-down is all cool-down: blocking averages from epoch 0.
 TEST(DasoSchedule, ARunThatIsAllCooldownAveragesFromTheFirstEpoch) {
   DasoSchedule schedule({.total_epochs = 2, .warmup_epochs = 0, .cooldown_epochs = 2}, 2);
