@@ -387,6 +387,32 @@ TEST(Ddp, FindUnusedParametersCountsAUseInsideNoSync) {
   }
 }
 
+// Without gradient_as_bucket_view the gradients DDP hands out are the caller's own tensors: one
+// it fills for a parameter this rank did not use must not be the bucket's slot, which the next
+// backward overwrites under the caller's feet.
+TEST(Ddp, AGradientFilledForAnUnusedParameterIsNotTheBucketsSlot) {
+  auto group = world();
+  if (group->size() < 2) GTEST_SKIP() << "needs a rank that leaves head_b out (mpirun -np 2)";
+  auto model = nn::make<TwoHeads>();
+  DdpOptions options;
+  options.find_unused_parameters = true;
+  auto ddp = nn::make<DistributedDataParallel>(model, group, options);
+  auto step = [&](int batch) {
+    auto [x, y] = global_batch(group->size(), batch);
+    model->use_b = group->rank() == 0;  // the other ranks get head_b's gradient from rank 0
+    mse_loss((*ddp)(rows_of_rank(x, group->rank())), rows_of_rank(y, group->rank())).backward();
+  };
+  step(0);  // the buckets are rebuilt after this first step: new buffers
+  model->zero_grad();
+  step(1);
+  const Tensor held = model->head_b->weight.grad();
+  ASSERT_TRUE(held.defined());
+  const Tensor values = held.clone();
+  model->zero_grad();  // set_to_none: the next backward makes new gradients
+  step(2);
+  EXPECT_TRUE(same(held, values)) << "the gradient kept from the second step changed";
+}
+
 TEST(Ddp, DifferentModelsOnTheRanksAreAClearErrorOnEveryRank) {
   auto group = world();
   if (group->size() < 2) GTEST_SKIP() << "needs 2 ranks (run under mpirun -np 2)";
