@@ -47,6 +47,29 @@ void expect_consistent_epoch(const std::vector<DasoBatchPlan>& plans, int num_gr
   }
 }
 
+// The skips in force from `first_epoch` on, until the next stage's.
+struct Stage {
+  int first_epoch;
+  DasoSkips skips;
+};
+
+// Runs `epochs` epochs at a constant loss (it plateaus every third epoch) and checks the skips in
+// force in each against the stages.
+void expect_stages_at_constant_loss(DasoSchedule& schedule, int epochs,
+                                    const std::vector<Stage>& stages) {
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    DasoSkips expected;
+    for (const Stage& stage : stages) {
+      if (epoch >= stage.first_epoch) expected = stage.skips;
+    }
+    const DasoSkips& got = schedule.skips();
+    EXPECT_EQ(got, expected) << "epoch " << epoch << ": got (" << got.global_skip << ", "
+                             << got.local_skip << ", " << got.batches_to_wait << ")";
+    expect_consistent_epoch(run_epoch(schedule), schedule.num_groups());
+    schedule.epoch_loss_logic(1.0);
+  }
+}
+
 TEST(DasoSchedule, EpochSkipsWithConstantLossFollowHeat) {
   DasoSchedule schedule(
       {.total_epochs = 20, .warmup_epochs = 4, .cooldown_epochs = 4, .max_global_skips = 8},
@@ -83,17 +106,11 @@ TEST(DasoSchedule, PlateauDividesTheSkipsByTheReductionFactorAndShortensTheWait)
                          .skip_reduction_factor = 4},
                         /*num_groups=*/2);
   schedule.set_last_batch(7);
-  for (int epoch = 0; epoch < 13; ++epoch) {
-    DasoSkips expected{4, 1, 1};                         // the cycling start
-    if (epoch >= 4 && epoch <= 6) expected = {1, 1, 1};  // 4 / 4, at least 1 to wait
-    if (epoch >= 7 && epoch <= 9) expected = {8, 2, 2};  // from 1: back to the longest
-    if (epoch >= 10) expected = {2, 1, 1};               // 8 / 4, 2 / 4 (at least 1), 2 - 1
-    const DasoSkips& got = schedule.skips();
-    EXPECT_EQ(got, expected) << "epoch " << epoch << ": got (" << got.global_skip << ", "
-                             << got.local_skip << ", " << got.batches_to_wait << ")";
-    expect_consistent_epoch(run_epoch(schedule), 2);
-    schedule.epoch_loss_logic(1.0);
-  }
+  expect_stages_at_constant_loss(schedule, 13,
+                                 {{0, {4, 1, 1}},     // the cycling start
+                                  {4, {1, 1, 1}},     // 4 / 4, at least 1 to wait
+                                  {7, {8, 2, 2}},     // from 1: back to the longest
+                                  {10, {2, 1, 1}}});  // 8 / 4, 2 / 4 (at least 1), 2 - 1
 }
 
 // A factor that does not divide the skips evenly (3 from 2) stops at a global skip of 1, so the
@@ -106,19 +123,13 @@ TEST(DasoSchedule, AnUnevenReductionFactorStopsAtOneAndTheCycleGoesOn) {
                          .skip_reduction_factor = 3},
                         /*num_groups=*/2);
   schedule.set_last_batch(7);
-  for (int epoch = 0; epoch < 19; ++epoch) {
-    DasoSkips expected{4, 1, 1};                           // the cycling start
-    if (epoch >= 4 && epoch <= 6) expected = {1, 1, 1};    // 4 / 3
-    if (epoch >= 7 && epoch <= 9) expected = {8, 2, 2};    // from 1: back to the longest
-    if (epoch >= 10 && epoch <= 12) expected = {2, 1, 1};  // 8 / 3, 2 / 3 (at least 1), 2 - 1
-    if (epoch >= 13 && epoch <= 15) expected = {1, 1, 1};  // 2 / 3: 0 in Heat, 1 here
-    if (epoch >= 16) expected = {8, 2, 2};                 // and the cycle goes on
-    const DasoSkips& got = schedule.skips();
-    EXPECT_EQ(got, expected) << "epoch " << epoch << ": got (" << got.global_skip << ", "
-                             << got.local_skip << ", " << got.batches_to_wait << ")";
-    expect_consistent_epoch(run_epoch(schedule), 2);
-    schedule.epoch_loss_logic(1.0);
-  }
+  expect_stages_at_constant_loss(schedule, 19,
+                                 {{0, {4, 1, 1}},     // the cycling start
+                                  {4, {1, 1, 1}},     // 4 / 3
+                                  {7, {8, 2, 2}},     // from 1: back to the longest
+                                  {10, {2, 1, 1}},    // 8 / 3, 2 / 3 (at least 1), 2 - 1
+                                  {13, {1, 1, 1}},    // 2 / 3: 0 in Heat, 1 here
+                                  {16, {8, 2, 2}}});  // and the cycle goes on
 }
 
 // A run shorter than its cool-down is all cool-down: blocking averages from epoch 0.
