@@ -115,6 +115,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
               cuda_compiled() ? "no GPU is visible" : "this build of ember has no CUDA support",
               "; leave pin_memory off");
   if (!sampler_) {
+    owns_sampler_ = true;
     if (options_.shuffle) {
       sampler_ = std::make_shared<RandomSampler>(dataset_->size(), options_.seed);
     } else {
@@ -130,10 +131,17 @@ int64_t DataLoader::num_batches() const {
 
 void DataLoader::set_epoch(int64_t epoch) {
   epoch_ = epoch;
+  epoch_announced_ = true;
   sampler_->set_epoch(epoch);
 }
 
 DataLoader::Iterator DataLoader::begin() {
+  // A pass that no set_epoch announced is the next epoch (the header says why).
+  if (!epoch_announced_) {
+    ++epoch_;
+    if (owns_sampler_) sampler_->set_epoch(epoch_);
+  }
+  epoch_announced_ = false;
   auto epoch = std::make_shared<Epoch>();
   epoch->dataset = dataset_;
   epoch->transforms = options_.transforms;

@@ -6,6 +6,11 @@
 //     for (const data::Batch& batch : loader) { ... batch.inputs, batch.targets ... }
 //   }
 //
+// Without set_epoch, each pass is the next epoch: a loop that never calls it still gets a new
+// shuffle and new random transforms every pass, as a PyTorch DataLoader's RandomSampler draws a
+// new permutation each time it is iterated (the order still repeats from run to run). A sampler
+// passed in is left to its owner then (PyTorch's DistributedSampler also needs set_epoch).
+//
 // While the model works on one batch, the worker thread gathers and transforms the next
 // `prefetch_batches`. An exception in the worker reaches the loop that iterates. Leaving the loop
 // early stops the worker.
@@ -47,8 +52,9 @@ class DataLoader {
   const std::shared_ptr<const Dataset>& dataset_ptr() const { return dataset_; }
   const DataLoaderOptions& options() const { return options_; }
   Sampler& sampler() { return *sampler_; }
-  // Passes the epoch to the sampler and reseeds the random transforms.
+  // Passes the epoch to the sampler and reseeds the random transforms, for the next pass.
   void set_epoch(int64_t epoch);
+  int64_t epoch() const { return epoch_; }
 
   class Iterator {
    public:
@@ -76,7 +82,9 @@ class DataLoader {
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
   std::shared_ptr<Sampler> sampler_;
+  bool owns_sampler_ = false;  // made from options.shuffle, not passed in
   int64_t epoch_ = 0;
+  bool epoch_announced_ = true;  // set_epoch since the last pass began (or none begun yet)
 };
 
 }  // namespace ember::data

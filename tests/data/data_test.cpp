@@ -70,6 +70,33 @@ TEST(DataLoader, ShuffleIsASeededPermutationThatChangesPerEpoch) {
   EXPECT_EQ(second, visited(b));
 }
 
+// PyTorch's RandomSampler draws a new permutation on every pass: without set_epoch, each pass is
+// the next epoch (the same orders as set_epoch(1), set_epoch(2), ...), and a run still repeats.
+// A sampler passed in keeps the epoch its owner sets.
+TEST(DataLoader, EachPassWithoutSetEpochIsTheNextEpoch) {
+  auto dataset = numbered(50);
+  DataLoader looping(dataset, {.batch_size = 8, .shuffle = true, .seed = 3});
+  DataLoader announced(dataset, {.batch_size = 8, .shuffle = true, .seed = 3});
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    announced.set_epoch(epoch);
+    EXPECT_EQ(visited(looping), visited(announced)) << "pass " << epoch;
+    EXPECT_EQ(looping.epoch(), epoch);
+  }
+  // set_epoch still decides the next pass, and passes go on from there.
+  looping.set_epoch(7);
+  announced.set_epoch(7);
+  EXPECT_EQ(visited(looping), visited(announced));
+  announced.set_epoch(8);
+  EXPECT_EQ(visited(looping), visited(announced));
+
+  auto sampler = std::make_shared<RandomSampler>(50, 3);
+  DataLoader given(dataset, {.batch_size = 8}, sampler);
+  const std::vector<int64_t> first = visited(given);
+  EXPECT_EQ(visited(given), first) << "a sampler passed in keeps its owner's epoch";
+  sampler->set_epoch(1);
+  EXPECT_NE(visited(given), first);
+}
+
 TEST(DataLoader, SynchronousAndPrefetchingGiveTheSameBatches) {
   auto dataset = numbered(37);
   DataLoader threaded(dataset,
