@@ -27,7 +27,9 @@ namespace ember::optim {
 using NamedParameters = std::vector<std::pair<std::string, Tensor>>;
 
 // One group of parameters sharing hyper-parameters. Each optimizer reads the fields it uses;
-// schedulers write `lr` (and `momentum` / `beta1` when they cycle momentum).
+// schedulers write `lr` (and `momentum` / `beta1` when they cycle momentum). A group built by
+// hand has these defaults, not the optimizer's: AdamW's default weight decay (1e-2) applies only
+// to groups its options make, so give weight_decay in a hand-built AdamW group.
 struct ParamGroup {
   std::vector<Tensor> params;
   std::vector<std::string> names;  // empty, or one name per parameter (kept in state dicts)
@@ -94,6 +96,9 @@ class Optimizer {
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   // Adds a group (its hyper-parameters are checked; a parameter may belong to one group only).
+  // Every field is the group's own: unlike PyTorch's add_param_group, nothing is filled in from
+  // the optimizer's constructor options, so copy them (e.g. param_groups()[0]) to share them.
+  // Make LR schedulers after the last group is added: they keep a base rate per group.
   void add_param_group(ParamGroup group);
 
   // The state of parameter `index` of group `group`.

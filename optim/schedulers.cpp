@@ -53,12 +53,15 @@ void LRScheduler::initialize() {
 }
 
 void LRScheduler::step() {
+  std::vector<ParamGroup>& groups = optimizer_.param_groups();
+  // Before compute_lr, which reads a base learning rate per group: a group added to the
+  // optimizer after the scheduler was made has none.
+  EMBER_CHECK(groups.size() == base_lrs_.size(), "LRScheduler.step: the optimizer has ",
+              groups.size(), " parameter groups but the scheduler was made for ", base_lrs_.size(),
+              " (make the scheduler after the last add_param_group)");
   step_count_ += 1;
   last_epoch_ += 1;
   const std::vector<double> lrs = compute_lr();
-  std::vector<ParamGroup>& groups = optimizer_.param_groups();
-  EMBER_CHECK(lrs.size() == groups.size(), "LRScheduler.step: the optimizer has ", groups.size(),
-              " parameter groups but the scheduler was made for ", lrs.size());
   for (size_t g = 0; g < groups.size(); ++g)
     groups[g].lr = lrs[g];
   last_lr_ = lrs;

@@ -66,6 +66,23 @@ TEST(CosineAnnealingLR, FollowsTheCosineAcrossSeveralHalfPeriods) {
                   [](int e) { return 0.001 + (0.1 - 0.001) * (1 + std::cos(kPi * e / 10.0)) / 2; });
 }
 
+// A group added after the scheduler was made has no base learning rate: step() says so before
+// it reads one (it read past the end of its base learning rates before).
+TEST(CosineAnnealingLR, AGroupAddedAfterTheSchedulerIsAClearError) {
+  SGD sgd(params(), {.lr = 0.1});
+  CosineAnnealingLR cosine(sgd, 10);
+  cosine.step();
+  Tensor extra = ones({2});
+  extra.requires_grad_();
+  ParamGroup group;
+  group.params = {extra};
+  group.lr = 0.5;
+  sgd.add_param_group(group);
+  EXPECT_ERROR_WITH(cosine.step(), "2 parameter groups but the scheduler was made for 1",
+                    "after the last add_param_group");
+  EXPECT_EQ(cosine.last_epoch(), 1) << "a refused step counts nothing";
+}
+
 TEST(LinearLR, WarmsUpLinearlyThenStays) {
   SGD sgd(params(), {.lr = 0.3});
   LinearLR scheduler(sgd, 0.25, 1.0, 8);
