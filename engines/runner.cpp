@@ -195,6 +195,14 @@ void IRunner::run_loader() {
   loader->set_epoch(epoch - 1);
   if (model) model->train(is_train_loader);
   loader_batch_len = loader->num_batches();
+  // As Catalyst ("DataLoader with name ... is empty"): an epoch of no batches would train
+  // nothing and log zeros without a word. Every rank holds as many batches (DistributedSampler
+  // pads), so every rank stops here alike.
+  EMBER_CHECK(
+      loader_batch_len > 0, "runner: loader '", loader_key, "' has no batches (",
+      loader->sampler().size(), " samples in batches of ", loader->batch_size(),
+      loader->options().drop_last ? ", the last incomplete one dropped" : "",
+      "); give it more samples, a smaller batch_size or drop_last = false, or leave it out");
   if (is_train_loader) engine->on_train_loader_start(loader_batch_len);
   loader_batch_step = 0;
   loader_sample_step = 0;

@@ -749,6 +749,25 @@ class BareRunner : public IRunner {
 
 // Catalyst's MetricHandler: improving by exactly min_delta counts, and so does a tie when
 // min_delta is 0; less does not.
+// An empty loader is an error that says why it is empty, not an epoch that trains nothing.
+TEST(Runner, AnEmptyLoaderIsAnErrorThatSaysWhy) {
+  SupervisedRunner runner;
+  EXPECT_ERROR_WITH(
+      runner.train(
+          {.model = testing::mlp(/*dropout=*/false),
+           .criterion = [](const Tensor& logits,
+                           const Tensor& targets) { return cross_entropy(logits, targets); },
+           .loaders = {{"train", std::make_shared<data::DataLoader>(
+                                     testing::synthetic_dataset(6, 7),
+                                     data::DataLoaderOptions{.batch_size = 8, .drop_last = true})}},
+           .optimizer_fn =
+               [](nn::Module& m) {
+                 return std::make_shared<optim::SGD>(m.named_parameters(),
+                                                     optim::SGDOptions{.lr = 0.1});
+               }}),
+      "loader 'train' has no batches (6 samples in batches of 8, the last incomplete one dropped)");
+}
+
 TEST(Runner, EarlyStoppingCountsAnImprovementOfExactlyMinDelta) {
   auto run = [](double min_delta, const std::vector<double>& accuracies) {
     BareRunner runner;
