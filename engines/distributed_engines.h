@@ -27,6 +27,8 @@ namespace ember::engines {
 // The loader this rank iterates: `loader` itself when its sampler is already a
 // DistributedSampler; otherwise the same dataset and options over a DistributedSampler
 // (shuffling as the loader did, with its seed, padded so that every rank has as many batches).
+// Catalyst shuffles every loader it shards (DistributedSampler's default); here an unshuffled
+// loader stays in order, each rank taking every world-size-th sample.
 std::shared_ptr<data::DataLoader> shard_over_ranks(std::shared_ptr<data::DataLoader> loader,
                                                    const dist::ProcessGroup& group);
 

@@ -147,6 +147,9 @@ struct TrainOptions {
   std::string logdir = {};  // empty: no checkpoints, no file logs
   int64_t num_epochs = 1;
   bool verbose = false;  // progress bar and console logger
+  // The metric that picks the best checkpoint (and early stopping's, ReduceLROnPlateau's). When
+  // the tutorial leaves them out, Catalyst keeps the last epoch as "best"; here they default to
+  // the lowest validation loss.
   std::string valid_loader = "valid";
   std::string valid_metric = "loss";
   bool minimize_valid_metric = true;
@@ -156,6 +159,10 @@ struct TrainOptions {
   bool ddp = false;  // the tutorial's shortcuts: engine "ddp", "amp", "ddp-amp"
   bool amp = false;
   Callbacks callbacks = {};  // added to (or replacing, by name) the defaults
+  // Seeds the global generator (weights, dropout) with seed + rank. A loader's order and random
+  // transforms follow its own DataLoaderOptions::seed (and the epoch), not this one; Catalyst's
+  // loaders draw from the global generator, so give each loader a seed derived from this one to
+  // vary the data with it.
   uint64_t seed = 42;
   std::string resume = {};  // a checkpoint to continue from, or a logdir (its last.ckpt)
   // Built after the engine placed the model: the O2 engines need it so (master weights).

@@ -33,7 +33,10 @@ class LRScheduler {
   int64_t last_epoch() const { return last_epoch_; }
 
   // Metadata "scheduler.last_epoch", "scheduler.step_count", "scheduler.base_lr.<g>",
-  // "scheduler.last_lr.<g>", numbers with 17 significant digits.
+  // "scheduler.last_lr.<g>", numbers with 17 significant digits. The hyper-parameters (step
+  // size, milestones, T_max, gamma, ...) are the constructor's, not the state's: PyTorch's
+  // state_dict holds them and its load_state_dict restores them, so build the scheduler as the
+  // checkpointed run did (`ember train` refuses a resume with other flags).
   virtual Metadata state_dict() const;
   virtual void load_state_dict(const Metadata& state);
 
