@@ -117,6 +117,7 @@ PreparedLoader::Iterator& PreparedLoader::Iterator::operator++() {
 }
 
 PreparedLoader::Iterator PreparedLoader::begin() {
+  loader_->set_epoch(next_epoch_++);
   accelerator_.batch_first_sample_ = 0;
   accelerator_.loader_samples_ = loader_->dataset().size();
   accelerator_.accumulation_step_ = 0;

@@ -120,12 +120,16 @@ class PreparedLoader {
   Iterator begin();
   Iterator end() { return Iterator(); }
   int64_t num_batches() const { return loader_->num_batches(); }
-  void set_epoch(int64_t epoch) { loader_->set_epoch(epoch); }
+  // The epoch of the next pass; each pass then counts one on from it (Accelerate's
+  // DataLoaderShard: every pass calls set_epoch with its iteration count, so a loop that never
+  // calls it still reshuffles, a DistributedSampler's shards included).
+  void set_epoch(int64_t epoch) { next_epoch_ = epoch; }
   data::DataLoader& loader() { return *loader_; }
 
  private:
   std::shared_ptr<data::DataLoader> loader_;
   Accelerator& accelerator_;
+  int64_t next_epoch_ = 0;
 };
 
 class Accelerator {

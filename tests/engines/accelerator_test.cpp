@@ -90,6 +90,32 @@ TEST(Accelerator, SkippedStepsHoldTheScheduleAndAccumulationHoldsTheSkipFlag) {
   EXPECT_EQ(schedule_at, (std::vector<int64_t>{0, 0, 0, 1}));
 }
 
+// Accelerate's DataLoaderShard: each pass sets the epoch to its iteration count, so a loop that
+// never calls set_epoch reshuffles, even with a sampler the loader does not own (as a sharded
+// loader's DistributedSampler); set_epoch(k) picks the next pass's epoch.
+TEST(Accelerator, EachPassOfAPreparedLoaderIsTheNextEpoch) {
+  Accelerator accelerator;
+  auto sampler = std::make_shared<data::RandomSampler>(16, 5);
+  auto loader = accelerator.prepare(std::make_shared<data::DataLoader>(
+      testing::synthetic_dataset(16), data::DataLoaderOptions{.batch_size = 4}, sampler));
+  auto targets_of_pass = [&] {
+    std::vector<int64_t> targets;
+    for (const data::Batch& batch : *loader) {
+      for (int64_t t : to_vector<int64_t>(batch.targets))
+        targets.push_back(t);
+    }
+    return targets;
+  };
+  const auto first = targets_of_pass();
+  EXPECT_EQ(sampler->epoch(), 0);
+  const auto second = targets_of_pass();
+  EXPECT_EQ(sampler->epoch(), 1);
+  EXPECT_NE(first, second) << "the second pass reused the first one's order";
+  loader->set_epoch(0);
+  EXPECT_EQ(targets_of_pass(), first);
+  EXPECT_EQ(targets_of_pass(), second);
+}
+
 TEST(Accelerator, ProcessBasicsGatherAndPrint) {
   Accelerator accelerator;
   EXPECT_EQ(accelerator.process_index(), 0);
