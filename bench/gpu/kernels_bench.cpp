@@ -303,10 +303,11 @@ void bm_binary(benchmark::State& state, bool multiply, DType dtype, bool misalig
            [&] { const Tensor out = multiply ? mul(a, b) : add(a, b); });
 }
 
-void bm_cast_to_bf16(benchmark::State& state) {
+// 256 MB of f32 cast to a 16-bit dtype (f16 or bf16).
+void bm_cast_from_f32(benchmark::State& state, DType to) {
   const Tensor x = randn({k256MBofF32}, on_gpu());
   run_case(state, {.bytes = 6.0 * static_cast<double>(k256MBofF32)},
-           [&] { const Tensor out = x.to(DType::bf16); });
+           [&] { const Tensor out = x.to(to); });
 }
 
 // x (256 MB / 4 / row, row) f32.
@@ -458,11 +459,13 @@ void register_cases() {
   add_case("copy_d2d_256MB", 20, bm_copy);
   add_case("add_f32_256MB", 20, [](State& s) { bm_binary(s, false, DType::f32); });
   add_case("add_bf16_256MB", 20, [](State& s) { bm_binary(s, false, DType::bf16); });
+  add_case("add_f16_256MB", 20, [](State& s) { bm_binary(s, false, DType::f16); });
   add_case("add_f32_256MB_misaligned", 20, [](State& s) { bm_binary(s, false, DType::f32, true); });
   add_case("add_bf16_256MB_misaligned", 20,
            [](State& s) { bm_binary(s, false, DType::bf16, true); });
   add_case("mul_f32_256MB", 20, [](State& s) { bm_binary(s, true, DType::f32); });
-  add_case("cast_f32_bf16_256MB", 20, bm_cast_to_bf16);
+  add_case("cast_f32_bf16_256MB", 20, [](State& s) { bm_cast_from_f32(s, DType::bf16); });
+  add_case("cast_f32_f16_256MB", 20, [](State& s) { bm_cast_from_f32(s, DType::f16); });
   for (const auto& [row, label] :
        {std::pair<int64_t, const char*>{1024, "1K"}, {4096, "4K"}, {32768, "32K"}}) {
     const int64_t r = row;

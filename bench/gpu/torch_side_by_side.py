@@ -109,10 +109,10 @@ def case_binary(op, dtype, misaligned=False):
     return ("bytes", 3 * 256 * MB, make)
 
 
-def case_cast():
+def case_cast(dtype=torch.bfloat16):
     def make(compiled):
         x = torch.randn(N256, device="cuda")
-        f = maybe_compile(lambda t: t.to(torch.bfloat16), compiled)
+        f = maybe_compile(lambda t: t.to(dtype), compiled)
         return (lambda: f(x)), None
 
     return ("bytes", 6 * N256, make)
@@ -238,10 +238,12 @@ def all_cases():
         "copy_d2d_256MB": ("bytes", 2 * 256 * MB, None),
         "add_f32_256MB": case_binary(torch.add, torch.float32),
         "add_bf16_256MB": case_binary(torch.add, torch.bfloat16),
+        "add_f16_256MB": case_binary(torch.add, torch.float16),
         "add_f32_256MB_misaligned": case_binary(torch.add, torch.float32, misaligned=True),
         "add_bf16_256MB_misaligned": case_binary(torch.add, torch.bfloat16, misaligned=True),
         "mul_f32_256MB": case_binary(torch.mul, torch.float32),
         "cast_f32_bf16_256MB": case_cast(),
+        "cast_f32_f16_256MB": case_cast(torch.float16),
     }
     for row, label in ROWS:
         cases[f"softmax_row{label}"] = case_softmax(row)

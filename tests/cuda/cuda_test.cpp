@@ -6,7 +6,10 @@
 // and error-message tests run everywhere.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <exception>
+#include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -161,6 +164,71 @@ TEST(Cuda, ConversionsBetweenEveryDtypePairMatchTheCpu) {
       EXPECT_EQ(bytes_of(cuda), bytes_of(cpu)) << from << " -> " << to;
     }
   }
+}
+
+// The device converts binary16 with the hardware's cvt instruction and the host with the portable
+// code of kernels/common/scalar_types.h (or x86's F16C): every one of the 65,536 binary16 patterns,
+// and every float pattern where rounding to binary16 decides something, must come out the same.
+// The float patterns: each exponent (zero, subnormal, Inf and NaN ones included) and sign, with
+// the dropped bits just below, at and above the halfway point of each rounding position a
+// binary16 result can have (bit 13 for normal results, bits 14 to 24 for subnormal ones), under
+// upper mantissa bits that are zero, all ones, or random, so that ties go to even both ways.
+TEST(Cuda, HalfConversionsMatchTheCpuOnEveryPatternThatDecides) {
+  EMBER_SKIP_WITHOUT_GPU();
+  auto first_difference = [](const Tensor& actual, const Tensor& expected,
+                             const std::vector<uint32_t>& inputs) -> std::string {
+    const std::vector<unsigned char> a = bytes_of(actual), e = bytes_of(expected);
+    if (a.size() != e.size()) return "sizes differ";
+    const size_t width = a.size() / inputs.size();
+    size_t mismatches = 0, first = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (std::memcmp(&a[i * width], &e[i * width], width) == 0) continue;
+      if (mismatches++ == 0) first = i;
+    }
+    if (mismatches == 0) return "";
+    uint32_t got = 0, want = 0;
+    std::memcpy(&got, &a[first * width], width);
+    std::memcpy(&want, &e[first * width], width);
+    std::ostringstream out;
+    out << mismatches << " of " << inputs.size() << " differ; the first: input 0x" << std::hex
+        << inputs[first] << ", cuda 0x" << got << ", cpu 0x" << want;
+    return out.str();
+  };
+
+  std::vector<uint16_t> every_half(65536);
+  for (uint32_t i = 0; i < 65536; ++i)
+    every_half[i] = static_cast<uint16_t>(i);
+  const Tensor halves = from_blob(every_half.data(), {65536}, DType::f16).clone();
+  EXPECT_EQ(first_difference(halves.to(Device::cuda(0)).to(DType::f32), halves.to(DType::f32),
+                             std::vector<uint32_t>(every_half.begin(), every_half.end())),
+            "")
+      << "binary16 -> f32";
+
+  std::mt19937 random(17);
+  std::vector<uint32_t> floats;
+  for (uint32_t sign = 0; sign < 2; ++sign) {
+    for (uint32_t exponent = 0; exponent < 256; ++exponent) {
+      for (uint32_t shift = 13; shift <= 24; ++shift) {
+        const uint32_t half_way = 1u << (shift - 1);
+        const uint32_t lows[] = {0u, 1u, half_way - 1, half_way, half_way + 1, 2 * half_way - 1};
+        for (int u = 0; u < 64; ++u) {
+          const uint32_t upper = u == 0 ? 0u : u == 1 ? ~0u : static_cast<uint32_t>(random());
+          for (uint32_t low : lows) {
+            const uint32_t mantissa = ((upper << shift) | low) & 0x7fffffu;
+            floats.push_back((sign << 31) | (exponent << 23) | mantissa);
+          }
+        }
+      }
+    }
+  }
+  for (int i = 0; i < (1 << 20); ++i)
+    floats.push_back(static_cast<uint32_t>(random()));
+  const Tensor singles =
+      from_blob(floats.data(), {static_cast<int64_t>(floats.size())}, DType::f32).clone();
+  EXPECT_EQ(
+      first_difference(singles.to(Device::cuda(0)).to(DType::f16), singles.to(DType::f16), floats),
+      "")
+      << "f32 -> binary16";
 }
 
 TEST(Cuda, SumMatchesTheCpu) {
