@@ -39,9 +39,10 @@ import time
 # (a bf16 or f16 model with f32 master weights) has no plain-loop twin and is set beside autocast;
 # tf32 is f32 with `ember train --tf32`, beside PyTorch's default f32 (TF32 convolutions);
 # :benchmark adds `--cudnn-benchmark` (cuDNN's algorithms timed, the fastest deterministic one
-# taken), beside the same plain loop with PyTorch's defaults.
+# taken), beside the same plain loop with PyTorch's defaults. (2026-11-28, H200: it doubled exact
+# f32 and changed nothing in bf16 and fp16, so the TF32 row took amp:fp16's place.)
 DEFAULT_ENGINES = ("cuda:none,cuda:tf32,amp:bf16,amp:fp16,o2:bf16,o2:fp16,dp:none,dp:bf16,ddp:none,"
-                   "ddp:bf16,cuda:none:benchmark,amp:bf16:benchmark,amp:fp16:benchmark")
+                   "ddp:bf16,cuda:none:benchmark,cuda:tf32:benchmark,amp:bf16:benchmark")
 
 
 def ember_run(ember, engine, amp, args, logdir, benchmark=False):

@@ -51,6 +51,11 @@
 # Environment: BUDGET_S (570), EMBER_CUDA_ARCHS (90; GEMM v4, the wgmma kernel, is built for
 # 90a on its own whenever the list holds 90: CMakeLists.txt), REPETITIONS (10),
 # SANITIZE_FILTER (a gtest filter for the memcheck run), SANITIZE_BUDGET_S (90: its seconds),
+# TEST_FILTER (a gtest filter for the test step's ember_cuda_tests; when set, the NCCL tests
+# are left out), BENCH_FILTER (a
+# --benchmark_filter for the bench step's ember_gpu_bench: when set, the step runs that one pass
+# and skips the two resnet9 passes and the GEMM benchmark), ENGINES (engines_gpu.py's --engines,
+# e.g. amp:bf16,amp:fp16), TORCH_COMPILE (its --torch-compile; empty: no torch.compile loop),
 # ENGINE_EPOCHS (4: the engines step's epochs), EMBER_WERROR (OFF: the GPU machine's compilers,
 # newer than the Debian 12 GCC 12 and nvcc that CI builds with, may warn where they do not, and a
 # warning must not cost the one GPU call its build; build.log keeps the warnings).
@@ -64,6 +69,12 @@
 # the engines step's three --cudnn-benchmark rows (~25 s) and its torch.compile loop (bf16; a
 # minute or so of compilation, within the step's budget, raised from 200 s to 260 s): about 9
 # minutes for the default list, 7.5 for the plan's first call.
+# Measured 2026-11-28 (H200, bench/results/gpu-h200-2026-11-28.md): the plan's first call took
+# 412 s (configure 8, build 56, cuda_tests 40, nccl 15, memcheck 71, gpu_bench 16 and its two
+# resnet9 passes 15, gemm 34, engines 144 with torch.compile), `mpi` 115 s on the warm machine
+# (its build 48, np2 17, ctest 36), `torch train` 63 s. The 15 minutes held all three and left
+# ~4 minutes: enough for one more call on a fresh machine (start, build 43 s and a filtered
+# test, bench and engines: 118 s, with TEST_FILTER, BENCH_FILTER, ENGINES and TORCH_COMPILE=).
 #
 # What comes back ($OUT, at most 8 files): summary.md (the tables), side_by_side.md,
 # gpu_bench.json (Google Benchmark, medians), torch_bench.json, logs.tar.gz (every log and JSON).
@@ -256,11 +267,11 @@ fi
 if wants test && built ember_cuda_tests cuda_tests; then
   # EMBER_CUDA_POISON=1 for the tests only: it would slow the benchmarks' allocations down.
   step cuda_tests 120 cuda_tests.log env EMBER_CUDA_POISON=1 $BIN/ember_cuda_tests \
-    --gtest_output=json:$WORK/logs/cuda_tests.json
+    --gtest_filter="${TEST_FILTER:-*}" --gtest_output=json:$WORK/logs/cuda_tests.json
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran" "$WORK/logs/cuda_tests.log" | grep -v "^\[  SKIPPED \] [A-Z]" | tail -8
   grep -E "^\[  FAILED  \] [A-Z]" "$WORK/logs/cuda_tests.log" | head -20
 fi
-if wants test && built ember_distributed_tests nccl_tests; then
+if wants test && built ember_distributed_tests nccl_tests && [[ -z ${TEST_FILTER:-} ]]; then
   grep -E "ember: (NCCL|distributed)" "$WORK/logs/configure.log" 2> /dev/null
   step nccl_tests 90 nccl_tests.log env EMBER_CUDA_POISON=1 $BIN/ember_distributed_tests \
     --gtest_filter='Nccl*' --gtest_output=json:$WORK/logs/nccl_tests.json
@@ -287,12 +298,13 @@ pack
 # ---- 3. benchmarks -----------------------------------------------------------------------------
 if wants bench && built ember_gpu_bench gpu_bench; then
   step gpu_bench 180 gpu_bench.log $BIN/ember_gpu_bench --benchmark_repetitions="${REPETITIONS:-10}" \
+    --benchmark_filter="${BENCH_FILTER:-.}" \
     --benchmark_report_aggregates_only=true --benchmark_out=$WORK/logs/gpu_bench.json \
     --benchmark_out_format=json --skipped_out=$WORK/logs/gpu_bench_skipped.json
   grep -E "device-to-device|_median|ERROR OCCURRED|^skipped|^  [a-z_0-9]+: " "$WORK/logs/gpu_bench.log" |
     uniq | cut -c1-160 | head -60
 fi
-if wants bench && built ember_gpu_bench gpu_bench_any_algorithm; then
+if wants bench && built ember_gpu_bench gpu_bench_any_algorithm && [[ -z ${BENCH_FILTER:-} ]]; then
   # The resnet9 steps again with cuDNN's heuristics' first choice (PyTorch's default:
   # cudnn.deterministic False) instead of ember's deterministic-first choice, each choice logged
   # (EMBER_CUDNN_LOG=1): does determinism cost ember the fp16 and f32 steps?
@@ -305,7 +317,7 @@ if wants bench && built ember_gpu_bench gpu_bench_any_algorithm; then
   env EMBER_CUDNN_LOG=1 timeout 60 $BIN/ember_gpu_bench --benchmark_filter=resnet9 \
     --benchmark_repetitions=1 > "$WORK/logs/cudnn_choices_deterministic.log" 2>&1
 fi
-if wants bench && built ember_gpu_bench gpu_bench_measured_algorithm; then
+if wants bench && built ember_gpu_bench gpu_bench_measured_algorithm && [[ -z ${BENCH_FILTER:-} ]]; then
   # Once more with the algorithms timed (EMBER_CUDNN_BENCHMARK=1, PyTorch's cudnn.benchmark) and
   # the fastest deterministic one taken: determinism kept, the heuristics' ranking left out.
   step gpu_bench_measured_algorithm 60 gpu_bench_measured_algorithm.log env EMBER_CUDNN_BENCHMARK=1 \
@@ -314,7 +326,7 @@ if wants bench && built ember_gpu_bench gpu_bench_measured_algorithm; then
     --benchmark_out_format=json
   grep -E "_median" "$WORK/logs/gpu_bench_measured_algorithm.log" | cut -c1-160
 fi
-if wants bench && built ember_gemm_bench gemm_bench; then
+if wants bench && built ember_gemm_bench gemm_bench && [[ -z ${BENCH_FILTER:-} ]]; then
   # Its cases have no fixed iteration count: Google Benchmark runs each until 0.5 s of *manual*
   # (GPU) time by default, and a 1024^3 product (~4 us on the GPU, ~50 us of flush, launch and
   # sync on the host per call) then takes ~7 s of wall time per repetition, minutes in all. 0.05 s
@@ -367,7 +379,8 @@ if wants engines; then
     engine_seconds=$(budget 260)
     step engines "$engine_seconds" engines.log python3 bench/gpu/engines_gpu.py --ember $BIN/ember \
       --data "$EMBER_FASHION_MNIST" --out "$WORK/logs/engines" --epochs "${ENGINE_EPOCHS:-4}" \
-      --budget $((engine_seconds - 10))
+      --budget $((engine_seconds - 10)) ${ENGINES:+--engines "$ENGINES"} \
+      ${TORCH_COMPILE+--torch-compile "$TORCH_COMPILE"}
     tail -40 "$WORK/logs/engines.log"
   elif [[ -z ${EMBER_FASHION_MNIST:-} ]]; then
     note engines "skipped: no Fashion-MNIST carried (.debs/fashion-mnist)" 0
