@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 #include <vector>
@@ -220,6 +221,16 @@ std::mutex cache_mutex;
 std::map<ProblemKey, Algorithm> algorithm_cache;
 std::atomic<int64_t> searches{0};
 
+// One choice at a time on a device. A thread that misses a problem another thread is choosing
+// (DataParallel's replicas on one GPU, each on its first batch) waits for that choice and takes
+// it from the cache, instead of choosing again beside it: dp bf16 made 32 choices in 3.6 s of
+// choosing where one replica makes 17 in 0.9 s (H200, bench/results/gpu-h200-2026-11-28.md).
+// Devices choose in parallel; the choices of one device share its time anyway.
+std::mutex& choice_mutex(int device) {
+  static std::array<std::mutex, 64> per_device;
+  return per_device[static_cast<size_t>(device) % per_device.size()];
+}
+
 const char* direction_name(ConvDirection direction) {
   switch (direction) {
     case ConvDirection::forward:
@@ -354,25 +365,33 @@ template <typename Choose>
 Lookup algorithm_for(const Conv2dParams& p, ConvDataType dtype, const ConvPolicy& policy,
                      ConvDirection direction, const Descriptors& d, Choose choose) {
   const ProblemKey key = key_of(p, dtype, policy, direction);
-  {
+  const auto cached = [&]() -> std::optional<Algorithm> {
     std::lock_guard<std::mutex> lock(cache_mutex);
     const auto found = algorithm_cache.find(key);
-    if (found != algorithm_cache.end()) {
-      EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, found->second.math));
-      return {.algorithm = found->second};
+    if (found == algorithm_cache.end()) return std::nullopt;
+    return found->second;
+  };
+  std::optional<Algorithm> hit = cached();
+  if (!hit) {
+    // A miss: wait for any choice in flight on this device, then look again.
+    std::unique_lock<std::mutex> choosing(choice_mutex(key.device));
+    hit = cached();
+    if (!hit) {
+      static_cast<void>(log_choices());  // a bad EMBER_CUDNN_LOG throws before anything is cached
+      const Clock::time_point start = Clock::now();
+      const Algorithm chosen = choose();
+      const double choice_ms = milliseconds_since(start);
+      searches.fetch_add(1, std::memory_order_relaxed);
+      {
+        std::lock_guard<std::mutex> lock(cache_mutex);
+        algorithm_cache.emplace(key, chosen);
+      }
+      EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, chosen.math));
+      return {.algorithm = chosen, .chosen_now = true, .choice_ms = choice_ms};
     }
   }
-  // Two threads may both miss and both choose. The heuristics are deterministic, so they agree;
-  // measurements may not, and the first choice cached is the one every later call takes.
-  static_cast<void>(log_choices());  // a bad EMBER_CUDNN_LOG throws before anything is cached
-  const Clock::time_point start = Clock::now();
-  const Algorithm chosen = choose();
-  const double choice_ms = milliseconds_since(start);
-  searches.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(cache_mutex);
-  const Algorithm& cached = algorithm_cache.emplace(key, chosen).first->second;
-  EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, cached.math));
-  return {.algorithm = cached, .chosen_now = true, .choice_ms = choice_ms};
+  EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, hit->math));
+  return {.algorithm = *hit};
 }
 
 // Runs the convolution. With EMBER_CUDNN_LOG=1, a problem's first run is timed on the host

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <sstream>
@@ -262,6 +263,37 @@ TEST(CudaConvPool, Conv2dChoosesEachAlgorithmOnce) {
   // The values: every output is the count of in-bounds taps times 1.
   // y (1, 5, 13, 19): output (6, 8) of channel 0 sees all 27 taps inside the input.
   EXPECT_DOUBLE_EQ(to_vector<double>(y.to(Device::cpu()))[6 * 19 + 8], 27.0);
+}
+
+// DataParallel's replicas on one GPU meet each problem together on their first batch: they
+// make one choice per direction between them, not one each (cudnn_conv.cpp, choice_mutex).
+TEST(CudaConvPool, ThreadsMeetingANewProblemTogetherChooseOnce) {
+  EMBER_SKIP_WITHOUT_GPU();
+  if (!kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
+  // A geometry no other test uses (19 x 11, padding 2), so that every direction is a miss.
+  const TensorOptions options(DType::f32, Device::cuda(0));
+  const Tensor x = ones({2, 3, 19, 11}, options), w = ones({4, 3, 3, 3}, options);
+  const int64_t before = kernels::cuda::cudnn_conv_algorithm_searches();
+  constexpr int kReplicas = 4;
+  std::vector<std::string> errors(kReplicas);
+  std::vector<std::thread> replicas;
+  for (int r = 0; r < kReplicas; ++r) {
+    replicas.emplace_back([&, r] {
+      try {
+        const Tensor xr = x.clone().requires_grad_(), wr = w.clone().requires_grad_();
+        sum(conv2d(xr, wr, Tensor(), {.padding = 2})).backward();
+      } catch (const std::exception& error) {
+        errors[r] = error.what();
+      }
+    });
+  }
+  for (std::thread& replica : replicas)
+    replica.join();
+  for (const std::string& error : errors)
+    EXPECT_EQ(error, "");
+  EXPECT_EQ(kernels::cuda::cudnn_conv_algorithm_searches(), before + 3)
+      << "forward, backward data and backward filter, each chosen once for " << kReplicas
+      << " threads";
 }
 
 // Threads that come and go (DataParallel's replicas) reuse the cuDNN handles of ended threads.
