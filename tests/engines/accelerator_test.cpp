@@ -90,6 +90,47 @@ TEST(Accelerator, SkippedStepsHoldTheScheduleAndAccumulationHoldsTheSkipFlag) {
   EXPECT_EQ(schedule_at, (std::vector<int64_t>{0, 0, 0, 1}));
 }
 
+// 12 samples in batches of 4, accumulating 2: the third batch is the loader's last, and ends a
+// short accumulation of its own, in every pass (as Accelerate's GradientState: the count starts
+// again with each pass, not where the last pass left it). 2 steps a pass, 4 in all.
+TEST(Accelerator, TheLoadersLastBatchEndsAShortAccumulationInEveryPass) {
+  Accelerator accelerator({.gradient_accumulation_steps = 2});
+  Parts setup = make_parts();
+  auto schedule = std::make_shared<optim::StepLR>(*setup.optimizer, 1, 0.9);
+  auto [model, optimizer, loader, scheduler] =
+      accelerator.prepare(setup.model, setup.optimizer, testing::loader(12, 4, false), schedule);
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<bool> synced;
+    for (const data::Batch& batch : *loader) {
+      Scope accumulate = accelerator.accumulate(*model);
+      accelerator.backward(cross_entropy((*model)(batch.inputs), batch.targets));
+      synced.push_back(accelerator.sync_gradients());
+      optimizer->step();
+      scheduler->step();
+      optimizer->zero_grad();
+    }
+    EXPECT_EQ(synced, (std::vector<bool>{false, true, true})) << "pass " << pass;
+  }
+  EXPECT_EQ(schedule->last_epoch(), 4);
+}
+
+// As Accelerate's AcceleratedScheduler: a OneCycleLR is not stepped past its total_steps (the
+// schedule would refuse), so a loop one batch longer than the schedule ends at its last step.
+TEST(Accelerator, OneCycleIsNotSteppedPastItsTotalSteps) {
+  Accelerator accelerator;
+  Parts setup = make_parts();
+  auto one_cycle = std::make_shared<optim::OneCycleLR>(*setup.optimizer, 1.0, 2);
+  auto [model, optimizer, loader, scheduler] =
+      accelerator.prepare(setup.model, setup.optimizer, testing::loader(12, 4, false), one_cycle);
+  for (const data::Batch& batch : *loader) {  // 3 batches, 3 steps
+    accelerator.backward(cross_entropy((*model)(batch.inputs), batch.targets));
+    optimizer->step();
+    scheduler->step();
+    optimizer->zero_grad();
+  }
+  EXPECT_EQ(one_cycle->last_epoch(), 2);
+}
+
 // Accelerate's DataLoaderShard: each pass sets the epoch to its iteration count, so a loop that
 // never calls set_epoch reshuffles, even with a sampler the loader does not own (as a sharded
 // loader's DistributedSampler); set_epoch(k) picks the next pass's epoch.
