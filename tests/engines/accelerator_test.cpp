@@ -1,6 +1,8 @@
 // The Accelerate-style API on one process.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "engines/accelerator.h"
 #include "engines/device_engines.h"
 #include "tests/common/expect_error.h"
@@ -23,6 +25,13 @@ Parts make_parts() {
   setup.optimizer =
       std::make_shared<optim::SGD>(setup.model->named_parameters(), optim::SGDOptions{.lr = 0.5});
   return setup;
+}
+
+// fp16 autocast with a loss scale of 1024: this small model's gradients fit in f16 (at the default
+// 65536 its first steps overflow and are skipped).
+AcceleratorOptions fp16_scaled_by_1024() {
+  return {.engine_instance = std::make_shared<AMPEngine>(
+              Device::cpu(), DType::f16, optim::GradScalerOptions{.init_scale = 1024})};
 }
 
 // One pass over 16 samples in batches of `batch_size`, the seed's loop.
@@ -112,6 +121,58 @@ TEST(Accelerator, TheLoadersLastBatchEndsAShortAccumulationInEveryPass) {
     EXPECT_EQ(synced, (std::vector<bool>{false, true, true})) << "pass " << pass;
   }
   EXPECT_EQ(schedule->last_epoch(), 4);
+}
+
+// Under fp16 loss scaling clip_grad_norm_ clips the true gradients, at every step. SGD at lr 1
+// moves the weights by minus the clipped gradient, so the move's norm is the clip norm (clipping
+// the still-scaled gradients would give a move 1024 times smaller).
+TEST(Accelerator, ClippingUnscalesTheGradientsAtEveryStep) {
+  constexpr double kMaxNorm = 0.01;
+  Accelerator accelerator(fp16_scaled_by_1024());
+  manual_seed(12);
+  auto net = testing::mlp(/*dropout=*/false);
+  auto sgd = std::make_shared<optim::SGD>(net->named_parameters(), optim::SGDOptions{.lr = 1.0});
+  auto [model, optimizer, loader, none] =
+      accelerator.prepare(net, sgd, testing::loader(16, 8, false));
+  int steps = 0;
+  for (const data::Batch& batch : *loader) {  // two batches of 8: two steps
+    std::vector<Tensor> before;
+    for (const Tensor& param : net->parameters())
+      before.push_back(param.to(DType::f64));
+    accelerator.backward(cross_entropy((*model)(batch.inputs), batch.targets));
+    accelerator.clip_grad_norm_(net->parameters(), kMaxNorm);
+    optimizer->step();
+    optimizer->zero_grad();
+    ASSERT_FALSE(optimizer->step_was_skipped()) << "step " << steps;
+    double squared_move = 0;
+    const std::vector<Tensor> after = net->parameters();
+    for (size_t i = 0; i < after.size(); ++i)
+      squared_move += sum(square(after[i].to(DType::f64) - before[i])).item<double>();
+    // The true gradient's norm is far above 0.01: it is clipped to 0.01 (less 1e-6 relative).
+    EXPECT_NEAR(std::sqrt(squared_move), kMaxNorm, kMaxNorm * 1e-4) << "step " << steps;
+    ++steps;
+  }
+  EXPECT_EQ(steps, 2);
+}
+
+// A second clip_grad_norm_ before the step finds the gradients already unscaled: it clips them
+// again rather than unscaling them twice (or refusing, as GradScaler.unscale_ called twice does).
+TEST(Accelerator, ClippingTwiceBeforeAStepUnscalesOnce) {
+  Accelerator accelerator(fp16_scaled_by_1024());
+  Parts setup = make_parts();
+  auto [model, optimizer, loader, none] =
+      accelerator.prepare(setup.model, setup.optimizer, testing::loader(8, 8, false));
+  for (const data::Batch& batch : *loader) {
+    accelerator.backward(cross_entropy((*model)(batch.inputs), batch.targets));
+    const double first =
+        accelerator.clip_grad_norm_(setup.model->parameters(), 1e-3).item<double>();
+    const double second =
+        accelerator.clip_grad_norm_(setup.model->parameters(), 1e-3).item<double>();
+    EXPECT_GT(first, 1e-3);
+    EXPECT_NEAR(second, 1e-3, 1e-6) << "the second clip saw the gradients the first one left";
+    optimizer->step();
+    EXPECT_FALSE(optimizer->step_was_skipped());
+  }
 }
 
 // As Accelerate's AcceleratedScheduler: a OneCycleLR is not stepped past its total_steps (the
