@@ -192,6 +192,42 @@ TEST(Accelerator, OneCycleIsNotSteppedPastItsTotalSteps) {
   EXPECT_EQ(one_cycle->last_epoch(), 2);
 }
 
+// save_state keeps the schedule and the count of the steps that ran (a step the loss scaler
+// skipped is not one), and load_state brings both back after the run moved on.
+TEST(Accelerator, SaveAndLoadStateKeepTheScheduleAndTheStepsTaken) {
+  const std::string dir = fresh_dir("accelerator_schedule"), again = fresh_dir("again");
+  Accelerator accelerator(fp16_scaled_by_1024());
+  Parts setup = make_parts();
+  auto schedule = std::make_shared<optim::StepLR>(*setup.optimizer, 1, 0.5);
+  auto [model, optimizer, loader, scheduler] =
+      accelerator.prepare(setup.model, setup.optimizer, testing::loader(12, 4, false), schedule);
+  auto one_pass = [&](int64_t overflowing_batch) {
+    int64_t index = 0;
+    for (const data::Batch& batch : *loader) {
+      // A loss this large overflows f16 once scaled: the scaler skips that step.
+      const double factor = index++ == overflowing_batch ? 1e6 : 1.0;
+      accelerator.backward(cross_entropy((*model)(batch.inputs), batch.targets) * factor);
+      optimizer->step();
+      scheduler->step();
+      optimizer->zero_grad();
+    }
+  };
+  one_pass(/*overflowing_batch=*/1);  // 3 batches, 2 steps
+  ASSERT_EQ(schedule->last_epoch(), 2);
+  const double lr = setup.optimizer->param_groups()[0].lr;
+  accelerator.save_state(dir);
+  EXPECT_EQ(load_checkpoint(dir + "/state.ckpt").meta("accelerator.steps"), "2");
+  one_pass(/*overflowing_batch=*/-1);  // 3 more steps
+  ASSERT_EQ(schedule->last_epoch(), 5);
+  accelerator.load_state(dir);
+  EXPECT_EQ(schedule->last_epoch(), 2);
+  EXPECT_EQ(setup.optimizer->param_groups()[0].lr, lr);
+  accelerator.save_state(again);  // the count came back too
+  EXPECT_EQ(load_checkpoint(again + "/state.ckpt").meta("accelerator.steps"), "2");
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(again);
+}
+
 // Accelerate's DataLoaderShard: each pass sets the epoch to its iteration count, so a loop that
 // never calls set_epoch reshuffles, even with a sampler the loader does not own (as a sharded
 // loader's DistributedSampler); set_epoch(k) picks the next pass's epoch.
