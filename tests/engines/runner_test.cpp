@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -232,6 +233,58 @@ SchedulerFn step_lr_into(std::shared_ptr<optim::LRScheduler>& scheduler) {
     scheduler = std::make_shared<optim::StepLR>(o, 1, 0.5);
     return scheduler;
   };
+}
+
+// Records, for each batch, its loader and whether the model was in training mode.
+class ModeRecorder : public ICallback {
+ public:
+  ModeRecorder() : ICallback(CallbackOrder::external) {}
+  void on_batch_end(IRunner& runner) override {
+    modes.push_back(runner.loader_key + (runner.model->is_training() ? " train" : " eval"));
+  }
+  std::vector<std::string> modes;
+};
+
+// As Catalyst's runner (model.train(is_train_loader)): dropout and batch statistics are on in the
+// train loader only; a valid loader runs the model in eval mode, and the next train loader turns
+// training mode back on.
+TEST(Runner, ValidLoadersRunTheModelInEvalMode) {
+  auto recorder = std::make_shared<ModeRecorder>();
+  SupervisedRunner runner;
+  runner.train({.model = testing::mlp(),
+                .criterion = cross_entropy_loss,
+                .loaders = {{"train", testing::loader(8, 8, false)},
+                            {"valid", testing::loader(4, 4, false)}},
+                .num_epochs = 2,
+                .engine = "cpu",
+                .callbacks = {{"recorder", recorder}},
+                .optimizer_fn = sgd});
+  EXPECT_EQ(recorder->modes,
+            (std::vector<std::string>{"train train", "valid eval", "train train", "valid eval"}));
+}
+
+// Records the train loss the runner hands the engine at each epoch's end (DASO's schedule reads
+// it).
+class EpochLossEngine : public DeviceEngine {
+ public:
+  void on_epoch_end(std::optional<double> train_loss) override { losses.push_back(train_loss); }
+  std::vector<std::optional<double>> losses;
+};
+
+// The engine's epoch end gets the train loader's loss, the loaders given in any order.
+TEST(Runner, TheEngineGetsTheEpochsTrainLossWhateverTheLoadersOrder) {
+  auto engine = std::make_shared<EpochLossEngine>();
+  SupervisedRunner runner;
+  runner.train({.model = testing::mlp(false),
+                .criterion = cross_entropy_loss,
+                .loaders = {{"valid", testing::loader(8, 4, false, 3)},
+                            {"train", testing::loader(8, 4, false)}},
+                .engine_instance = engine,
+                .optimizer_fn = sgd});
+  ASSERT_EQ(engine->losses.size(), 1u);
+  ASSERT_TRUE(engine->losses[0].has_value());
+  EXPECT_EQ(*engine->losses[0], runner.epoch_metric("train", "loss"));
+  EXPECT_NE(*engine->losses[0], runner.epoch_metric("valid", "loss"));
 }
 
 TEST(Runner, SchedulerIsNotSteppedWhenTheScalerSkipsTheStep) {
