@@ -665,6 +665,61 @@ TEST(Runner, CheckpointTopOneKeepsOnlyBestAndLast) {
   std::filesystem::remove_all(logdir);
 }
 
+// A tie with the best ranks after the earlier epoch: best.ckpt stays the earlier epoch's, and a
+// tie at the bottom of the top k is the one left out. Top 3, highest first: 0.9 (epoch 2), 0.9 (3),
+// 0.5 (1); epoch 4's 0.5 ties epoch 1's and is dropped.
+TEST(Runner, CheckpointTiesRankAfterTheEarlierEpoch) {
+  const std::vector<double> scores = {0.5, 0.9, 0.9, 0.5};
+  const std::string logdir = fresh_dir("topk_ties");
+  SupervisedRunner runner;
+  runner.train(
+      {.model = testing::mlp(),
+       .loaders = {{"train", testing::loader(8, 4, false)},
+                   {"valid", testing::loader(4, 4, false)}},
+       .logdir = logdir,
+       .num_epochs = static_cast<int64_t>(scores.size()),
+       .engine = "cpu",
+       .callbacks = {
+           {"score", std::make_shared<ScriptedScore>(scores)},
+           {"checkpoint",
+            std::make_shared<CheckpointCallback>(CheckpointOptions{
+                .logdir = logdir, .metric_key = "score", .minimize = false, .topk = 3})}}});
+  EXPECT_EQ(load_checkpoint(logdir + "/best.ckpt").meta("checkpoint.epoch"), "2");
+  std::vector<int64_t> ranked;  // "epoch:value,...", best first
+  std::istringstream list(load_checkpoint(logdir + "/last.ckpt").meta("checkpoint.best"));
+  for (std::string item; std::getline(list, item, ',');)
+    ranked.push_back(std::stoll(item.substr(0, item.find(':'))));
+  EXPECT_EQ(ranked, (std::vector<int64_t>{2, 3, 1}));
+  EXPECT_EQ(testing::checkpoint_files(logdir),
+            (std::set<std::string>{"best.ckpt", "last.ckpt", "epoch-0001.ckpt", "epoch-0002.ckpt",
+                                   "epoch-0003.ckpt"}));
+  std::filesystem::remove_all(logdir);
+}
+
+// SupervisedRunner's own CheckpointCallback picks the best epoch by valid_metric in the direction
+// minimize_valid_metric says: scores 0.5, 0.9, 0.3 make epoch 3 the best when minimizing, 2 when
+// maximizing.
+TEST(Runner, TheDefaultCheckpointFollowsMinimizeValidMetric) {
+  const std::vector<double> scores = {0.5, 0.9, 0.3};
+  for (const bool minimize : {true, false}) {
+    SCOPED_TRACE(minimize);
+    const std::string logdir = fresh_dir("default_checkpoint_direction");
+    SupervisedRunner runner;
+    runner.train({.model = testing::mlp(),
+                  .loaders = {{"train", testing::loader(8, 4, false)},
+                              {"valid", testing::loader(4, 4, false)}},
+                  .logdir = logdir,
+                  .num_epochs = static_cast<int64_t>(scores.size()),
+                  .valid_metric = "score",
+                  .minimize_valid_metric = minimize,
+                  .engine = "cpu",
+                  .callbacks = {{"score", std::make_shared<ScriptedScore>(scores)}}});
+    EXPECT_EQ(load_checkpoint(logdir + "/best.ckpt").meta("checkpoint.epoch"),
+              minimize ? "3" : "2");
+    std::filesystem::remove_all(logdir);
+  }
+}
+
 // What the checkpoint of epoch k sees, from a logger and a callback after it.
 class CheckpointWitness : public ILogger, public ICallback {
  public:
