@@ -894,6 +894,40 @@ TEST(Runner, EarlyStoppingCountsAnImprovementOfExactlyMinDelta) {
   EXPECT_EQ(run(0.25, {0.5, 0.625, 0.7, 0.72}), 3) << "less than min_delta is not";
 }
 
+// Patience counts bad epochs in a row: an improvement starts the count again. Accuracy that
+// worsens every other epoch never stops a run with patience 2.
+TEST(Runner, EarlyStoppingCountsOnlyBadEpochsInARow) {
+  BareRunner runner;
+  EarlyStoppingCallback early_stopping(2, "valid", "accuracy", /*minimize=*/false);
+  int64_t epochs = 0;
+  for (const double accuracy : {0.5, 0.4, 0.6, 0.5, 0.7, 0.6, 0.8, 0.7}) {
+    runner.epoch_metrics = {{"valid", {{"accuracy", accuracy}}}};
+    early_stopping.on_epoch_end(runner);
+    ++epochs;
+    if (runner.need_early_stop) break;
+  }
+  EXPECT_EQ(epochs, 8);
+  EXPECT_FALSE(runner.need_early_stop);
+}
+
+// The state a checkpoint keeps holds the best value itself: a callback resumed from it judges the
+// next epoch against that value (0.7 after a best of 0.9 is a bad epoch, and patience 1 stops).
+TEST(Runner, EarlyStoppingResumesWithTheBestValue) {
+  BareRunner runner;
+  EarlyStoppingCallback before(1, "valid", "accuracy", /*minimize=*/false);
+  for (const double accuracy : {0.5, 0.9}) {
+    runner.epoch_metrics = {{"valid", {{"accuracy", accuracy}}}};
+    before.on_epoch_end(runner);
+  }
+  ASSERT_FALSE(runner.need_early_stop);
+  EarlyStoppingCallback resumed(1, "valid", "accuracy", /*minimize=*/false);
+  resumed.load_state_dict(before.state_dict());
+  EXPECT_EQ(resumed.state_dict(), before.state_dict());
+  runner.epoch_metrics = {{"valid", {{"accuracy", 0.7}}}};
+  resumed.on_epoch_end(runner);
+  EXPECT_TRUE(runner.need_early_stop);
+}
+
 TEST(Runner, AccuracyBreaksTiesAsArgmax) {
   BareRunner runner;
   // Row 0: the target (1) ties with class 0, which ranks first; row 1: it ties with class 2, after.
