@@ -102,6 +102,29 @@ class TwoStageRunner : public IRunner {
   nn::ModulePtr the_model_;
 };
 
+// Records the experiment's and the stages' starts and ends.
+class StartsAndEnds : public ICallback {
+ public:
+  StartsAndEnds() : ICallback(CallbackOrder::external) {}
+  void on_experiment_start(IRunner&) override { events.push_back("experiment_start"); }
+  void on_stage_start(IRunner& runner) override { events.push_back("stage_start " + runner.stage); }
+  void on_stage_end(IRunner& runner) override { events.push_back("stage_end " + runner.stage); }
+  void on_experiment_end(IRunner&) override { events.push_back("experiment_end"); }
+  std::vector<std::string> events;
+};
+
+// TwoStageRunner with one StartsAndEnds callback in both stages.
+class RecordedTwoStageRunner : public TwoStageRunner {
+ public:
+  using TwoStageRunner::TwoStageRunner;
+  Callbacks get_callbacks(const std::string& stage_name) override {
+    Callbacks callbacks = TwoStageRunner::get_callbacks(stage_name);
+    callbacks.emplace_back("recorder", recorder);
+    return callbacks;
+  }
+  std::shared_ptr<StartsAndEnds> recorder = std::make_shared<StartsAndEnds>();
+};
+
 // The file's lines without the columns (CSV) or members (JSON lines) that time the run.
 std::vector<std::string> untimed_lines(const std::string& path) {
   auto timed = [](const std::string& name) {
@@ -151,6 +174,19 @@ std::map<int64_t, std::map<std::string, float>> scalars_by_step(const std::strin
     }
   }
   return steps;
+}
+
+// As Catalyst's: the experiment starts once, before the first stage, and ends once, after the
+// last; a callback in both stages sees each stage start and end.
+TEST(Stages, TheExperimentStartsAndEndsOnceAroundTheStages) {
+  const std::string logdir = fresh_dir("stages_starts_and_ends");
+  RecordedTwoStageRunner runner(logdir, "");
+  runner.run();
+  EXPECT_EQ(
+      runner.recorder->events,
+      (std::vector<std::string>{"experiment_start", "stage_start warmup", "stage_end warmup",
+                                "stage_start finetune", "stage_end finetune", "experiment_end"}));
+  std::filesystem::remove_all(logdir);
 }
 
 TEST(Stages, LogsAndCheckpointsNameTheStage) {
