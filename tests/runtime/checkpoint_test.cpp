@@ -200,6 +200,22 @@ TEST_F(CheckpointTest, AWriterKilledMidwayLeavesThePreviousCheckpointIntact) {
   EXPECT_EQ(loaded.at("w").numel(), generation == 0.0 ? 1 : (8 << 20));
 }
 
+// A checkpoint of metadata alone (or of empty tensors) has no data section: its header runs to
+// the end of the file, which is complete, not truncated.
+TEST_F(CheckpointTest, ACheckpointWithoutTensorDataLoads) {
+  save_checkpoint(file("meta.ckpt"), {}, {{"epoch", "3"}});
+  EXPECT_EQ(load_checkpoint(file("meta.ckpt")).meta("epoch"), "3");
+  save_checkpoint(file("empty.ckpt"), {{"none", zeros({0, 4})}});
+  EXPECT_EQ(load_checkpoint(file("empty.ckpt")).at("none").sizes(), (Shape{0, 4}));
+}
+
+TEST_F(CheckpointTest, TrailingBytesAfterTheDataAreRefused) {
+  save_checkpoint(file("a.ckpt"), {{"w", ones({2})}});
+  write_bytes(file("long.ckpt"), read_bytes(file("a.ckpt")) + std::string(8, '\0'));
+  const std::string message = refusal(file("long.ckpt"));
+  EXPECT_NE(message.find("trailing bytes"), std::string::npos) << message;
+}
+
 TEST(Json, ParsesAndRefusesStrictly) {
   const json::Value v = json::parse(R"( {"a": [1, -2, 3.5e2], "b": "x\u00e9\n", "c": true} )");
   EXPECT_EQ(json::write(v), R"({"a":[1,-2,3.5e2],"b":"x)"
