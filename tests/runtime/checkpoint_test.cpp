@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -214,6 +216,75 @@ TEST_F(CheckpointTest, TrailingBytesAfterTheDataAreRefused) {
   write_bytes(file("long.ckpt"), read_bytes(file("a.ckpt")) + std::string(8, '\0'));
   const std::string message = refusal(file("long.ckpt"));
   EXPECT_NE(message.find("trailing bytes"), std::string::npos) << message;
+}
+
+// A file whose checksums all match can still describe impossible data (written by another tool,
+// or edited and resealed): the loader checks the header against the data, not only the CRCs.
+// resealed() replaces `from` by `to` in the header and the data section by `data`, then reseals
+// both checksums (the file's one tensor's CRC32 over `data` from byte `tensor_begin` on).
+std::string resealed(const std::string& bytes, const std::string& from, const std::string& to,
+                     const std::string& data, size_t tensor_begin = 0) {
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  std::string header = bytes.substr(8, n);
+  const size_t at = header.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) header.replace(at, from.size(), to);
+  auto hex8 = [](uLong value) {
+    char text[9];
+    std::snprintf(text, sizeof(text), "%08lx", value);
+    return std::string(text);
+  };
+  const size_t tensor_crc = header.find("\"crc32/");
+  if (tensor_crc != std::string::npos &&
+      header.find("\"crc32/", tensor_crc + 1) == std::string::npos) {
+    const size_t value = header.find(":\"", tensor_crc) + 2;
+    header.replace(
+        value, 8,
+        hex8(crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(data.data() + tensor_begin),
+                   static_cast<uInt>(data.size() - tensor_begin))));
+  }
+  std::string prefix(8, '\0');
+  const uint64_t length = header.size();
+  std::memcpy(prefix.data(), &length, 8);
+  // The header's CRC32 covers the prefix and the header with its own value as eight zeros.
+  const std::string key = "\"ember.header_crc32\":\"";
+  const size_t value = header.find(key) + key.size();
+  header.replace(value, 8, "00000000");
+  const std::string sealed = prefix + header;
+  header.replace(value, 8,
+                 hex8(crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(sealed.data()),
+                            static_cast<uInt>(sealed.size()))));
+  return prefix + header + data;
+}
+
+TEST_F(CheckpointTest, ResealedFilesThatDescribeImpossibleDataAreRefused) {
+  // The file as written loads: the resealing itself is right.
+  save_checkpoint(file("w.ckpt"), {{"w", ones({2})}});
+  const std::string w = read_bytes(file("w.ckpt"));
+  const std::string w_data = w.substr(w.size() - 8);
+  write_bytes(file("same.ckpt"), resealed(w, "\"shape\":[2]", "\"shape\":[2]", w_data));
+  ASSERT_EQ(load_checkpoint(file("same.ckpt")).at("w").numel(), 2);
+  // Shape (3) of f32 needs 12 bytes; its data_offsets hold 8.
+  write_bytes(file("shape.ckpt"), resealed(w, "\"shape\":[2]", "\"shape\":[3]", w_data));
+  std::string message = refusal(file("shape.ckpt"));
+  EXPECT_NE(message.find("whose data is 8 bytes, expected 12"), std::string::npos) << message;
+  // A gap of 4 bytes before the tensor, the data section as long as the offsets say.
+  write_bytes(file("gap.ckpt"), resealed(w, "[0,8]", "[4,12]", std::string(4, '\0') + w_data, 4));
+  message = refusal(file("gap.ckpt"));
+  EXPECT_NE(message.find("gap or overlap"), std::string::npos) << message;
+  // Shape (-2, -1) multiplies to 2 elements, as many as the 8 bytes hold.
+  write_bytes(file("negative.ckpt"), resealed(w, "\"shape\":[2]", "\"shape\":[-2,-1]", w_data));
+  message = refusal(file("negative.ckpt"));
+  EXPECT_NE(message.find("with an invalid shape"), std::string::npos) << message;
+  // A bool of value 2.
+  save_checkpoint(file("flags.ckpt"),
+                  {{"flags", gt(from_vector(std::vector<float>{1, -1}, {2}), 0.0)}});
+  const std::string flags = read_bytes(file("flags.ckpt"));
+  write_bytes(file("two.ckpt"),
+              resealed(flags, "\"BOOL\"", "\"BOOL\"", std::string("\x02\x00", 2)));
+  message = refusal(file("two.ckpt"));
+  EXPECT_NE(message.find("a byte other than 0 or 1"), std::string::npos) << message;
 }
 
 TEST(Json, ParsesAndRefusesStrictly) {
