@@ -2,6 +2,7 @@
 // atomic replacement (a writer killed midway leaves the previous file intact).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -285,6 +286,63 @@ TEST_F(CheckpointTest, ResealedFilesThatDescribeImpossibleDataAreRefused) {
               resealed(flags, "\"BOOL\"", "\"BOOL\"", std::string("\x02\x00", 2)));
   message = refusal(file("two.ckpt"));
   EXPECT_NE(message.find("a byte other than 0 or 1"), std::string::npos) << message;
+}
+
+// The new file replaces the old one by a rename, not by writing over it: a reader that opened the
+// previous checkpoint reads it whole, however the save goes (POSIX keeps a replaced file's data
+// until its last reader closes it).
+TEST_F(CheckpointTest, AReaderOfThePreviousCheckpointKeepsReadingItWhole) {
+  const std::string path = file("model.ckpt");
+  save_checkpoint(path, {{"w", zeros({1000})}});
+  const std::string before = read_bytes(path);
+  std::ifstream reader(path, std::ios::binary);
+  ASSERT_TRUE(reader.is_open());
+  save_checkpoint(path, {{"w", ones({3000})}});
+  const std::string read = std::string(std::istreambuf_iterator<char>(reader), {});
+  EXPECT_EQ(read.size(), before.size());
+  EXPECT_TRUE(read == before) << "the reader saw the new checkpoint's bytes";
+  EXPECT_EQ(load_checkpoint(path).at("w").numel(), 3000);
+}
+
+// A save that fails removes its temporary: the directory holds what it held before. A rename
+// onto a directory fails after the whole file was written.
+TEST_F(CheckpointTest, AFailedRenameLeavesNoTemporary) {
+  fs::create_directories(dir_ / "taken.ckpt" / "inside");
+  EXPECT_THROW(save_checkpoint(file("taken.ckpt"), {{"w", ones({4})}}), Error);
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir_))
+    names.push_back(entry.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"taken.ckpt"});
+}
+
+// A write that fails midway (here the file size limit; a full disk alike) removes its temporary
+// and leaves the previous checkpoint as it was. In a child process, which alone has the limit.
+TEST_F(CheckpointTest, AFailedWriteLeavesNoTemporaryAndThePreviousCheckpoint) {
+  const std::string path = file("model.ckpt");
+  save_checkpoint(path, {{"w", zeros({1})}});
+  const Tensor big = ones({1 << 16});  // 256 KiB; made before fork (no OpenMP in the child)
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails with EFBIG
+    const rlimit limit{64 << 10, 64 << 10};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    try {
+      save_checkpoint(path, {{"w", big}});
+    } catch (const Error&) {
+      ::_exit(0);
+    }
+    ::_exit(1);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the save past the size limit did not fail";
+  EXPECT_EQ(load_checkpoint(path).at("w").numel(), 1);
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir_))
+    names.push_back(entry.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"model.ckpt"});
 }
 
 TEST(Json, ParsesAndRefusesStrictly) {
