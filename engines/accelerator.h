@@ -170,7 +170,9 @@ class Accelerator {
   // Unscales the gradients first (loss scaling) and clips their total norm; call it when
   // sync_gradients() is true. Between the batches of an accumulation it clips the partial sum
   // (no loss scaling) or refuses (fp16, whose gradients are still scaled there; Accelerate
-  // fails there too, on its second unscale). Returns the total norm from before clipping.
+  // fails there too, on its second unscale). Called twice before one step, it unscales once and
+  // clips again, where Accelerate's second call fails in GradScaler.unscale_. Returns the total
+  // norm from before clipping.
   Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm,
                          double norm_type = 2.0);
 

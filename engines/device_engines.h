@@ -55,10 +55,12 @@ class AMPEngine : public DeviceEngine {
   bool unscaled_ = false;  // unscale_gradients already ran for the coming step
 };
 
-// "O2": the model's floating parameters and buffers converted to f16/bf16, floating inputs cast to
-// the same dtype, and the optimizer (built after the conversion by init_components) keeping an
-// f32 master copy of every parameter. The forward pass still runs under autocast so that losses,
-// softmax and reductions are computed in f32; with f16 a GradScaler guards the steps.
+// "O2": the model's floating parameters and buffers converted to f16/bf16, f32 (and f16/bf16)
+// inputs cast to the same dtype, and the optimizer (built after the conversion by init_components)
+// keeping an f32 master copy of every parameter. The forward pass still runs under autocast so that
+// losses, softmax and reductions are computed in f32; with f16 a GradScaler guards the steps. f64
+// inputs stay f64, as autocast leaves f64 alone (apex's O2 casts them too): a caller who made f64
+// on purpose keeps it.
 class O2Engine : public AMPEngine {
  public:
   explicit O2Engine(Device device = Device::cpu(), DType dtype = DType::bf16,

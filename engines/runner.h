@@ -98,7 +98,8 @@ class IRunner {
   int64_t loader_batch_step = 0;  // batches done in this loader, this one included
   int64_t loader_sample_step = 0;
   int64_t batch_size = 0;          // of the current batch
-  int64_t batch_step = 0;          // training batches in this run, all epochs
+  int64_t batch_step = 0;          // training batches in this stage, all its epochs (Catalyst's
+                                   // stage_batch_step: reset when a stage starts)
   bool optimizer_stepped = false;  // the optimizer stepped at this batch (not skipped)
   bool need_early_stop = false;    // set by a callback: no further epoch starts
 

@@ -97,6 +97,8 @@ TEST(Engines, O2ConvertsTheModelAndTheOptimizerKeepsF32Masters) {
   EXPECT_EQ(engine.sync_device(randn({2, 6})).dtype(), DType::bf16);
   EXPECT_EQ(engine.sync_device(from_vector(std::vector<int64_t>{1}, {1}, DType::i64)).dtype(),
             DType::i64);
+  // f64 stays f64, as autocast leaves it (apex's O2 would cast it).
+  EXPECT_EQ(engine.sync_device(randn({2, 6}).to(DType::f64)).dtype(), DType::f64);
 }
 
 TEST(Engines, ScopesCloseOnceAndMove) {

@@ -197,7 +197,8 @@ TEST(Stages, LogsAndCheckpointsNameTheStage) {
   EXPECT_EQ(runner.stage_index, 1);
   EXPECT_EQ(runner.num_stages, 2);
   EXPECT_EQ(runner.epoch, 3);
-  EXPECT_EQ(runner.global_epoch, 5);  // warmup stopped after 2 of its 3, then 3
+  EXPECT_EQ(runner.global_epoch, 5);    // warmup stopped after 2 of its 3, then 3
+  EXPECT_EQ(runner.batch_step, 3 * 4);  // this stage's: 3 epochs of 32 samples in batches of 8
 
   // Both stages' rows: the global epoch first, then the stage and its epoch.
   const std::vector<std::string> csv = untimed_lines(logdir + "/metrics.csv");
