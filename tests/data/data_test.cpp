@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <filesystem>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "data/fashion_mnist.h"
 #include "data/loader.h"
@@ -97,6 +99,47 @@ TEST(DataLoader, EachPassWithoutSetEpochIsTheNextEpoch) {
   EXPECT_NE(visited(given), first);
 }
 
+// num_batches is the number of batches a pass yields, a full last batch counted once.
+TEST(DataLoader, NumBatchesIsWhatAPassYields) {
+  for (int64_t n : {8, 9, 11, 12}) {
+    for (bool drop_last : {false, true}) {
+      DataLoader loader(numbered(n), {.batch_size = 4, .drop_last = drop_last});
+      int64_t passed = 0;
+      for (const Batch& batch : loader) {
+        (void)batch;
+        ++passed;
+      }
+      EXPECT_EQ(loader.num_batches(), passed) << n << " samples, drop_last " << drop_last;
+      EXPECT_EQ(passed, drop_last ? n / 4 : (n + 3) / 4) << n << " samples";
+    }
+  }
+}
+
+// Random transforms draw from a stream of the loader's seed and the epoch: a run repeats, and every
+// batch and every epoch gets draws of its own (PyTorch's workers reseed each epoch).
+TEST(DataLoader, RandomTransformsDrawAnewForEachBatchAndEachEpoch) {
+  auto draws = [](uint64_t seed) {
+    DataLoader loader(numbered(8), {.batch_size = 4,
+                                    .seed = seed,
+                                    .prefetch_batches = 0,
+                                    .transforms = {[](const Tensor& x, Generator& generator) {
+                                      return rand({x.size(0), 1}, DType::f32, &generator);
+                                    }}});
+    std::vector<std::vector<float>> seen;  // [epoch * 2 + batch]
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      for (const Batch& batch : loader)
+        seen.push_back(to_vector<float>(batch.inputs));
+    }
+    return seen;
+  };
+  const std::vector<std::vector<float>> first = draws(5);
+  ASSERT_EQ(first.size(), 4u);
+  EXPECT_EQ(draws(5), first) << "the same seed must give the same draws";
+  EXPECT_NE(first[0], first[1]) << "two batches of an epoch drew the same numbers";
+  EXPECT_NE(first[0], first[2]) << "two epochs drew the same numbers";
+  EXPECT_NE(draws(6)[0], first[0]) << "another seed drew the same numbers";
+}
+
 TEST(DataLoader, SynchronousAndPrefetchingGiveTheSameBatches) {
   auto dataset = numbered(37);
   DataLoader threaded(dataset,
@@ -119,6 +162,26 @@ TEST(DataLoader, SynchronousAndPrefetchingGiveTheSameBatches) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_TRUE(allclose(a[i], b[i], 0, 0));
+}
+
+// prefetch_batches > 0 builds (and transforms) every batch on the worker thread; 0 builds each on
+// the iterating thread.
+TEST(DataLoader, PrefetchingBuildsBatchesOnTheWorkerThread) {
+  for (int prefetch : {0, 2}) {
+    std::mutex mutex;
+    std::set<std::thread::id> builders;
+    DataLoader loader(numbered(12), {.batch_size = 3,
+                                     .prefetch_batches = prefetch,
+                                     .transforms = {[&](const Tensor& x, Generator&) {
+                                       std::lock_guard<std::mutex> lock(mutex);
+                                       builders.insert(std::this_thread::get_id());
+                                       return x;
+                                     }}});
+    EXPECT_EQ(visited(loader).size(), 12u);
+    ASSERT_EQ(builders.size(), 1u) << "prefetch " << prefetch;
+    EXPECT_EQ(*builders.begin() == std::this_thread::get_id(), prefetch == 0)
+        << "prefetch " << prefetch;
+  }
 }
 
 TEST(DataLoader, LeavingTheLoopEarlyStopsTheWorker) {
