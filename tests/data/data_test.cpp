@@ -272,6 +272,71 @@ TEST(Transforms, NormalizePadCropFlip) {
   EXPECT_THROW(pad(1)(zeros({2, 2}), g), Error);
 }
 
+// Each channel takes its own mean and std.
+TEST(Transforms, NormalizeUsesEachChannelsStatistics) {
+  Generator g(1);
+  const Tensor images = arange(0, 2 * 3 * 1 * 2, 1, DType::f32).reshape({2, 3, 1, 2});
+  const Tensor expected = (images - from_vector(std::vector<float>{1, 2, 3}, {1, 3, 1, 1})) /
+                          from_vector(std::vector<float>{1, 2, 4}, {1, 3, 1, 1});
+  EXPECT_TRUE(allclose(normalize({1.0, 2.0, 3.0}, {1.0, 2.0, 4.0})(images, g), expected, 1e-6, 0));
+}
+
+// pad puts `amount` zeros on every side: the image sits in the middle.
+TEST(Transforms, PadSurroundsTheImageEvenly) {
+  Generator g(1);
+  const Tensor images = arange(1, 1 + 2 * 1 * 2 * 3, 1, DType::f32).reshape({2, 1, 2, 3});
+  const Tensor padded = pad(2)(images, g);
+  ASSERT_EQ(padded.sizes(), (Shape{2, 1, 6, 7}));
+  EXPECT_TRUE(allclose(padded.narrow(2, 2, 2).narrow(3, 2, 3), images, 0, 0));
+  EXPECT_EQ(sum(padded).item<double>(), sum(images).item<double>());  // zeros elsewhere
+}
+
+// Every crop is a window of the zero-padded image at an offset drawn per image, all channels
+// alike; over many images every offset in [0, 2 * padding] (rows and columns apart) occurs.
+TEST(Transforms, RandomCropTakesAWindowOfThePaddedImageAtEveryOffset) {
+  Generator g(4);
+  const int64_t n = 120, h = 3, w = 4, size = 3, padding = 1;
+  const Tensor image = arange(1, 1 + 2 * h * w, 1, DType::f32).reshape({1, 2, h, w});
+  const Tensor padded = ember::pad(image, {padding, padding, padding, padding});  // (1, 2, 5, 6)
+  const Tensor crops = random_crop(size, padding)(image.expand({n, 2, h, w}).contiguous(), g);
+  ASSERT_EQ(crops.sizes(), (Shape{n, 2, size, size}));
+  std::set<std::pair<int64_t, int64_t>> offsets;
+  for (int64_t i = 0; i < n; ++i) {
+    bool found = false;
+    for (int64_t top = 0; top + size <= h + 2 * padding && !found; ++top) {
+      for (int64_t left = 0; left + size <= w + 2 * padding && !found; ++left) {
+        const Tensor window = padded.narrow(2, top, size).narrow(3, left, size);
+        if (allclose(crops.narrow(0, i, 1), window, 0, 0)) {
+          offsets.insert({top, left});
+          found = true;
+        }
+      }
+    }
+    EXPECT_TRUE(found) << "crop " << i << " is no window of the padded image";
+  }
+  EXPECT_EQ(offsets.size(), size_t((h + 2 * padding - size + 1) * (w + 2 * padding - size + 1)));
+}
+
+// Each image is flipped or not by a draw of its own, and a flip mirrors every channel.
+TEST(Transforms, HorizontalFlipDrawsPerImageAndMirrorsEveryChannel) {
+  Generator g(2);
+  const int64_t n = 64;
+  const Tensor image = arange(0, 2 * 2 * 3, 1, DType::f32).reshape({1, 2, 2, 3});
+  const Tensor mirrored = random_horizontal_flip(1.0)(image, g);
+  EXPECT_EQ(to_vector<float>(mirrored.narrow(1, 1, 1).narrow(2, 0, 1)),
+            (std::vector<float>{8, 7, 6}));
+  const Tensor out = random_horizontal_flip(0.5)(image.expand({n, 2, 2, 3}).contiguous(), g);
+  int64_t flipped = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const Tensor one = out.narrow(0, i, 1);
+    const bool is_flipped = allclose(one, mirrored, 0, 0);
+    EXPECT_TRUE(is_flipped || allclose(one, image, 0, 0)) << "image " << i;
+    flipped += is_flipped;
+  }
+  EXPECT_GT(flipped, 0);
+  EXPECT_LT(flipped, n);
+}
+
 class IdxTest : public ::testing::Test {
  protected:
   void SetUp() override {
