@@ -4,6 +4,8 @@
 // in place, keeping their tensors.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "distributed/sync_batch_norm.h"
 #include "distributed/world.h"
 #include "nn/nn.h"
@@ -168,6 +170,68 @@ TEST(SyncBatchNorm, SlicesOfABatchMatchBatchNorm2dOnTheWholeBatch) {
   one_empty[static_cast<size_t>(size - 1)] = 0;
   one_empty[0] = 2;
   check_slices_match_the_whole_batch(one_empty, DType::f64, 1e-12);
+}
+
+// In eval the running statistics normalise and nothing is counted or updated, as BatchNorm2d.
+TEST(SyncBatchNorm, EvalLeavesTheBufferAlone) {
+  auto reference = nn::make<nn::BatchNorm2d>(3, 1e-5, 0.2);
+  auto synced = nn::make<SyncBatchNorm>(3, own_group(), 1e-5, 0.2);
+  Generator generator(8);
+  const Tensor data = randn({4, 3, 2, 2}, DType::f64, &generator);
+  reference->to(DType::f64);
+  synced->to(DType::f64);
+  (*reference)(data);
+  (*synced)(data);
+  reference->eval();
+  synced->eval();
+  expect_close((*synced)(data * 3.0), (*reference)(data * 3.0), 1e-12, "eval output");
+  const NamedTensors got = synced->state_dict(), expected = reference->state_dict();
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t k = 0; k < got.size(); ++k)
+    expect_close(got[k].second, expected[k].second, 1e-12, got[k].first);
+  EXPECT_EQ(synced->num_batches_tracked.item<int64_t>(), 1);
+}
+
+// Converting keeps the batch norm's eps and momentum, and clone() keeps them and affine.
+TEST(SyncBatchNorm, ConvertAndCloneKeepEpsMomentumAndAffine) {
+  auto batch_norm = nn::make<nn::BatchNorm2d>(3, 1e-3, 0.4);
+  auto converted =
+      std::dynamic_pointer_cast<SyncBatchNorm>(convert_sync_batchnorm(batch_norm, own_group()));
+  ASSERT_NE(converted, nullptr);
+  EXPECT_EQ(converted->eps, 1e-3);
+  EXPECT_EQ(converted->momentum, 0.4);
+  auto reference = nn::make<nn::BatchNorm2d>(3, 1e-3, 0.4);
+  Generator generator(9);
+  const Tensor x = randn({4, 3, 2, 2}, DType::f32, &generator) * 0.01;
+  expect_close((*converted)(x), (*reference)(x), 1e-5, "output");
+  expect_close(converted->running_mean, reference->running_mean, 1e-6, "running_mean");
+  expect_close(converted->running_var, reference->running_var, 1e-6, "running_var");
+
+  auto plain = nn::make<SyncBatchNorm>(3, own_group(), 1e-3, 0.4, /*affine=*/false);
+  auto copy = std::dynamic_pointer_cast<SyncBatchNorm>(plain->clone());
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->eps, 1e-3);
+  EXPECT_EQ(copy->momentum, 0.4);
+  EXPECT_FALSE(copy->weight.defined());
+  EXPECT_FALSE(copy->bias.defined());
+  EXPECT_EQ(copy->parameters().size(), 0u);
+}
+
+// A constant channel has variance 0 (PyTorch's Welford statistics give exactly 0): the one-pass
+// E[x^2] - E[x]^2 can round below 0 far from zero, which must not reach rsqrt even with a tiny eps.
+TEST(SyncBatchNorm, AConstantChannelFarFromZeroStaysFiniteWithATinyEps) {
+  const std::vector<double> levels = {1000.01, 1000.02, 1000.03, 1000.05, 1000.08, 1000.1};
+  const int64_t channels = static_cast<int64_t>(levels.size());
+  const Tensor x = from_vector(levels, {1, channels, 1, 1}, TensorOptions(DType::f64))
+                       .expand({6, channels, 1, 1})
+                       .contiguous();
+  const Tensor running_mean = zeros({channels}, DType::f64);
+  const Tensor running_var = ones({channels}, DType::f64);
+  const Tensor y = sync_batch_norm(x, running_mean, running_var, Tensor(), Tensor(), true, 0.1,
+                                   1e-12, own_group());
+  for (double value : to_vector<double>(y))
+    EXPECT_TRUE(std::isfinite(value) && std::abs(value) < 1e-3) << value;
+  EXPECT_GE(min(running_var).item<double>(), 0.9 - 1e-12);  // (1 - 0.1) * 1 + 0.1 * 0
 }
 
 class TypedHandles : public nn::Module {
