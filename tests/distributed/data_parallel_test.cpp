@@ -217,6 +217,49 @@ TEST(DataParallel, BatchNormBuffersComeFromReplicaZero) {
   expect_close((*parallel)(x), (*model)(x), 1e-12, "eval");
 }
 
+nn::ModulePtr make_conv_batch_norm() {
+  auto model = nn::make<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      nn::make<nn::Conv2d>(2, 3, 3), nn::make<nn::BatchNorm2d>(3), nn::make<nn::ReLU>()});
+  model->to(DType::f64);
+  return model;
+}
+
+// The batch splits as torch.chunk: pieces of ceil(N / devices), the last one smaller, so 7 rows on
+// three devices are 3, 3, 1 and 4 rows are 2, 2 (not 3, 2, 2 and 2, 1, 1). Batch norm in training
+// mode shows each replica's slice.
+TEST(DataParallel, TheBatchSplitsAsTorchChunk) {
+  for (const auto& [batch, pieces] : {std::pair<int64_t, std::vector<int64_t>>{7, {3, 3, 1}},
+                                      std::pair<int64_t, std::vector<int64_t>>{4, {2, 2}}}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    nn::ModulePtr model = make_conv_batch_norm();
+    nn::ModulePtr reference = model->clone();
+    auto parallel = nn::make<DataParallel>(model, cpus(3));
+    const Tensor x = random_input({batch, 2, 5, 5}, DType::f64, 11);
+    std::vector<Tensor> expected;
+    int64_t start = 0;
+    for (int64_t rows : pieces) {
+      expected.push_back((*reference->clone())(x.narrow(0, start, rows)));
+      start += rows;
+    }
+    expect_close((*parallel)(x), cat(expected, 0), 1e-12, "per-slice batch norm");
+  }
+}
+
+// A child the user put in eval mode stays in eval in the replicas while its parent trains: each
+// module's own flag is copied, not the one its parent's train() would pass down.
+TEST(DataParallel, AChildInEvalStaysInEvalInTheReplicas) {
+  nn::ModulePtr model = make_conv_batch_norm();
+  model->train();
+  for (auto& [name, m] : model->named_modules()) {
+    if (dynamic_cast<nn::BatchNorm*>(m) != nullptr) m->eval();
+  }
+  auto parallel = nn::make<DataParallel>(model, cpus(2));
+  const Tensor x = random_input({5, 2, 5, 5}, DType::f64, 12);
+  const Tensor y = (*parallel)(x);
+  EXPECT_TRUE(model->is_training());
+  expect_close(y, (*model)(x), 1e-12, "frozen batch norm");
+}
+
 TEST(DataParallel, GptMiniOnTokens) {
   auto model = nn::gpt_mini(13, 8, 2, 2, 8);
   model->to(DType::f64);
