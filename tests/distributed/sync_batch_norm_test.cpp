@@ -234,6 +234,22 @@ TEST(SyncBatchNorm, AConstantChannelFarFromZeroStaysFiniteWithATinyEps) {
   EXPECT_GE(min(running_var).item<double>(), 0.9 - 1e-12);  // (1 - 0.1) * 1 + 0.1 * 0
 }
 
+// bf16 inputs normalise in f32 (as PyTorch's batch norm accumulates half types in float): the
+// output is the f32 computation on the same values, rounded once.
+TEST(SyncBatchNorm, Bf16InputsNormaliseInF32) {
+  Generator generator(13);
+  const Tensor x = (randn({4, 3, 3, 3}, DType::f32, &generator) * 3.0 + 100.0).to(DType::bf16);
+  // Affine values that bf16 holds exactly.
+  const Tensor weight = from_vector(std::vector<float>{0.5f, 1.25f, 2.0f}, {3});
+  const Tensor bias = from_vector(std::vector<float>{0.25f, -0.5f, 1.0f}, {3});
+  const Tensor y = sync_batch_norm(x, Tensor(), Tensor(), weight.to(DType::bf16),
+                                   bias.to(DType::bf16), true, 0.1, 1e-5, own_group());
+  const Tensor y_f32 = sync_batch_norm(x.to(DType::f32), Tensor(), Tensor(), weight, bias, true,
+                                       0.1, 1e-5, own_group());
+  EXPECT_EQ(y.dtype(), DType::bf16);
+  expect_close(y, y_f32.to(DType::bf16), 0.0, "bf16 output");
+}
+
 class TypedHandles : public nn::Module {
  public:
   TypedHandles() { norm = register_module("norm", nn::make<nn::BatchNorm2d>(2)); }
