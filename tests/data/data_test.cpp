@@ -140,6 +140,27 @@ TEST(DataLoader, RandomTransformsDrawAnewForEachBatchAndEachEpoch) {
   EXPECT_NE(draws(6)[0], first[0]) << "another seed drew the same numbers";
 }
 
+// The loader's seed decides its shuffle: another seed, another order.
+TEST(DataLoader, ShuffleFollowsTheSeed) {
+  auto dataset = numbered(50);
+  DataLoader three(dataset, {.batch_size = 8, .shuffle = true, .seed = 3});
+  DataLoader four(dataset, {.batch_size = 8, .shuffle = true, .seed = 4});
+  EXPECT_NE(visited(three), visited(four));
+}
+
+// Transforms apply to the inputs in the order given.
+TEST(DataLoader, TransformsApplyInTheOrderGiven) {
+  DataLoader loader(numbered(4),
+                    {.batch_size = 4,
+                     .transforms = {[](const Tensor& x, Generator&) { return x + 1.0; },
+                                    [](const Tensor& x, Generator&) { return x * 2.0; }}});
+  std::vector<float> inputs;
+  for (const Batch& batch : loader)
+    inputs = to_vector<float>(batch.inputs);
+  // input i is (i, -i): (i + 1) * 2 and (1 - i) * 2.
+  EXPECT_EQ(inputs, (std::vector<float>{2, 2, 4, 0, 6, -2, 8, -4}));
+}
+
 TEST(DataLoader, SynchronousAndPrefetchingGiveTheSameBatches) {
   auto dataset = numbered(37);
   DataLoader threaded(dataset,
