@@ -597,6 +597,40 @@ class ScriptedScore : public ICallback {
   std::vector<double> per_epoch_;
 };
 
+// The mlp trained for one epoch per score, ScriptedScore reporting the scores as "score".
+TrainOptions scored_training(const std::string& logdir, const std::vector<double>& scores) {
+  return {
+      .model = testing::mlp(),
+      .loaders = {{"train", testing::loader(8, 4, false)}, {"valid", testing::loader(4, 4, false)}},
+      .logdir = logdir,
+      .num_epochs = static_cast<int64_t>(scores.size()),
+      .engine = "cpu",
+      .callbacks = {{"score", std::make_shared<ScriptedScore>(scores)}}};
+}
+
+// scored_training with a CheckpointCallback ranking the epochs by the score; returns that
+// callback.
+std::shared_ptr<CheckpointCallback> train_scored(const std::string& logdir,
+                                                 const std::vector<double>& scores, bool minimize,
+                                                 int64_t topk) {
+  auto checkpoint = std::make_shared<CheckpointCallback>(CheckpointOptions{
+      .logdir = logdir, .metric_key = "score", .minimize = minimize, .topk = topk});
+  TrainOptions options = scored_training(logdir, scores);
+  options.callbacks.emplace_back("checkpoint", checkpoint);
+  SupervisedRunner runner;
+  runner.train(std::move(options));
+  return checkpoint;
+}
+
+// The epochs of the last checkpoint's best list ("epoch:value,...", best first).
+std::vector<int64_t> ranked_epochs(const std::string& logdir) {
+  std::vector<int64_t> ranked;
+  std::istringstream list(load_checkpoint(logdir + "/last.ckpt").meta("checkpoint.best"));
+  for (std::string item; std::getline(list, item, ',');)
+    ranked.push_back(std::stoll(item.substr(0, item.find(':'))));
+  return ranked;
+}
+
 // Seven epochs, top 3: each epoch's file is written, and dropped once three better ones exist.
 // What remains is the 3 best epochs' files (plus best and last), and the best list in the last
 // checkpoint ranks them by the metric, in the direction `minimize` says.
@@ -605,17 +639,7 @@ TEST(Runner, CheckpointTopKKeepsTheBestEpochsFiles) {
   for (const bool minimize : {false, true}) {
     SCOPED_TRACE(minimize);
     const std::string logdir = fresh_dir("topk_eviction");
-    auto checkpoint = std::make_shared<CheckpointCallback>(CheckpointOptions{
-        .logdir = logdir, .metric_key = "score", .minimize = minimize, .topk = 3});
-    SupervisedRunner runner;
-    runner.train({.model = testing::mlp(),
-                  .loaders = {{"train", testing::loader(8, 4, false)},
-                              {"valid", testing::loader(4, 4, false)}},
-                  .logdir = logdir,
-                  .num_epochs = static_cast<int64_t>(scores.size()),
-                  .engine = "cpu",
-                  .callbacks = {{"score", std::make_shared<ScriptedScore>(scores)},
-                                {"checkpoint", checkpoint}}});
+    const auto checkpoint = train_scored(logdir, scores, minimize, 3);
     // Highest first: 0.9 (epoch 2), 0.8 (5), 0.7 (4); lowest first: 0.1 (6), 0.3 (3), 0.5 (1).
     const std::vector<int64_t> best_epochs =
         minimize ? std::vector<int64_t>{6, 3, 1} : std::vector<int64_t>{2, 5, 4};
@@ -629,12 +653,7 @@ TEST(Runner, CheckpointTopKKeepsTheBestEpochsFiles) {
       EXPECT_EQ(std::stod(kept.meta("checkpoint.value")), scores[static_cast<size_t>(epoch - 1)]);
     }
     EXPECT_EQ(testing::checkpoint_files(logdir), expected_files);
-    // "epoch:value,...", best first.
-    std::vector<int64_t> ranked;
-    std::istringstream list(load_checkpoint(logdir + "/last.ckpt").meta("checkpoint.best"));
-    for (std::string item; std::getline(list, item, ',');)
-      ranked.push_back(std::stoll(item.substr(0, item.find(':'))));
-    EXPECT_EQ(ranked, best_epochs);
+    EXPECT_EQ(ranked_epochs(logdir), best_epochs);
     EXPECT_EQ(checkpoint->best_epoch(), best_epochs[0]);
     EXPECT_EQ(load_checkpoint(logdir + "/best.ckpt").meta("checkpoint.epoch"),
               std::to_string(best_epochs[0]));
@@ -647,19 +666,7 @@ TEST(Runner, CheckpointTopKKeepsTheBestEpochsFiles) {
 TEST(Runner, CheckpointTopOneKeepsOnlyBestAndLast) {
   const std::vector<double> scores = {0.5, 0.9, 0.3, 0.95};
   const std::string logdir = fresh_dir("top_one");
-  SupervisedRunner runner;
-  runner.train(
-      {.model = testing::mlp(),
-       .loaders = {{"train", testing::loader(8, 4, false)},
-                   {"valid", testing::loader(4, 4, false)}},
-       .logdir = logdir,
-       .num_epochs = static_cast<int64_t>(scores.size()),
-       .engine = "cpu",
-       .callbacks = {
-           {"score", std::make_shared<ScriptedScore>(scores)},
-           {"checkpoint",
-            std::make_shared<CheckpointCallback>(CheckpointOptions{
-                .logdir = logdir, .metric_key = "score", .minimize = false, .topk = 1})}}});
+  train_scored(logdir, scores, /*minimize=*/false, 1);
   EXPECT_EQ(testing::checkpoint_files(logdir), (std::set<std::string>{"best.ckpt", "last.ckpt"}));
   EXPECT_EQ(load_checkpoint(logdir + "/best.ckpt").meta("checkpoint.epoch"), "4");
   std::filesystem::remove_all(logdir);
@@ -671,25 +678,9 @@ TEST(Runner, CheckpointTopOneKeepsOnlyBestAndLast) {
 TEST(Runner, CheckpointTiesRankAfterTheEarlierEpoch) {
   const std::vector<double> scores = {0.5, 0.9, 0.9, 0.5};
   const std::string logdir = fresh_dir("topk_ties");
-  SupervisedRunner runner;
-  runner.train(
-      {.model = testing::mlp(),
-       .loaders = {{"train", testing::loader(8, 4, false)},
-                   {"valid", testing::loader(4, 4, false)}},
-       .logdir = logdir,
-       .num_epochs = static_cast<int64_t>(scores.size()),
-       .engine = "cpu",
-       .callbacks = {
-           {"score", std::make_shared<ScriptedScore>(scores)},
-           {"checkpoint",
-            std::make_shared<CheckpointCallback>(CheckpointOptions{
-                .logdir = logdir, .metric_key = "score", .minimize = false, .topk = 3})}}});
+  train_scored(logdir, scores, /*minimize=*/false, 3);
   EXPECT_EQ(load_checkpoint(logdir + "/best.ckpt").meta("checkpoint.epoch"), "2");
-  std::vector<int64_t> ranked;  // "epoch:value,...", best first
-  std::istringstream list(load_checkpoint(logdir + "/last.ckpt").meta("checkpoint.best"));
-  for (std::string item; std::getline(list, item, ',');)
-    ranked.push_back(std::stoll(item.substr(0, item.find(':'))));
-  EXPECT_EQ(ranked, (std::vector<int64_t>{2, 3, 1}));
+  EXPECT_EQ(ranked_epochs(logdir), (std::vector<int64_t>{2, 3, 1}));
   EXPECT_EQ(testing::checkpoint_files(logdir),
             (std::set<std::string>{"best.ckpt", "last.ckpt", "epoch-0001.ckpt", "epoch-0002.ckpt",
                                    "epoch-0003.ckpt"}));
@@ -704,16 +695,11 @@ TEST(Runner, TheDefaultCheckpointFollowsMinimizeValidMetric) {
   for (const bool minimize : {true, false}) {
     SCOPED_TRACE(minimize);
     const std::string logdir = fresh_dir("default_checkpoint_direction");
+    TrainOptions options = scored_training(logdir, scores);
+    options.valid_metric = "score";
+    options.minimize_valid_metric = minimize;
     SupervisedRunner runner;
-    runner.train({.model = testing::mlp(),
-                  .loaders = {{"train", testing::loader(8, 4, false)},
-                              {"valid", testing::loader(4, 4, false)}},
-                  .logdir = logdir,
-                  .num_epochs = static_cast<int64_t>(scores.size()),
-                  .valid_metric = "score",
-                  .minimize_valid_metric = minimize,
-                  .engine = "cpu",
-                  .callbacks = {{"score", std::make_shared<ScriptedScore>(scores)}}});
+    runner.train(std::move(options));
     EXPECT_EQ(load_checkpoint(logdir + "/best.ckpt").meta("checkpoint.epoch"),
               minimize ? "3" : "2");
     std::filesystem::remove_all(logdir);
