@@ -94,18 +94,25 @@ TEST(DasoSchedule, EpochSkipsWithConstantLossFollowHeat) {
   }
 }
 
+// Cycling from the first epoch (no warm-up or cool-down), max_global_skips 8, two groups, eight
+// batches an epoch.
+DasoSchedule cycling_schedule(int total_epochs, int skip_reduction_factor) {
+  DasoSchedule schedule({.total_epochs = total_epochs,
+                         .warmup_epochs = 0,
+                         .cooldown_epochs = 0,
+                         .max_global_skips = 8,
+                         .skip_reduction_factor = skip_reduction_factor},
+                        /*num_groups=*/2);
+  schedule.set_last_batch(7);
+  return schedule;
+}
+
 // A plateau divides the global and local skips by skip_reduction_factor (here 4, not the default
 // 2) and shortens the wait by one batch; at a global skip of 1 it starts again at (max,
 // max / local_skip_factor, max / local_skip_factor): (8, 2, 2). No warm-up or cool-down: a
 // constant loss plateaus after epochs 3, 6 and 9.
 TEST(DasoSchedule, PlateauDividesTheSkipsByTheReductionFactorAndShortensTheWait) {
-  DasoSchedule schedule({.total_epochs = 13,
-                         .warmup_epochs = 0,
-                         .cooldown_epochs = 0,
-                         .max_global_skips = 8,
-                         .skip_reduction_factor = 4},
-                        /*num_groups=*/2);
-  schedule.set_last_batch(7);
+  DasoSchedule schedule = cycling_schedule(13, 4);
   expect_stages_at_constant_loss(schedule, 13,
                                  {{0, {4, 1, 1}},     // the cycling start
                                   {4, {1, 1, 1}},     // 4 / 4, at least 1 to wait
@@ -116,13 +123,7 @@ TEST(DasoSchedule, PlateauDividesTheSkipsByTheReductionFactorAndShortensTheWait)
 // A factor that does not divide the skips evenly (3 from 2) stops at a global skip of 1, so the
 // next plateau restarts the cycle; Heat divides down to 0 and stays on blocking averages.
 TEST(DasoSchedule, AnUnevenReductionFactorStopsAtOneAndTheCycleGoesOn) {
-  DasoSchedule schedule({.total_epochs = 19,
-                         .warmup_epochs = 0,
-                         .cooldown_epochs = 0,
-                         .max_global_skips = 8,
-                         .skip_reduction_factor = 3},
-                        /*num_groups=*/2);
-  schedule.set_last_batch(7);
+  DasoSchedule schedule = cycling_schedule(19, 3);
   expect_stages_at_constant_loss(schedule, 19,
                                  {{0, {4, 1, 1}},     // the cycling start
                                   {4, {1, 1, 1}},     // 4 / 3

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -32,6 +33,14 @@ class CheckpointTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string file(const std::string& name) const { return (dir_ / name).string(); }
+  // The names in the test's directory, sorted.
+  std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir_))
+      names.push_back(entry.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
 
   static std::string read_bytes(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -309,10 +318,7 @@ TEST_F(CheckpointTest, AReaderOfThePreviousCheckpointKeepsReadingItWhole) {
 TEST_F(CheckpointTest, AFailedRenameLeavesNoTemporary) {
   fs::create_directories(dir_ / "taken.ckpt" / "inside");
   EXPECT_THROW(save_checkpoint(file("taken.ckpt"), {{"w", ones({4})}}), Error);
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(dir_))
-    names.push_back(entry.path().filename().string());
-  EXPECT_EQ(names, std::vector<std::string>{"taken.ckpt"});
+  EXPECT_EQ(entries(), std::vector<std::string>{"taken.ckpt"});
 }
 
 // A write that fails midway (here the file size limit; a full disk alike) removes its temporary
@@ -339,10 +345,7 @@ TEST_F(CheckpointTest, AFailedWriteLeavesNoTemporaryAndThePreviousCheckpoint) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the save past the size limit did not fail";
   EXPECT_EQ(load_checkpoint(path).at("w").numel(), 1);
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(dir_))
-    names.push_back(entry.path().filename().string());
-  EXPECT_EQ(names, std::vector<std::string>{"model.ckpt"});
+  EXPECT_EQ(entries(), std::vector<std::string>{"model.ckpt"});
 }
 
 TEST(Json, ParsesAndRefusesStrictly) {
