@@ -108,13 +108,22 @@ EMBER_HOST_DEVICE uint16_t float_to_half_bits(float value) {
 #endif
 }
 
+// The float bits of a binary16 NaN, as the portable code makes them (sign, quiet bit, the 10
+// payload bits at the top of the float's mantissa), in three operations: shifted left by 16, the
+// half's sign is the float's, and an arithmetic shift right by 3 puts its exponent and payload in
+// place, spreading the sign over bits the OR sets anyway. Only for NaNs (checked on the host for
+// every one: tests/runtime/scalar_types_test.cpp).
+EMBER_HOST_DEVICE uint32_t half_nan_to_float_bits(uint16_t half) {
+  const int32_t moved = static_cast<int32_t>(static_cast<uint32_t>(half) << 16) >> 3;
+  return static_cast<uint32_t>(moved) | 0x7fc00000u;
+}
+
 EMBER_HOST_DEVICE float half_bits_to_float(uint16_t half) {
 #if defined(__CUDA_ARCH__)
   float converted;
   asm("cvt.f32.f16 %0, %1;" : "=f"(converted) : "h"(half));
-  const uint32_t nan = (static_cast<uint32_t>(half & 0x8000u) << 16) | 0x7fc00000u |
-                       (static_cast<uint32_t>(half & 0x3ffu) << 13);
-  return (half & 0x7fffu) > 0x7c00u ? bits_float(nan) : converted;
+  // cvt makes a NaN of a NaN (and of nothing else), perhaps its canonical one.
+  return converted != converted ? bits_float(half_nan_to_float_bits(half)) : converted;
 #else
   return portable_half_bits_to_float(half);
 #endif
@@ -134,6 +143,19 @@ EMBER_HOST_DEVICE uint16_t float_to_bfloat16_bits(float value) {
 
 EMBER_HOST_DEVICE float bfloat16_bits_to_float(uint16_t value) {
   return bits_float(static_cast<uint32_t>(value) << 16);
+}
+
+// NaN tests on two 16-bit values at once, one in each half of `pair` (the CUDA kernels' packet
+// conversions, kernels/cuda/convert_values.cuh). A lane's magnitude (its low 15 bits) is above
+// the Inf pattern exactly when adding (Inf's pattern's complement within 15 bits) carries into
+// the lane's bit 15; at most 0x7fff + 0x03ff = 0x83fe, so no lane carries into the next. Nonzero
+// when either lane is a NaN; callers OR several pairs' results and test once.
+EMBER_HOST_DEVICE uint32_t half_pair_nan_lanes(uint32_t pair) {
+  return ((pair & 0x7fff7fffu) + 0x03ff03ffu) & 0x80008000u;  // NaN: magnitude > 0x7c00
+}
+
+EMBER_HOST_DEVICE uint32_t bfloat16_pair_nan_lanes(uint32_t pair) {
+  return ((pair & 0x7fff7fffu) + 0x007f007fu) & 0x80008000u;  // NaN: magnitude > 0x7f80
 }
 
 }  // namespace detail

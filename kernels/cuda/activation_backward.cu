@@ -5,6 +5,7 @@
 
 #include "kernels/common/convert.h"
 #include "kernels/common/scalar_types.h"
+#include "kernels/cuda/convert_values.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/strided_loop.cuh"
 
@@ -71,12 +72,14 @@ struct ActivationBackwardBody {
   }
   // Both packets are loaded before the store: grad_in may alias grad_out or saved.
   __device__ void vector(int64_t first) const {
-    const Packet<T, kVector> g = load_packet<kVector>(grad_out, first);
-    const Packet<T, kVector> v = load_packet<kVector>(saved, first);
-    Packet<T, kVector> out;
+    Acc g[kVector], v[kVector];
+    convert_values(load_packet<kVector>(grad_out, first).values, g);
+    convert_values(load_packet<kVector>(saved, first).values, v);
 #pragma unroll
     for (int j = 0; j < kVector; ++j)
-      out.values[j] = one(g.values[j], v.values[j]);
+      g[j] = grad_times<Acc>(op, g[j], v[j]);
+    Packet<T, kVector> out;
+    convert_values(g, out.values);
     store_packet<kVector>(grad_in, first, out);
   }
   bool vector_aligned() const {

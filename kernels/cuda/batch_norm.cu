@@ -20,6 +20,7 @@
 #include "kernels/common/welford.h"
 #include "kernels/cuda/batch_norm.h"
 #include "kernels/cuda/batch_norm_plan.h"
+#include "kernels/cuda/convert_values.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/row_reduce.cuh"
 #include "kernels/cuda/scratch.h"
@@ -39,9 +40,7 @@ __device__ __forceinline__ void load(const T* at, Acc (&values)[kVec]) {
   } else {
     static_assert(kVec == rows::kVectorWidth<T>);
     const rows::Vector<T> vector = *reinterpret_cast<const rows::Vector<T>*>(at);
-#pragma unroll
-    for (int i = 0; i < kVec; ++i)
-      values[i] = convert<Acc>(vector.v[i]);
+    convert_values(vector.v, values);
   }
 }
 
@@ -51,9 +50,7 @@ __device__ __forceinline__ void store(T* at, const Acc (&values)[kVec]) {
     *at = convert<T>(values[0]);
   } else {
     rows::Vector<T> vector;
-#pragma unroll
-    for (int i = 0; i < kVec; ++i)
-      vector.v[i] = convert<T>(values[i]);
+    convert_values(values, vector.v);
     *reinterpret_cast<rows::Vector<T>*>(at) = vector;
   }
 }

@@ -5,6 +5,7 @@
 #include "kernels/common/integer_pow.h"
 #include "kernels/common/scalar_types.h"
 #include "kernels/common/wrapping_arithmetic.h"
+#include "kernels/cuda/convert_values.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/strided_loop.cuh"
@@ -140,11 +141,13 @@ struct UnaryBody {
     out[offset[0]] = one(in[offset[1]]);
   }
   __device__ void vector(int64_t first) const {
-    const Packet<T, kVector> x = load_packet<kVector>(in, first);
-    Packet<T, kVector> y;
+    Acc x[kVector];
+    convert_values(load_packet<kVector>(in, first).values, x);
 #pragma unroll
     for (int j = 0; j < kVector; ++j)
-      y.values[j] = one(x.values[j]);
+      x[j] = apply_unary<Acc>(op, x[j], scalar);
+    Packet<T, kVector> y;
+    convert_values(x, y.values);
     store_packet<kVector>(out, first, y);
   }
   bool vector_aligned() const {
@@ -169,12 +172,14 @@ struct BinaryBody {
     out[offset[0]] = one(a[offset[1]], b[offset[2]]);
   }
   __device__ void vector(int64_t first) const {
-    const Packet<T, kVector> x = load_packet<kVector>(a, first);
-    const Packet<T, kVector> y = load_packet<kVector>(b, first);
-    Packet<T, kVector> z;
+    Acc x[kVector], y[kVector];
+    convert_values(load_packet<kVector>(a, first).values, x);
+    convert_values(load_packet<kVector>(b, first).values, y);
 #pragma unroll
     for (int j = 0; j < kVector; ++j)
-      z.values[j] = one(x.values[j], y.values[j]);
+      x[j] = apply_binary<Acc>(op, x[j], y[j], alpha);
+    Packet<T, kVector> z;
+    convert_values(x, z.values);
     store_packet<kVector>(out, first, z);
   }
   bool vector_aligned() const {
@@ -198,12 +203,13 @@ struct CompareBody {
     out[offset[0]] = one(a[offset[1]], b[offset[2]]);
   }
   __device__ void vector(int64_t first) const {
-    const Packet<T, kVector> x = load_packet<kVector>(a, first);
-    const Packet<T, kVector> y = load_packet<kVector>(b, first);
+    Acc x[kVector], y[kVector];
+    convert_values(load_packet<kVector>(a, first).values, x);
+    convert_values(load_packet<kVector>(b, first).values, y);
     Packet<bool, kVector> z;
 #pragma unroll
     for (int j = 0; j < kVector; ++j)
-      z.values[j] = one(x.values[j], y.values[j]);
+      z.values[j] = apply_compare<Acc>(op, x[j], y[j]);
     store_packet<kVector>(out, first, z);
   }
   bool vector_aligned() const {
@@ -221,11 +227,8 @@ struct CopyBody {
     out[offset[0]] = convert<Dst>(in[offset[1]]);
   }
   __device__ void vector(int64_t first) const {
-    const Packet<Src, kVector> x = load_packet<kVector>(in, first);
     Packet<Dst, kVector> y;
-#pragma unroll
-    for (int j = 0; j < kVector; ++j)
-      y.values[j] = convert<Dst>(x.values[j]);
+    convert_values(load_packet<kVector>(in, first).values, y.values);
     store_packet<kVector>(out, first, y);
   }
   bool vector_aligned() const {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/convert_values.cuh"
 #include "kernels/cuda/multi_tensor_plan.h"
 
 namespace ember::kernels::cuda {
@@ -43,9 +44,7 @@ __device__ __forceinline__ void load4(const T* base, int64_t i, int count, bool 
                                       float (&out)[4]) {
   if (vector) {
     const Vector4<T> v = *reinterpret_cast<const Vector4<T>*>(base + i);
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      out[k] = static_cast<float>(v.values[k]);
+    convert_values(v.values, out);
   } else {
 #pragma unroll
     for (int k = 0; k < 4; ++k)
@@ -59,9 +58,7 @@ __device__ __forceinline__ void store4(T* base, int64_t i, int count, bool vecto
                                        const float (&in)[4]) {
   if (vector) {
     Vector4<T> v;
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      v.values[k] = T(in[k]);
+    convert_values(in, v.values);
     *reinterpret_cast<Vector4<T>*>(base + i) = v;
   } else {
 #pragma unroll

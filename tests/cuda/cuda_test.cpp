@@ -6,11 +6,13 @@
 // and error-message tests run everywhere.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/allocator.h"
@@ -168,43 +170,91 @@ TEST(Cuda, ConversionsBetweenEveryDtypePairMatchTheCpu) {
 
 // The device converts binary16 with the hardware's cvt instruction and the host with the portable
 // code of kernels/common/scalar_types.h (or x86's F16C): every one of the 65,536 binary16 patterns,
-// and every float pattern where rounding to binary16 decides something, must come out the same.
-// The float patterns: each exponent (zero, subnormal, Inf and NaN ones included) and sign, with
-// the dropped bits just below, at and above the halfway point of each rounding position a
-// binary16 result can have (bit 13 for normal results, bits 14 to 24 for subnormal ones), under
-// upper mantissa bits that are zero, all ones, or random, so that ties go to even both ways.
-TEST(Cuda, HalfConversionsMatchTheCpuOnEveryPatternThatDecides) {
-  EMBER_SKIP_WITHOUT_GPU();
-  auto first_difference = [](const Tensor& actual, const Tensor& expected,
-                             const std::vector<uint32_t>& inputs) -> std::string {
-    const std::vector<unsigned char> a = bytes_of(actual), e = bytes_of(expected);
-    if (a.size() != e.size()) return "sizes differ";
-    const size_t width = a.size() / inputs.size();
-    size_t mismatches = 0, first = 0;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (std::memcmp(&a[i * width], &e[i * width], width) == 0) continue;
-      if (mismatches++ == 0) first = i;
-    }
-    if (mismatches == 0) return "";
-    uint32_t got = 0, want = 0;
-    std::memcpy(&got, &a[first * width], width);
-    std::memcpy(&want, &e[first * width], width);
-    std::ostringstream out;
-    out << mismatches << " of " << inputs.size() << " differ; the first: input 0x" << std::hex
-        << inputs[first] << ", cuda 0x" << got << ", cpu 0x" << want;
-    return out.str();
-  };
+// every bfloat16 one, and every float pattern where rounding to a 16-bit format decides something,
+// must come out the same. The float patterns: each exponent (zero, subnormal, Inf and NaN ones
+// included) and sign, with the dropped bits just below, at and above the halfway point of each
+// rounding position a binary16 result can have (bit 13 for normal results, bits 14 to 24 for
+// subnormal ones; bit 16, bfloat16's, among them), under upper mantissa bits that are zero, all
+// ones, or random, so that ties go to even both ways.
+// Each list goes three ways: in order from an aligned tensor (the kernels' packets, which test 4
+// or 8 values for NaN together: kernels/cuda/convert_values.cuh), shuffled (so that NaNs share
+// packets with other values in every lane), and through a view one element in (the
+// element-by-element path).
+namespace {
 
-  std::vector<uint16_t> every_half(65536);
+// "" when the two results hold the same bits; else how many differ, and the first.
+std::string first_difference(const Tensor& cuda, const Tensor& cpu, const Tensor& input) {
+  const std::vector<unsigned char> a = bytes_of(cuda), e = bytes_of(cpu), in = bytes_of(input);
+  const size_t n = static_cast<size_t>(input.numel());
+  if (a.size() != e.size() || n == 0) return "sizes differ";
+  const size_t width = a.size() / n, in_width = in.size() / n;
+  size_t mismatches = 0, first = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (std::memcmp(&a[i * width], &e[i * width], width) == 0) continue;
+    if (mismatches++ == 0) first = i;
+  }
+  if (mismatches == 0) return "";
+  uint32_t got = 0, want = 0, from = 0;
+  std::memcpy(&got, &a[first * width], width);
+  std::memcpy(&want, &e[first * width], width);
+  std::memcpy(&from, &in[first * in_width], in_width);
+  std::ostringstream out;
+  out << mismatches << " of " << n << " differ; the first: input 0x" << std::hex << from
+      << ", cuda 0x" << got << ", cpu 0x" << want;
+  return out.str();
+}
+
+// The patterns as a tensor of `dtype` (its element size: 2 or 4 bytes each).
+Tensor tensor_of_patterns(const std::vector<uint32_t>& patterns, DType dtype) {
+  const int64_t n = static_cast<int64_t>(patterns.size());
+  if (dtype == DType::f32)
+    return from_blob(const_cast<uint32_t*>(patterns.data()), {n}, DType::f32).clone();
+  std::vector<uint16_t> narrow(patterns.begin(), patterns.end());
+  return from_blob(narrow.data(), {n}, dtype).clone();
+}
+
+std::vector<uint32_t> every_pattern_of_16_bits() {
+  std::vector<uint32_t> patterns(65536);
   for (uint32_t i = 0; i < 65536; ++i)
-    every_half[i] = static_cast<uint16_t>(i);
-  const Tensor halves = from_blob(every_half.data(), {65536}, DType::f16).clone();
-  EXPECT_EQ(first_difference(halves.to(Device::cuda(0)).to(DType::f32), halves.to(DType::f32),
-                             std::vector<uint32_t>(every_half.begin(), every_half.end())),
-            "")
-      << "binary16 -> f32";
+    patterns[i] = i;
+  return patterns;
+}
 
+std::vector<uint32_t> shuffled(std::vector<uint32_t> patterns, std::mt19937& random) {
+  std::shuffle(patterns.begin(), patterns.end(), random);
+  return patterns;
+}
+
+// The three ways above, for patterns of `from` converted to `to`.
+void expect_conversion_matches_the_cpu(const std::vector<uint32_t>& patterns, DType from, DType to,
+                                       std::mt19937& random) {
+  const Tensor in_order = tensor_of_patterns(patterns, from);
+  const Tensor mixed = tensor_of_patterns(shuffled(patterns, random), from);
+  for (const auto& [host, order] : {std::pair{in_order, "in order"}, {mixed, "shuffled"}}) {
+    EXPECT_EQ(first_difference(host.to(Device::cuda(0)).to(to), host.to(to), host), "")
+        << from << " -> " << to << ", " << order;
+  }
+  const int64_t n = in_order.numel();
+  const Tensor one_in = in_order.slice(0, 1, n);
+  EXPECT_EQ(
+      first_difference(in_order.to(Device::cuda(0)).slice(0, 1, n).to(to), one_in.to(to), one_in),
+      "")
+      << from << " -> " << to << ", one element in";
+}
+
+}  // namespace
+
+TEST(Cuda, SixteenBitConversionsMatchTheCpuOnEveryPatternThatDecides) {
+  EMBER_SKIP_WITHOUT_GPU();
   std::mt19937 random(17);
+  const std::vector<uint32_t> every_16_bit_pattern = every_pattern_of_16_bits();
+  for (const auto& [from, to] : {std::pair{DType::f16, DType::f32},
+                                 {DType::f16, DType::bf16},
+                                 {DType::bf16, DType::f32},
+                                 {DType::bf16, DType::f16}}) {
+    expect_conversion_matches_the_cpu(every_16_bit_pattern, from, to, random);
+  }
+
   std::vector<uint32_t> floats;
   for (uint32_t sign = 0; sign < 2; ++sign) {
     for (uint32_t exponent = 0; exponent < 256; ++exponent) {
@@ -223,12 +273,26 @@ TEST(Cuda, HalfConversionsMatchTheCpuOnEveryPatternThatDecides) {
   }
   for (int i = 0; i < (1 << 20); ++i)
     floats.push_back(static_cast<uint32_t>(random()));
-  const Tensor singles =
-      from_blob(floats.data(), {static_cast<int64_t>(floats.size())}, DType::f32).clone();
-  EXPECT_EQ(
-      first_difference(singles.to(Device::cuda(0)).to(DType::f16), singles.to(DType::f16), floats),
-      "")
-      << "f32 -> binary16";
+  for (DType to : {DType::f16, DType::bf16})
+    expect_conversion_matches_the_cpu(floats, DType::f32, to, random);
+}
+
+// The elementwise kernels convert whole packets at once, and a packet with a NaN in it takes the
+// element-by-element conversions: every 16-bit pattern, shuffled so that NaNs share packets with
+// other values, through a binary op, a unary op and a comparison. Results are compared as values
+// (a NaN the arithmetic made may have other bits on the GPU), and the comparisons exactly.
+TEST(Cuda, SixteenBitKernelsKeepTheOtherValuesOfAPacketWithANaN) {
+  EMBER_SKIP_WITHOUT_GPU();
+  std::mt19937 random(23);
+  const std::vector<uint32_t> every_16_bit_pattern = every_pattern_of_16_bits();
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    const Tensor a = tensor_of_patterns(shuffled(every_16_bit_pattern, random), dtype);
+    const Tensor b = tensor_of_patterns(shuffled(every_16_bit_pattern, random), dtype);
+    const Tensor a_gpu = a.to(Device::cuda(0)), b_gpu = b.to(Device::cuda(0));
+    EXPECT_EQ(mismatch(add(a_gpu, b_gpu), add(a, b), 0.0), "") << dtype << " add";
+    EXPECT_EQ(mismatch(neg(a_gpu), neg(a), 0.0), "") << dtype << " neg";
+    EXPECT_EQ(bytes_of(lt(a_gpu, b_gpu)), bytes_of(lt(a, b))) << dtype << " lt";
+  }
 }
 
 TEST(Cuda, SumMatchesTheCpu) {

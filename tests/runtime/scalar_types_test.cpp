@@ -41,6 +41,21 @@ TEST(ScalarTypes, HalfNaNsAreQuietedWithTheirPayload) {
   EXPECT_EQ(Half(float_of(0xffffffffu)).bits, 0xffff);
 }
 
+// The device's NaN path (half_bits_to_float after the hardware's cvt) builds a NaN's bits with
+// one arithmetic shift: they must be the portable code's for every binary16 NaN.
+TEST(ScalarTypes, TheShiftedNaNBitsAreThePortableOnes) {
+  int nans = 0;
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    if ((bits & 0x7fffu) <= 0x7c00u) continue;
+    ++nans;
+    const uint16_t half = static_cast<uint16_t>(bits);
+    ASSERT_EQ(detail::half_nan_to_float_bits(half),
+              bits_of(detail::portable_half_bits_to_float(half)))
+        << "binary16 0x" << std::hex << bits;
+  }
+  EXPECT_EQ(nans, 2046);
+}
+
 TEST(ScalarTypes, EveryBFloat16BitPatternRoundTripsExactly) {
   for (uint32_t bits = 0; bits < 65536; ++bits) {
     const BFloat16 b = BFloat16::from_bits(static_cast<uint16_t>(bits));
@@ -113,6 +128,34 @@ TEST(ScalarTypes, FloatToBFloat16RoundsToNearestEven) {
   EXPECT_EQ(BFloat16(float_of(0x7f7fffffu)).bits, 0x7f80);  // max float rounds to infinity
   EXPECT_TRUE(std::isnan(static_cast<float>(BFloat16(float_of(0x7f800001u)))));  // NaN stays NaN
   EXPECT_EQ(BFloat16(float_of(0x00000001u)).bits, 0x0000);  // tiny subnormal rounds to zero
+}
+
+// The CUDA packet conversions test two 16-bit values for NaN at once. Each lane takes every
+// pattern, beside partners at the edges of both formats' NaN ranges (and a few others), in both
+// lanes: a carry from one lane into the other, or an edge off by one, shows up here.
+TEST(ScalarTypes, PairNaNTestsFindANaNInEitherLaneAndNothingElse) {
+  const uint16_t partners[] = {0x0000, 0x8000, 0x03ff, 0x7bff, 0x7c00, 0x7c01, 0x7dff,
+                               0x7e00, 0x7fff, 0xfc00, 0xfc01, 0xffff, 0x7f7f, 0x7f80,
+                               0x7f81, 0xff80, 0xff81, 0x3c00, 0x1234, 0xbeef};
+  auto half_nan = [](uint32_t v) {
+    return std::isnan(static_cast<float>(Half::from_bits(static_cast<uint16_t>(v))));
+  };
+  auto bfloat16_nan = [](uint32_t v) {
+    return std::isnan(static_cast<float>(BFloat16::from_bits(static_cast<uint16_t>(v))));
+  };
+  int64_t wrong_half = 0, wrong_bfloat16 = 0;
+  for (uint32_t value = 0; value < 65536; ++value) {
+    for (const uint32_t partner : partners) {
+      for (const uint32_t pair : {value | (partner << 16), partner | (value << 16)}) {
+        const bool lanes_half = half_nan(pair & 0xffffu) || half_nan(pair >> 16);
+        const bool lanes_bfloat16 = bfloat16_nan(pair & 0xffffu) || bfloat16_nan(pair >> 16);
+        wrong_half += (detail::half_pair_nan_lanes(pair) != 0) != lanes_half;
+        wrong_bfloat16 += (detail::bfloat16_pair_nan_lanes(pair) != 0) != lanes_bfloat16;
+      }
+    }
+  }
+  EXPECT_EQ(wrong_half, 0);
+  EXPECT_EQ(wrong_bfloat16, 0);
 }
 
 TEST(DType, PromotionFollowsPyTorch) {
