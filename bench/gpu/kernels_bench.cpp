@@ -55,9 +55,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/models.h"
-#include "optim/adam.h"
-#include "optim/grad_scaler.h"
+#include "bench/gpu/resnet9_step.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/stream.h"
 #include "runtime/ops.h"
@@ -408,37 +406,14 @@ void bm_matmul(benchmark::State& state, int64_t size, DType dtype) {
   run_case(state, {.flops = 2.0 * m * m * m}, [&] { const Tensor c = matmul(a, b); });
 }
 
-// One training step of nn::resnet9 (width 64, 1 input channel, 10 classes) on a batch of 512
-// random 32x32 images under bf16 autocast: zero_grad, forward, cross-entropy, backward, Adam step
-// (Adam, as `ember train` uses).
-// One training step of ember train's model and batch on random data: bf16 or fp16 autocast (fp16
-// with a GradScaler, whose step reads its non-finite flag on the host), or f32 (exact f32
-// convolutions, as ember computes them). Timed per step like every case, so the three differ by
-// their GPU work, not by how far the host runs ahead (bench/gpu/engines_gpu.py measures that).
+// One training step of `ember train`'s model and batch on random data (bench/gpu/resnet9_step.h):
+// bf16 or fp16 autocast (fp16 with a GradScaler, whose step reads its non-finite flag on the
+// host), or f32 (exact f32 convolutions, as ember computes them). Timed per step like every case,
+// so the three differ by their GPU work, not by how far the host runs ahead
+// (bench/gpu/engines_gpu.py measures that).
 void bm_resnet9_step(benchmark::State& state, std::optional<DType> autocast_dtype) {
-  constexpr int64_t kBatch = 512;
-  Generator generator(7);
-  auto model = nn::resnet9(1, 10, 64);
-  model->to(Device::cuda(kDevice));
-  model->train();
-  optim::AdamOptions options;
-  options.lr = 2e-3;
-  optim::Adam adam(model->named_parameters(), options);
-  optim::GradScaler scaler(optim::GradScalerOptions{.enabled = autocast_dtype == DType::f16});
-  const Tensor images = randn({kBatch, 1, 32, 32}, on_gpu(), &generator);
-  const Tensor labels = randint(0, 10, {kBatch}, on_gpu(DType::i64), &generator);
-  run_case(state, {.images = static_cast<double>(kBatch)}, [&] {
-    adam.zero_grad();
-    Tensor loss;
-    {
-      std::optional<AutocastGuard> autocast;
-      if (autocast_dtype) autocast.emplace(*autocast_dtype);
-      loss = cross_entropy((*model)(images), labels);
-    }
-    scaler.scale(loss).backward();
-    scaler.step(adam);
-    scaler.update();
-  });
+  bench::Resnet9Step step(autocast_dtype, kDevice);
+  run_case(state, {.images = static_cast<double>(bench::Resnet9Step::kBatch)}, [&] { step(); });
 }
 
 void register_cases() {

@@ -8,6 +8,9 @@
 #   2. ember_cuda_tests again under compute-sanitizer memcheck (all but three tests: see the step;
 #      set SANITIZE_FILTER to change it),
 #   3. ember_gpu_bench (bench/gpu/kernels_bench.cpp) and ember_gemm_bench when that target exists,
+#   3b. only when named (`run.sh ... profile`): one training step kernel by kernel under Nsight
+#      Compute, ember (ember_step_profile) beside PyTorch (torch_train_loop.py --profile-steps),
+#      in fp16, bf16 and tf32 (PROFILE_PRECISIONS): profile_kernels.md,
 #   4. bench/gpu/torch_side_by_side.py: the same cases in PyTorch, a markdown table,
 #   5. `ember train` with the cuda and amp (bf16) engines for one short epoch (when Fashion-MNIST
 #      is carried in .debs/fashion-mnist) and bench/gpu/torch_train_loop.py (random data) for
@@ -43,10 +46,13 @@
 #     run(command="bash bench/gpu/run.sh build test sanitize bench engines", carry=[".debs"], timeout_s=600)
 #     run(command="BUDGET_S=240 bash bench/gpu/run.sh mpi", carry=[".debs"], timeout_s=270)
 #     give_back()
+# Since 2026-11-29 the second call is `BUDGET_S=300 bash bench/gpu/run.sh profile` instead (MPI
+# passed on 2026-11-28; bench/gpu/NOTES.md has the plan and what the profile is for).
 # A machine left idle for 30 s goes back (status's idle_release_s): have the second command ready.
-# Steps: build test sanitize bench torch train engines ctest (default: all of them, in that order), and
-# mpi, never in the default: a call of its own, as its build from scratch takes most of one call
-# (on a warm machine a second call picks the build up where it stopped):
+# Steps: build test sanitize bench torch train engines ctest (default: all of them, in that order),
+# profile (after bench, only when named), and mpi, never in the default: a call of its own, as
+# its build from scratch takes most of one call (on a warm machine a second call picks the build
+# up where it stopped):
 #     run(command="bash bench/gpu/run.sh mpi", carry=[".debs"], timeout_s=600)
 # Environment: BUDGET_S (570), EMBER_CUDA_ARCHS (90; GEMM v4, the wgmma kernel, is built for
 # 90a on its own whenever the list holds 90: CMakeLists.txt), REPETITIONS (10),
@@ -97,6 +103,7 @@ wants torch && rm -f "$WORK"/logs/side_by_side.md "$WORK"/logs/torch_bench.json
 wants train && rm -rf "$WORK"/logs/train_* "$WORK"/logs/torch_train_loop.*
 wants engines && rm -rf "$WORK"/logs/engines
 wants mpi && rm -f "$WORK"/logs/mpi_*
+wants profile && rm -f "$WORK"/logs/profile_*
 
 declare -a SUMMARY=()
 note() { SUMMARY+=("| $1 | $2 | $3 |"); }  # step, result, seconds
@@ -136,7 +143,7 @@ built() {
 }
 pack() {  # what comes back: at most 8 files in $OUT
   tar -czf "$OUT/logs.tar.gz" -C "$WORK" logs 2>/dev/null
-  for f in gpu_bench.json side_by_side.md torch_bench.json; do
+  for f in gpu_bench.json side_by_side.md torch_bench.json profile_kernels.md; do
     [[ -f $WORK/logs/$f ]] && cp "$WORK/logs/$f" "$OUT/"
   done
 }
@@ -174,6 +181,7 @@ finish() {
       echo
     fi
     [[ -f $WORK/logs/side_by_side.md ]] && cat "$WORK/logs/side_by_side.md" && echo
+    [[ -f $WORK/logs/profile_kernels.md ]] && cat "$WORK/logs/profile_kernels.md" && echo
     [[ -f $WORK/logs/engines/engines.md ]] && cat "$WORK/logs/engines/engines.md" && echo
     for engine in cuda amp; do
       csv=$WORK/logs/train_$engine/metrics.csv
@@ -248,7 +256,7 @@ cudnn_root=$(python3 -c "import nvidia.cudnn, os; print(list(nvidia.cudnn.__path
 # loader's path too, as PyTorch's own import does.
 [[ -n $cudnn_root && -d $cudnn_root/lib ]] && export LD_LIBRARY_PATH=$cudnn_root/lib:$LD_LIBRARY_PATH
 targets() {  # the GPU steps' targets; ember_gemm_bench only where another branch added it
-  local t=(ember_cuda_tests ember_distributed_tests ember_gpu_bench ember_cli)
+  local t=(ember_cuda_tests ember_distributed_tests ember_gpu_bench ember_step_profile ember_cli)
   ninja -C $BUILD -t targets all 2> /dev/null | grep -q '^ember_gemm_bench:' && t+=(ember_gemm_bench)
   echo "${t[@]}"
 }
@@ -337,6 +345,43 @@ if wants bench && built ember_gemm_bench gemm_bench && [[ -z ${BENCH_FILTER:-} ]
   grep -E "_median" "$WORK/logs/gemm_bench.log" | cut -c1-160 | head -30
 fi
 pack
+
+# ---- 3b. one training step kernel by kernel, ember beside PyTorch (only when named) ------------
+# Nsight Compute times every kernel of --profile-steps steps of the same ResNet9 step in both
+# (bench/gpu/step_profile.cpp; torch_train_loop.py --profile-steps), each program first printing
+# its step time without the profiler; bench/gpu/kernel_table.py puts them side by side by kind of
+# kernel in profile.md. PROFILE_PRECISIONS (fp16 bf16 tf32) picks the precisions: f32 is exact f32
+# in both, tf32 lets both libraries' convolutions and products use TF32.
+if wants profile; then
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
+  if [[ -z $ncu_bin ]]; then
+    note profile "skipped: no ncu on this machine" 0
+  elif built ember_step_profile profile; then
+    ncu_args=(--profile-from-start off --metrics gpu__time_duration.sum --csv --print-units base
+      --print-kernel-base demangled --clock-control none --cache-control none)
+    for precision in ${PROFILE_PRECISIONS:-fp16 bf16 tf32}; do
+      case $precision in
+        tf32) torch_precision=(--amp none --tf32 on) ;;
+        f32) torch_precision=(--amp none --tf32 off) ;;
+        *) torch_precision=(--amp "$precision") ;;
+      esac
+      step "profile ember $precision" 60 "profile_ember_$precision.log" "$ncu_bin" "${ncu_args[@]}" \
+        --log-file "$WORK/logs/profile_ember_$precision.csv" $BIN/ember_step_profile \
+        --precision "$precision" --profile-steps 2
+      step "profile torch $precision" 90 "profile_torch_$precision.log" "$ncu_bin" "${ncu_args[@]}" \
+        --log-file "$WORK/logs/profile_torch_$precision.csv" python3 bench/gpu/torch_train_loop.py \
+        --size 64 --batch 512 "${torch_precision[@]}" --steps 20 --warmup 10 --profile-steps 2
+      python3 bench/gpu/kernel_table.py --ember "$WORK/logs/profile_ember_$precision.csv" \
+        --torch "$WORK/logs/profile_torch_$precision.csv" --steps 2 --title "$precision" \
+        --ember-log "$WORK/logs/profile_ember_$precision.log" \
+        --torch-log "$WORK/logs/profile_torch_$precision.log" \
+        --json "$WORK/logs/profile_$precision.json" >> "$WORK/logs/profile_kernels.md" 2>&1
+      echo >> "$WORK/logs/profile_kernels.md"
+    done
+    head -60 "$WORK/logs/profile_kernels.md"
+  fi
+  pack
+fi
 
 # ---- 4. PyTorch side by side -------------------------------------------------------------------
 if wants torch; then

@@ -115,6 +115,28 @@ def time_steps(step, steps, warmup):
     return times[len(times) // 2], sum(times) / len(times)
 
 
+def time_back_to_back(step, steps):
+    """Mean milliseconds per step over `steps` steps run back to back (host waits included)."""
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        step()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / max(steps, 1)
+
+
+def run_profiler_range(step, steps):
+    """`steps` steps inside cudaProfilerStart/Stop: what `ncu --profile-from-start off` times."""
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=64, help="ResNet9 base width (default 64)")
@@ -126,6 +148,13 @@ def main():
     parser.add_argument("--compile", action="store_true", help="torch.compile the model too")
     parser.add_argument("--cudnn-benchmark", action="store_true",
                         help="torch.backends.cudnn.benchmark = True (ember: --cudnn-benchmark)")
+    parser.add_argument("--tf32", choices=["on", "off"],
+                        help="torch.backends.cudnn.allow_tf32 and "
+                        "torch.backends.cuda.matmul.allow_tf32 both on (ember: --tf32) or both "
+                        "off (ember's exact f32); default: PyTorch's (cuDNN on, matmul off)")
+    parser.add_argument("--profile-steps", type=int, default=0,
+                        help="then this many steps inside torch.cuda.profiler.start/stop, for "
+                        "ncu --profile-from-start off (bench/gpu/run.sh's profile step)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -133,6 +162,8 @@ def main():
         return 1
 
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
+    if args.tf32:
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
     results = []
     variants = [("eager", False)] + ([("compile", True)] if args.compile else [])
     for name, compile_model in variants:
@@ -141,7 +172,11 @@ def main():
             step, images = make_step(args.size, args.batch, args.amp, args.channels_last,
                                      compile_model)
             median_ms, mean_ms = time_steps(step, args.steps, args.warmup)
+            back_to_back_ms = time_back_to_back(step, args.steps)
+            if args.profile_steps > 0 and not compile_model:
+                run_profiler_range(step, args.profile_steps)
             result = {"variant": name, "median_ms": median_ms, "mean_ms": mean_ms,
+                      "back_to_back_ms": back_to_back_ms,
                       "images_per_s": images / (median_ms / 1e3),
                       "wall_s": time.perf_counter() - wall}
         except Exception as error:  # torch.compile may fail on this machine: report, go on
@@ -152,12 +187,15 @@ def main():
         else:
             print(f"torch resnet9 {name}: size {args.size}, batch {args.batch}, amp {args.amp}: "
                   f"{result['median_ms']:.2f} ms/step (median of {args.steps}), "
+                  f"{result['back_to_back_ms']:.2f} ms/step (mean of {args.steps} back to back), "
                   f"{result['images_per_s']:.0f} images/s (random data)")
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                        "size": args.size, "batch": args.batch, "amp": args.amp,
                        "cudnn_benchmark": args.cudnn_benchmark, "data": "random",
+                       "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+                       "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
                        "results": results}, out, indent=1)
     return 0
 
