@@ -12,8 +12,9 @@
 // move memory run short of the copy rate on an H200 (add_f16_256MB at 77% of copy, bf16 at 92%,
 // 2026-11-28): they were bound by instructions, not bytes. Here:
 //   - float -> Half and float -> BFloat16 go two at a time through cvt.rn.f16x2.f32 and
-//     cvt.rn.bf16x2.f32 (sm_80 and later: one instruction for two values, round to nearest even,
-//     subnormals and overflow as IEEE 754 and as the portable code do);
+//     cvt.rn.bf16x2.f32 (one instruction for two values, round to nearest even, subnormals and
+//     overflow as IEEE 754 and as the portable code do; sm_80 and later, one value at a time
+//     before);
 //   - Half -> float is one cvt.f32.f16 a value (exact);
 //   - NaN is tested once for the whole packet, on its 16-bit pairs (three integer operations for
 //     two values: detail::half_pair_nan_lanes), on the inputs going to float and on the results
@@ -73,6 +74,11 @@ __device__ __forceinline__ void halves_to_floats(const Half (&in)[W], float (&ou
 // half of the pair, so value 2i + 1 goes first.
 template <typename T, int W>
 __device__ __forceinline__ void floats_to_pairs(const float (&in)[W], T (&out)[W]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800  // no paired cvt: one value at a time
+#pragma unroll
+  for (int j = 0; j < W; ++j)
+    out[j] = T(in[j]);
+#else
   uint32_t pairs[W / 2];
   uint32_t nan_lanes = 0;
 #pragma unroll
@@ -92,6 +98,7 @@ __device__ __forceinline__ void floats_to_pairs(const float (&in)[W], T (&out)[W
     for (int j = 0; j < W; ++j)
       out[j] = T(in[j]);
   }
+#endif
 }
 
 }  // namespace packet_detail
