@@ -25,7 +25,7 @@
 //   layer_norm fwd  x read, y written (weight, bias, stats: one row each, not counted)  2 N 4
 //   layer_norm f+b  forward 2 N 4, backward reads x and dy and writes dx: 3 N 4        5 N 4
 //   cross-entropy   forward reads the logits: N 4; backward reads them, writes dlogits: 2 N 4
-//   batch_norm f+b  bf16 (512, 64, 32, 32), resnet9's first activations, training mode with
+//   batch_norm f+b  bf16 or f16 (512, 64, 32, 32), resnet9's first activations, training mode with
 //                   f32 weight and bias: forward reads x, writes y (2 N 2); backward reads x and
 //                   dy, writes dx (3 N 2): 5 N 2. (ember reads x once more in each direction, for
 //                   the statistics and the per-channel sums, as cuDNN does: 8 N 2 moved.)
@@ -360,13 +360,13 @@ void bm_cross_entropy(benchmark::State& state, int64_t classes, bool backward) {
 
 // Batch norm in training mode over resnet9's first activations (bf16, as under autocast), with
 // f32 weight and bias and running statistics: forward, then backward.
-void bm_batch_norm(benchmark::State& state) {
+void bm_batch_norm(benchmark::State& state, DType dtype) {
   const Shape shape = {512, 64, 32, 32};
   const int64_t n = 512 * 64 * 32 * 32;
-  Tensor x = randn(shape, on_gpu()).to(DType::bf16);
+  Tensor x = randn(shape, on_gpu()).to(dtype);
   Tensor weight = ones({64}, on_gpu()), bias = zeros({64}, on_gpu());
   Tensor running_mean = zeros({64}, on_gpu()), running_var = ones({64}, on_gpu());
-  const Tensor dy = randn(shape, on_gpu()).to(DType::bf16);
+  const Tensor dy = randn(shape, on_gpu()).to(dtype);
   for (Tensor* t : {&x, &weight, &bias})
     t->requires_grad_();
   run_case(
@@ -454,7 +454,8 @@ void register_cases() {
     add_case(std::string("cross_entropy_fwdbwd_row") + label, 5,
              [r](State& s) { bm_cross_entropy(s, r, true); });
   }
-  add_case("batch_norm_fwdbwd_bf16_r9", 10, bm_batch_norm);
+  add_case("batch_norm_fwdbwd_bf16_r9", 10, [](State& s) { bm_batch_norm(s, DType::bf16); });
+  add_case("batch_norm_fwdbwd_f16_r9", 10, [](State& s) { bm_batch_norm(s, DType::f16); });
   add_case("adamw_fused_100M", 10, bm_adamw);
   add_case("matmul_bf16_8192", 10, [](State& s) { bm_matmul(s, 8192, DType::bf16); });
   add_case("matmul_f32_4096", 10, [](State& s) { bm_matmul(s, 4096, DType::f32); });
