@@ -46,7 +46,7 @@
 #     run(command="bash bench/gpu/run.sh build test sanitize bench engines", carry=[".debs"], timeout_s=600)
 #     run(command="BUDGET_S=240 bash bench/gpu/run.sh mpi", carry=[".debs"], timeout_s=270)
 #     give_back()
-# Since 2026-11-29 the second call is `BUDGET_S=300 bash bench/gpu/run.sh profile` instead (MPI
+# Since 2026-11-29 the second call is `BUDGET_S=300 bash bench/gpu/run.sh build profile` (MPI
 # passed on 2026-11-28; bench/gpu/NOTES.md has the plan and what the profile is for).
 # A machine left idle for 30 s goes back (status's idle_release_s): have the second command ready.
 # Steps: build test sanitize bench torch train engines ctest (default: all of them, in that order),
