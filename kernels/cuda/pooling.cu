@@ -246,10 +246,12 @@ __global__ void max_pool_2x2_backward_kernel(Tiled2x2 t, const T* grad_y, const 
     // As pool_backward_kernel: a sum from 0 in Acc, so -0.0 arrives as +0.0 on both paths.
     Acc total = 0;
     total += convert<Acc>(grad_y[plane * positions + w.position]);
+    // Converted once, not once per input (each a cvt and a NaN select in f16).
+    const T gradient = convert<T>(total), zero = convert<T>(Acc(0));
     T* out = grad_x + plane * 4 * positions;
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      out[w.window[k]] = convert<T>(w.window[k] == saved ? total : Acc(0));
+      out[w.window[k]] = w.window[k] == saved ? gradient : zero;
   }
 }
 
