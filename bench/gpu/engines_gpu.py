@@ -35,17 +35,21 @@ import subprocess
 import sys
 import time
 
-# engine:precision[:benchmark]. The PyTorch loop of the same precision is each row's reference: o2
-# (a bf16 or f16 model with f32 master weights) has no plain-loop twin and is set beside autocast;
-# tf32 is f32 with `ember train --tf32`, beside PyTorch's default f32 (TF32 convolutions);
-# :benchmark adds `--cudnn-benchmark` (cuDNN's algorithms timed, the fastest deterministic one
-# taken), beside the same plain loop with PyTorch's defaults. (2026-11-28, H200: it doubled exact
-# f32 and changed nothing in bf16 and fp16, so the TF32 row took amp:fp16's place.)
+# engine:precision[:benchmark|:graph]. The PyTorch loop of the same precision is each row's
+# reference: o2 (a bf16 or f16 model with f32 master weights) has no plain-loop twin and is set
+# beside autocast; tf32 is f32 with `ember train --tf32`, beside PyTorch's default f32 (TF32
+# convolutions). :benchmark adds `--cudnn-benchmark` (cuDNN's algorithms timed, the fastest
+# deterministic one taken), beside the same plain loop with PyTorch's defaults. (2026-11-28,
+# H200: it doubled exact f32 and changed nothing in bf16 and fp16.) :graph sets
+# EMBER_CUDNN_GRAPH=1: convolutions chosen and run through cuDNN's graph API, the path PyTorch
+# takes (its heuristics, mode A), in place of the v7-style API; the rows below 1.0x first.
 DEFAULT_ENGINES = ("cuda:none,cuda:tf32,amp:bf16,amp:fp16,o2:bf16,o2:fp16,dp:none,dp:bf16,ddp:none,"
-                   "ddp:bf16,cuda:none:benchmark,cuda:tf32:benchmark,amp:bf16:benchmark")
+                   "ddp:bf16,amp:fp16:graph,cuda:tf32:graph,amp:bf16:graph,cuda:tf32:benchmark,"
+                   "cuda:none:benchmark")
+CUDNN_OPTIONS = ("benchmark", "graph")
 
 
-def ember_run(ember, engine, amp, args, logdir, benchmark=False):
+def ember_run(ember, engine, amp, args, logdir, option=""):
     """{epochs: [{images_per_s, accuracy}], images_per_s, valid_accuracy} or {error}."""
     command = [ember, "train", "--engine", engine, "--amp", "none" if amp == "tf32" else amp,
                "--epochs", str(args.epochs),
@@ -53,9 +57,11 @@ def ember_run(ember, engine, amp, args, logdir, benchmark=False):
                "--limit-valid", "2048", "--data", args.data, "--logdir", logdir, "--quiet"]
     if amp == "tf32":
         command.append("--tf32")
-    if benchmark:
+    if option == "benchmark":
         command.append("--cudnn-benchmark")
     env = dict(os.environ)
+    if option == "graph":
+        env["EMBER_CUDNN_GRAPH"] = "1"
     if engine.startswith("ddp"):
         env["EMBER_DDP_WORLD_OF_ONE"] = "1"  # a world of one over NCCL on cuda:0
     # Each cuDNN choice on stderr, with the time it took and its first run's (epoch 1 only).
@@ -80,7 +86,8 @@ def ember_run(ember, engine, amp, args, logdir, benchmark=False):
               for r in rows]
     later = epochs[1:] or epochs
     return {"epochs": epochs, "images_per_s": statistics.median(e["images_per_s"] for e in later),
-            "valid_accuracy": float(rows[-1]["valid_accuracy"]), "command": " ".join(command),
+            "valid_accuracy": float(rows[-1]["valid_accuracy"]),
+            "command": ("EMBER_CUDNN_GRAPH=1 " if option == "graph" else "") + " ".join(command),
             "cudnn": cudnn_set_up(done.stderr), "cuda_malloc": cuda_malloc(done.stdout)}
 
 
@@ -140,8 +147,10 @@ def set_up_lines(rows, runs, order):
 
 
 def label(row):
-    """The precision column: the row's precision, and whether cuDNN's algorithms were timed."""
-    return row["amp"] + (" (--cudnn-benchmark)" if row.get("benchmark") else "")
+    """The precision column: the row's precision, and how cuDNN chose (timed, or its graph API)."""
+    option = row.get("option", "")
+    return row["amp"] + {"benchmark": " (--cudnn-benchmark)",
+                         "graph": " (EMBER_CUDNN_GRAPH=1)"}.get(option, "")
 
 
 def reference_of(amp):
@@ -229,27 +238,29 @@ def main():
     entries = []
     for entry in args.engines.split(","):
         parts = entry.split(":")
-        if len(parts) not in (2, 3) or not all(parts[:2]) or parts[2:] not in ([], ["benchmark"]):
-            parser.error(f"--engines: {entry}: expected engine:precision[:benchmark]")
-        entries.append((parts[0], parts[1], parts[2:] == ["benchmark"]))
+        if (len(parts) not in (2, 3) or not all(parts[:2])
+                or (parts[2:] and parts[2] not in CUDNN_OPTIONS)):
+            parser.error(f"--engines: {entry}: expected engine:precision[:benchmark|:graph]")
+        entries.append((parts[0], parts[1], parts[2] if parts[2:] else ""))
     for amp in filter(None, args.torch_compile.split(",")):
         if amp not in ("none", "none-tf32", "bf16", "fp16"):
             parser.error(f"--torch-compile: {amp}: expected none, none-tf32, bf16 or fp16")
-    for engine, amp, benchmark in entries:
+    for engine, amp, option in entries:
         if time.perf_counter() - start > 0.6 * args.budget:  # the rest is PyTorch's
-            rows.append({"engine": engine, "amp": amp, "benchmark": benchmark,
+            rows.append({"engine": engine, "amp": amp, "option": option,
                          "error": "skipped: past --budget"})
             continue
-        logdir = os.path.join(args.out, f"train_{engine}_{amp}" + ("_benchmark" if benchmark else ""))
-        result = ember_run(args.ember, engine, amp, args, logdir, benchmark)
+        logdir = os.path.join(args.out, f"train_{engine}_{amp}" + (f"_{option}" if option else ""))
+        result = ember_run(args.ember, engine, amp, args, logdir, option)
         for ckpt in ("last.ckpt", "best.ckpt"):  # large, of no use here
             if os.path.exists(os.path.join(logdir, ckpt)):
                 os.remove(os.path.join(logdir, ckpt))
-        rows.append(dict(result, engine=engine, amp=amp, benchmark=benchmark))
+        rows.append(dict(result, engine=engine, amp=amp, option=option))
         shown = (f"{result['images_per_s']:.0f} images/s" if "error" not in result
                  else result["error"])
-        print(f"ember train --engine {engine} --amp {amp}"
-              f"{' --cudnn-benchmark' if benchmark else ''}: {shown}", flush=True)
+        print(f"{'EMBER_CUDNN_GRAPH=1 ' if option == 'graph' else ''}ember train --engine {engine} "
+              f"--amp {amp}{' --cudnn-benchmark' if option == 'benchmark' else ''}: {shown}",
+              flush=True)
 
     precisions = sorted({reference_of(r["amp"]) for r in rows})
     if "none" in precisions and "none-tf32" not in precisions:  # PyTorch's default f32 too

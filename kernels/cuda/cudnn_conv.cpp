@@ -13,13 +13,18 @@
 #include <atomic>
 #include <chrono>
 #include <compare>
+#include <cstdint>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <sstream>
 #include <unordered_map>
 #include <vector>
+
+#include "kernels/cuda/cudnn_check.h"
+#include "kernels/cuda/cudnn_graph_conv.h"
 #endif
 
 namespace ember::kernels::cuda {
@@ -27,23 +32,6 @@ namespace ember::kernels::cuda {
 #if defined(EMBER_WITH_CUDNN)
 
 namespace {
-
-[[noreturn]] void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file,
-                                    int line) {
-  std::ostringstream message;
-  message << "cuDNN error: " << call << " failed at " << file << ":" << line << ": "
-          << cudnnGetErrorString(status) << " (status " << static_cast<int>(status)
-          << "); is the cuDNN library the one ember was built against (cuDNN " << CUDNN_MAJOR << "."
-          << CUDNN_MINOR << ")?";
-  throw CudaError(message.str());
-}
-
-#define EMBER_CUDNN_CHECK(call)                                          \
-  do {                                                                   \
-    const cudnnStatus_t ember_cudnn_status_ = (call);                    \
-    if (ember_cudnn_status_ != CUDNN_STATUS_SUCCESS)                     \
-      throw_cudnn_error(ember_cudnn_status_, #call, __FILE__, __LINE__); \
-  } while (false)
 
 // One handle per (thread, device): a cuDNN handle must not be used by two threads at once, and it
 // belongs to the device that was current when it was made. A thread borrows its handles from a
@@ -199,7 +187,8 @@ struct ProblemKey {
 ConvPolicy effective(const ConvPolicy& policy, ConvDataType dtype) {
   return {.allow_tf32 = policy.allow_tf32 && dtype == ConvDataType::f32,
           .deterministic = policy.deterministic,
-          .benchmark = policy.benchmark};
+          .benchmark = policy.benchmark,
+          .graph = policy.graph};
 }
 
 ProblemKey key_of(const Conv2dParams& p, ConvDataType dtype, const ConvPolicy& policy,
@@ -437,6 +426,113 @@ struct Scaling {
   const void* beta() const { return use_double ? static_cast<const void*>(&beta_d) : &beta_f; }
 };
 
+// ---- The graph API (the policy's `graph`) ----------------------------------------------------
+// Plans are kept per (problem, handle): a plan is finalised on a handle and run with it, and a
+// handle serves one thread at a time (PyTorch keeps its v8 plans per thread likewise). A problem
+// none of whose engine configurations the policy allows is remembered as a null plan and runs
+// the v7-style way.
+struct GraphKey {
+  ProblemKey problem;
+  cudnnHandle_t handle;
+  auto operator<=>(const GraphKey&) const = default;
+};
+std::map<GraphKey, std::shared_ptr<const graph_conv::Plan>> graph_plans;  // under cache_mutex
+std::atomic<int64_t> graph_plans_built{0}, graph_fallbacks{0};
+
+void log_graph_choice(const Conv2dParams& p, ConvDataType dtype, bool tf32, ConvDirection direction,
+                      const graph_conv::Plan* plan, const std::string& why_not, double choice_ms,
+                      double first_run_ms) {
+  char what[256];
+  if (plan) {
+    std::snprintf(what, sizeof(what),
+                  "engine %lld (rank %d of %d, %s, workspace %lld B); the heuristics' first: "
+                  "engine %lld",
+                  static_cast<long long>(plan->engine), plan->rank, plan->candidates,
+                  plan->notes.c_str(), static_cast<long long>(plan->workspace_bytes),
+                  static_cast<long long>(plan->first_engine));
+  } else {
+    std::snprintf(what, sizeof(what), "no engine allowed, the v7-style algorithms instead");
+  }
+  std::fprintf(stderr,
+               "ember cuDNN graph: %s %s%s x (%lld, %lld, %lld, %lld) w (%lld, %lld, %lld, %lld) "
+               "stride %lld padding %lld: %s; chosen in %.3f ms, first run %.3f ms%s%s\n",
+               direction_name(direction), dtype_name_of(dtype), tf32 ? " (TF32)" : "",
+               static_cast<long long>(p.batch), static_cast<long long>(p.in_channels),
+               static_cast<long long>(p.in_height), static_cast<long long>(p.in_width),
+               static_cast<long long>(p.out_channels),
+               static_cast<long long>(p.in_channels / p.groups),
+               static_cast<long long>(p.kernel_height), static_cast<long long>(p.kernel_width),
+               static_cast<long long>(p.stride_h), static_cast<long long>(p.pad_h), what, choice_ms,
+               first_run_ms, why_not.empty() ? "" : "; tried: ", why_not.c_str());
+}
+
+bool is_aligned(const void* pointer) {
+  return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
+}
+
+// Runs the convolution through the graph API and returns true, or returns false (nothing run)
+// when the caller should take the v7-style path: measured choices (the policy's benchmark is the
+// v7-style cudnnFind*'s), an operand not 16-byte aligned, or no engine the policy allows.
+bool run_through_graph(const Conv2dParams& params, ConvDataType dtype, const ConvPolicy& policy,
+                       ConvDirection direction, const void* in_a, const void* in_b, void* out,
+                       const WorkspaceAllocator& workspace, cudaStream_t stream) {
+  if (!policy.graph || policy.benchmark) return false;
+  if (!is_aligned(in_a) || !is_aligned(in_b) || !is_aligned(out)) return false;
+  const graph_conv::Problem problem{.params = params,
+                                    .dtype = dtype,
+                                    .direction = direction,
+                                    .allow_tf32 = policy.allow_tf32,
+                                    .deterministic = policy.deterministic};
+  cudnnHandle_t handle = handle_for(stream);
+  const GraphKey key{key_of(params, dtype, policy, direction), handle};
+  const auto cached = [&]() -> std::optional<std::shared_ptr<const graph_conv::Plan>> {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    const auto found = graph_plans.find(key);
+    if (found == graph_plans.end()) return std::nullopt;
+    return found->second;
+  };
+  std::optional<std::shared_ptr<const graph_conv::Plan>> hit = cached();
+  bool chosen_now = false;
+  double choice_ms = 0;
+  std::string why_not;
+  if (!hit) {
+    std::unique_lock<std::mutex> choosing(choice_mutex(key.problem.device));
+    hit = cached();
+    if (!hit) {
+      static_cast<void>(log_choices());  // a bad EMBER_CUDNN_LOG throws before anything is cached
+      const Clock::time_point start = Clock::now();
+      std::shared_ptr<const graph_conv::Plan> plan =
+          graph_conv::make_plan(handle, problem, &why_not);
+      choice_ms = milliseconds_since(start);
+      searches.fetch_add(1, std::memory_order_relaxed);
+      (plan ? graph_plans_built : graph_fallbacks).fetch_add(1, std::memory_order_relaxed);
+      {
+        std::lock_guard<std::mutex> lock(cache_mutex);
+        graph_plans.emplace(key, plan);
+      }
+      hit = plan;
+      chosen_now = true;
+    }
+  }
+  const graph_conv::Plan* plan = hit->get();
+  if (chosen_now && log_choices() && !plan)
+    log_graph_choice(params, dtype, policy.allow_tf32, direction, nullptr, why_not, choice_ms, 0);
+  if (!plan) return false;
+  void* scratch =
+      plan->workspace_bytes > 0 ? workspace(static_cast<size_t>(plan->workspace_bytes)) : nullptr;
+  if (!chosen_now || !log_choices()) {
+    graph_conv::execute(handle, *plan, problem, in_a, in_b, out, scratch);
+    return true;
+  }
+  EMBER_CUDA_KERNEL_CHECK(cudaStreamSynchronize(stream));
+  const Clock::time_point start = Clock::now();
+  graph_conv::execute(handle, *plan, problem, in_a, in_b, out, scratch);
+  EMBER_CUDA_KERNEL_CHECK(cudaStreamSynchronize(stream));
+  log_graph_choice(params, dtype, policy.allow_tf32, direction, plan, "", choice_ms,
+                   milliseconds_since(start));
+  return true;
+}
+
 // Nothing to compute (the runtime fills such results itself): cuDNN rejects zero sizes.
 bool is_empty(const Conv2dParams& p) {
   return p.batch == 0 || p.out_channels == 0 || p.in_channels == 0 || p.in_height == 0 ||
@@ -457,11 +553,21 @@ int64_t cudnn_handles_created() {
   return handles_created.load(std::memory_order_relaxed);
 }
 
+int64_t cudnn_conv_graph_plans_built() {
+  return graph_plans_built.load(std::memory_order_relaxed);
+}
+
+int64_t cudnn_conv_graph_fallbacks() {
+  return graph_fallbacks.load(std::memory_order_relaxed);
+}
+
 void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, const ConvPolicy& policy,
                           const void* x, const void* w, void* y,
                           const WorkspaceAllocator& workspace, cudaStream_t stream) {
   if (is_empty(params)) return;
   const ConvPolicy used = effective(policy, dtype);
+  if (run_through_graph(params, dtype, used, ConvDirection::forward, x, w, y, workspace, stream))
+    return;
   cudnnHandle_t handle = handle_for(stream);
   const Descriptors d(params, dtype, used.allow_tf32);
   const auto workspace_size = [&](cudnnConvolutionFwdAlgo_t algorithm, size_t* bytes) {
@@ -501,6 +607,9 @@ void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype,
                                 const WorkspaceAllocator& workspace, cudaStream_t stream) {
   if (is_empty(params)) return;
   const ConvPolicy used = effective(policy, dtype);
+  if (run_through_graph(params, dtype, used, ConvDirection::backward_data, dy, w, dx, workspace,
+                        stream))
+    return;
   cudnnHandle_t handle = handle_for(stream);
   const Descriptors d(params, dtype, used.allow_tf32);
   const auto workspace_size = [&](cudnnConvolutionBwdDataAlgo_t algorithm, size_t* bytes) {
@@ -540,6 +649,9 @@ void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype
                                   const WorkspaceAllocator& workspace, cudaStream_t stream) {
   if (is_empty(params)) return;
   const ConvPolicy used = effective(policy, dtype);
+  if (run_through_graph(params, dtype, used, ConvDirection::backward_filter, x, dy, dw, workspace,
+                        stream))
+    return;
   cudnnHandle_t handle = handle_for(stream);
   const Descriptors d(params, dtype, used.allow_tf32);
   const auto workspace_size = [&](cudnnConvolutionBwdFilterAlgo_t algorithm, size_t* bytes) {
@@ -594,6 +706,14 @@ int64_t cudnn_conv_algorithm_searches() {
 }
 
 int64_t cudnn_handles_created() {
+  return 0;
+}
+
+int64_t cudnn_conv_graph_plans_built() {
+  return 0;
+}
+
+int64_t cudnn_conv_graph_fallbacks() {
   return 0;
 }
 

@@ -15,9 +15,14 @@
 // call's own buffers, whose output it overwrites before the call computes it, and a workspace of
 // the largest any algorithm needs, up to 1 GiB). Measured times vary from run to run, so two
 // processes may choose differently; within a process the first choice stays.
-// EMBER_CUDNN_LOG=1 prints each choice to stderr, with the host time the choice took and that of
-// the problem's first run (timed between two synchronisations of the stream, so that cuDNN's
-// set-up on first use shows);
+// With the policy's `graph`, the choice and the run go through cuDNN's graph API instead
+// (cudnn_graph_conv.h): an execution plan per (problem, handle) from the engine configurations its
+// heuristics rank (mode A, PyTorch's default), under the same rules (no TF32 for exact f32, a
+// deterministic engine first when asked for) and the same 1 GiB. A problem the graph API has no
+// allowed engine for, an operand not 16-byte aligned, and the policy's benchmark (measured choices
+// stay cudnnFind*'s) take the v7-style path. EMBER_CUDNN_LOG=1 prints each choice to stderr, with
+// the host time the choice took and that of the problem's first run (timed between two
+// synchronisations of the stream, so that cuDNN's set-up on first use shows);
 // cudnn_conv_algorithm_searches() counts the choices made, so a test can see the cache work.
 // Workspace comes from the caller (the runtime hands out blocks of its caching allocator).
 //
@@ -46,6 +51,7 @@ struct ConvPolicy {
                               // best-ranked one, which may add with atomics)
   bool benchmark = false;     // rank the algorithms by running each once (cudnnFind*) instead of
                               // by the heuristics
+  bool graph = false;         // choose and run through cuDNN's graph API, PyTorch's path (below)
 };
 
 // Whether this build links cuDNN.
@@ -70,6 +76,9 @@ void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype
 
 // How many algorithm choices have been made (cache misses) since the program started.
 int64_t cudnn_conv_algorithm_searches();
+// How many graph-API choices ended in a plan, and how many in the v7-style path instead.
+int64_t cudnn_conv_graph_plans_built();
+int64_t cudnn_conv_graph_fallbacks();
 // How many cuDNN handles have been created since the program started (threads that end give
 // theirs back to a pool for the next thread).
 int64_t cudnn_handles_created();

@@ -42,6 +42,14 @@ std::atomic<bool>& benchmark() {
   return flag;
 }
 
+// EMBER_CUDNN_GRAPH=1 starts a process with convolutions through cuDNN's graph API.
+std::atomic<bool>& graph_api() {
+  static std::atomic<bool> flag{
+      env_switch("EMBER_CUDNN_GRAPH", false,
+                 "choose and run cuDNN convolutions through its graph API, as PyTorch does")};
+  return flag;
+}
+
 void check_same_device(const Tensor& input, const Tensor& other, const char* what) {
   if (!other.defined()) return;
   EMBER_CHECK(other.device() == input.device(), "conv2d: expected the input, weight and bias on ",
@@ -166,7 +174,8 @@ Tensor aligned_for_cudnn(const Tensor& t) {
 kernels::cuda::ConvPolicy conv_policy() {
   return {.allow_tf32 = conv_allow_tf32(),
           .deterministic = conv_deterministic(),
-          .benchmark = conv_benchmark()};
+          .benchmark = conv_benchmark(),
+          .graph = conv_graph_api()};
 }
 
 void conv2d_forward_cuda(const kernels::Conv2dParams& params, const Tensor& input_in,
@@ -316,6 +325,14 @@ void set_conv_benchmark(bool measure) {
 
 bool conv_benchmark() {
   return benchmark().load();
+}
+
+void set_conv_graph_api(bool graph) {
+  graph_api().store(graph);
+}
+
+bool conv_graph_api() {
+  return graph_api().load();
 }
 
 }  // namespace ember

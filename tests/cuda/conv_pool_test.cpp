@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <iostream>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -239,6 +240,92 @@ TEST(CudaConvPool, Conv2dWithMeasuredAlgorithmsMatchesTheCpuAndRepeatsItsBits) {
     EXPECT_EQ(runs[0], runs[1]) << "the measured choice in " << dtype_name(dtype)
                                 << " gave other bits the second time";
   }
+}
+
+// The graph API (set_conv_graph_api, EMBER_CUDNN_GRAPH=1), the path PyTorch takes to cuDNN. Every
+// geometry of Conv2dGradientsMatchTheCpu, in every dtype, gives the CPU's result within the same
+// tolerance. resnet9's layer runs on graph plans in f32, f16 and bf16 (no fallback to the
+// v7-style path there; f64 and the odd geometries may fall back, which the log line counts), the
+// cached plans give the same bits again, and TF32 through the graph API stays close.
+TEST(CudaConvPool, Conv2dThroughTheGraphApiMatchesTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  if (!kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
+  EXPECT_FALSE(conv_graph_api());
+  struct GraphApi {  // a process-wide switch: put back whatever happens
+    GraphApi() { set_conv_graph_api(true); }
+    ~GraphApi() { set_conv_graph_api(false); }
+  };
+  const GraphApi graph;
+  const std::vector<ConvCase> cases = {
+      {"resnet9_layer", {4, 16, 32, 32}, {32, 16, 3, 3}, true, {.padding = 1}},
+      {"stride2_groups2",
+       {3, 8, 13, 11},
+       {6, 4, 3, 3},
+       true,
+       {.stride = 2, .padding = 1, .groups = 2}},
+      {"dilation2_no_bias", {2, 3, 12, 9}, {5, 3, 3, 2}, false, {.padding = 2, .dilation = 2}},
+      {"pointwise", {5, 7, 6, 6}, {9, 7, 1, 1}, true, {}},
+      {"one_pixel", {2, 3, 1, 1}, {4, 3, 1, 1}, true, {}},
+  };
+  Generator generator(27);
+  std::ostringstream fallbacks;
+  for (const ConvCase& c : cases) {
+    for (DType dtype : kFloating) {
+      const int64_t built = kernels::cuda::cudnn_conv_graph_plans_built();
+      const int64_t fell_back = kernels::cuda::cudnn_conv_graph_fallbacks();
+      const std::vector<Tensor> inputs = {
+          uniform(c.input, -1.0, 1.0, dtype, &generator),
+          uniform(c.weight, -1.0, 1.0, dtype, &generator),
+          c.bias ? uniform({c.weight[0]}, -1.0, 1.0, dtype, &generator) : Tensor()};
+      const auto conv = [&](const std::vector<Tensor>& in) {
+        return conv2d(in[0], in[1], in[2], c.options);
+      };
+      const std::string what =
+          "conv2d through the graph API/" + c.name + " in " + dtype_name(dtype);
+      expect_forward_backward_match(what, inputs, {true, true, c.bias}, conv,
+                                    long_sum_tolerance(dtype));
+      const int64_t new_plans = kernels::cuda::cudnn_conv_graph_plans_built() - built;
+      const int64_t new_fallbacks = kernels::cuda::cudnn_conv_graph_fallbacks() - fell_back;
+      EXPECT_EQ(new_plans + new_fallbacks, 3) << what << ": one choice per direction";
+      if (new_fallbacks > 0)
+        fallbacks << " " << c.name << "/" << dtype_name(dtype) << ":" << new_fallbacks;
+      if (c.name == "resnet9_layer" && dtype != DType::f64) {
+        EXPECT_EQ(new_fallbacks, 0)
+            << what << " took the v7-style path (EMBER_CUDNN_LOG=1 says why)";
+        // Twice more, the plans cached: the same bits.
+        std::vector<std::vector<double>> runs;
+        for (int run = 0; run < 2; ++run) {
+          const ForwardBackward result = run_on(Device::cuda(0), inputs, {true, true, true}, conv);
+          std::vector<double> bits;
+          for (const Tensor& t : {result.output, result.grads[0], result.grads[1]}) {
+            const std::vector<double> values =
+                to_vector<double>(t.to(Device::cpu()).to(DType::f64));
+            bits.insert(bits.end(), values.begin(), values.end());
+          }
+          runs.push_back(std::move(bits));
+        }
+        EXPECT_EQ(runs[0], runs[1]) << what << ": other bits the second time";
+      }
+    }
+  }
+  std::cout << "graph API fallbacks to the v7-style path:"
+            << (fallbacks.str().empty() ? " none" : fallbacks.str()) << std::endl;
+  // TF32 through the graph API: a problem of its own, close to the exact result (as in
+  // Conv2dWithTf32AllowedStaysCloseToTheCpu).
+  struct AllowTf32 {
+    AllowTf32() { set_conv_allow_tf32(true); }
+    ~AllowTf32() { set_conv_allow_tf32(false); }
+  };
+  const AllowTf32 tf32;
+  const std::vector<Tensor> inputs = {uniform({4, 16, 17, 15}, -1.0, 1.0, DType::f32, &generator),
+                                      uniform({32, 16, 3, 3}, -1.0, 1.0, DType::f32, &generator),
+                                      uniform({32}, -1.0, 1.0, DType::f32, &generator)};
+  const int64_t built = kernels::cuda::cudnn_conv_graph_plans_built();
+  expect_forward_backward_match(
+      "conv2d f32 with TF32 through the graph API", inputs, {true, true, true},
+      [](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], {.padding = 1}); },
+      3e-2);
+  EXPECT_EQ(kernels::cuda::cudnn_conv_graph_plans_built(), built + 3);
 }
 
 TEST(CudaConvPool, Conv2dChoosesEachAlgorithmOnce) {

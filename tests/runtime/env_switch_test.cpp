@@ -79,6 +79,7 @@ void first_use_says(const char* name, const char* value, bool (*first_use)()) {
 TEST(EnvSwitch, ConvolutionSwitchesRefuseABadValueOnFirstUse) {
   first_use_says("EMBER_CUDNN_BENCHMARK", "true", conv_benchmark);
   first_use_says("EMBER_CUDNN_DETERMINISTIC", "false", conv_deterministic);
+  first_use_says("EMBER_CUDNN_GRAPH", "yes", conv_graph_api);
 }
 
 }  // namespace

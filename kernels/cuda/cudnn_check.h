@@ -1,0 +1,31 @@
+// EMBER_CUDNN_CHECK(call): a cuDNN status other than success becomes a CudaError that names the
+// call, where it was made and cuDNN's own words for the status. For the .cpp files that talk to
+// cuDNN (cudnn_conv.cpp, cudnn_graph_conv.cpp); include it only where EMBER_WITH_CUDNN is set.
+#pragma once
+
+#include <cudnn.h>
+
+#include <sstream>
+
+#include "kernels/cuda/check.h"
+
+namespace ember::kernels::cuda {
+
+[[noreturn]] inline void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file,
+                                           int line) {
+  std::ostringstream message;
+  message << "cuDNN error: " << call << " failed at " << file << ":" << line << ": "
+          << cudnnGetErrorString(status) << " (status " << static_cast<int>(status)
+          << "); is the cuDNN library the one ember was built against (cuDNN " << CUDNN_MAJOR << "."
+          << CUDNN_MINOR << ")?";
+  throw CudaError(message.str());
+}
+
+}  // namespace ember::kernels::cuda
+
+#define EMBER_CUDNN_CHECK(call)                                                                  \
+  do {                                                                                           \
+    const cudnnStatus_t ember_cudnn_status_ = (call);                                            \
+    if (ember_cudnn_status_ != CUDNN_STATUS_SUCCESS)                                             \
+      ::ember::kernels::cuda::throw_cudnn_error(ember_cudnn_status_, #call, __FILE__, __LINE__); \
+  } while (false)

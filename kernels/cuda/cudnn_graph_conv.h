@@ -1,0 +1,92 @@
+// 2-D convolutions through cuDNN's graph API: the backend descriptors of cudnn_graph.h, the path
+// PyTorch takes by default (through cudnn-frontend) where cudnn_conv.cpp takes the v7-style one.
+// Internal to kernels/cuda: cudnn_conv.cpp calls it when the policy asks for the graph API.
+//
+//   forward          x (N, C, H, W), w (K, C / groups, R, S) -> y (N, K, P, Q)
+//   backward data    dy (N, K, P, Q), w                      -> dx (N, C, H, W)
+//   backward filter  x, dy                                   -> dw (K, C / groups, R, S)
+//
+// One operation graph per problem (a single convolution node on dense NCHW tensors, 16-byte
+// aligned, f32 compute for f16 / bf16 / f32, f64 for f64). Its engine configurations come ranked
+// from cuDNN's heuristics (mode A, "instant", as PyTorch's default); the first one whose numerical
+// notes the policy allows and whose execution plan finalises within 1 GiB of workspace is kept:
+//   - never one that converts its inputs down (CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) or
+//     reduces in less than f32 (..._REDUCED_PRECISION_REDUCTION);
+//   - f32 without TF32, and f64: none on tensor cores (..._TENSOR_CORE);
+//   - deterministic policy: one that does not add with atomics (..._NONDETERMINISTIC) first,
+//     then any, as the v7-style path.
+// (PyTorch's filter is the same less the reduced-precision rule.)
+//
+// Needs cudnn.h: include it only where EMBER_WITH_CUDNN is set.
+#pragma once
+
+#include <cudnn.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/common/conv_params.h"
+#include "kernels/cuda/cudnn_conv.h"
+
+namespace ember::kernels::cuda::graph_conv {
+
+struct Problem {
+  Conv2dParams params;
+  ConvDataType dtype = ConvDataType::f32;
+  ConvDirection direction = ConvDirection::forward;
+  bool allow_tf32 = false;    // f32 only
+  bool deterministic = true;  // an engine without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC first
+};
+
+// One backend descriptor, destroyed with this object.
+class Descriptor {
+ public:
+  explicit Descriptor(cudnnBackendDescriptorType_t type);
+  ~Descriptor();
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  cudnnBackendDescriptor_t get() const { return raw_; }
+
+ private:
+  cudnnBackendDescriptor_t raw_ = nullptr;
+};
+
+// The problem's convolution operation, finalised: its three tensors, the convolution descriptor
+// and the operation node. Needs neither a handle nor a GPU, so a host test can check that cuDNN
+// accepts every attribute ember sets, for each direction and dtype.
+struct Operation {
+  std::unique_ptr<Descriptor> x, w, y;  // x or dx, w or dw, y or dy
+  std::unique_ptr<Descriptor> convolution;
+  std::unique_ptr<Descriptor> node;
+};
+Operation make_operation(const Problem& problem);
+
+// A finalised execution plan and what the log says of it. It keeps every descriptor it was built
+// from (as cudnn-frontend's plans do), declared first so that they outlive the plan.
+struct Plan {
+  Operation operation;
+  std::unique_ptr<Descriptor> graph, heuristics;
+  std::vector<std::unique_ptr<Descriptor>> configs;
+  std::unique_ptr<Descriptor> plan;
+  int64_t workspace_bytes = 0;
+  int64_t engine = -1;        // CUDNN_ATTR_ENGINE_GLOBAL_INDEX
+  int rank = 0;               // its place in the heuristics' ranking
+  int candidates = 0;         // how many configurations the heuristics gave
+  int64_t first_engine = -1;  // the heuristics' first, allowed or not
+  bool deterministic = true;  // no CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
+  std::string notes;          // its numerical and behaviour notes ("tensor_core, ...")
+};
+
+// The plan on `handle` (which it may only be run with), or nullptr with `why` saying what was
+// tried when no configuration both passes the policy and finalises.
+std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const Problem& problem, std::string* why);
+
+// Runs `plan` on the problem's operands, each a device pointer 16-byte aligned: forward
+// (in_a = x, in_b = w, out = y), backward data (dy, w, dx), backward filter (x, dy, dw).
+// `workspace` holds at least plan.workspace_bytes. The output is overwritten.
+void execute(cudnnHandle_t handle, const Plan& plan, const Problem& problem, const void* in_a,
+             const void* in_b, void* out, void* workspace);
+
+}  // namespace ember::kernels::cuda::graph_conv
