@@ -416,6 +416,23 @@ void bm_resnet9_step(benchmark::State& state, std::optional<DType> autocast_dtyp
   run_case(state, {.images = static_cast<double>(bench::Resnet9Step::kBatch)}, [&] { step(); });
 }
 
+// The f32 step with TF32 convolutions and matmuls (`ember train --tf32`; PyTorch's default
+// convolutions), the switches put back afterwards.
+void bm_resnet9_tf32_step(benchmark::State& state) {
+  struct AllowTf32 {
+    bool conv = conv_allow_tf32(), matmul = matmul_allow_tf32();
+    AllowTf32() {
+      set_conv_allow_tf32(true);
+      set_matmul_allow_tf32(true);
+    }
+    ~AllowTf32() {
+      set_conv_allow_tf32(conv);
+      set_matmul_allow_tf32(matmul);
+    }
+  } const allowed;
+  bm_resnet9_step(state, std::nullopt);
+}
+
 void register_cases() {
   using benchmark::State;
   // Each case: its own name (bench/gpu/torch_side_by_side.py uses the same), manual time from
@@ -462,6 +479,7 @@ void register_cases() {
   add_case("resnet9_s64_b512_bf16_step", 10, [](State& s) { bm_resnet9_step(s, DType::bf16); });
   add_case("resnet9_s64_b512_fp16_step", 10, [](State& s) { bm_resnet9_step(s, DType::f16); });
   add_case("resnet9_s64_b512_f32_step", 10, [](State& s) { bm_resnet9_step(s, std::nullopt); });
+  add_case("resnet9_s64_b512_tf32_step", 10, bm_resnet9_tf32_step);
 }
 
 }  // namespace

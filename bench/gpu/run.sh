@@ -175,6 +175,18 @@ finish() {
       python3 bench/gpu/ember_table.py "$WORK/logs/gpu_bench.json" "$WORK/logs/gpu_bench_skipped.json"
       echo
     fi
+    # The resnet9 steps under the other cuDNN policies (bench step's extra passes).
+    for pass in gpu_bench_any_algorithm gpu_bench_measured_algorithm gpu_bench_graph; do
+      [[ -f $WORK/logs/$pass.log ]] || continue
+      echo "resnet9 steps, $pass.log (medians):"
+      grep -E "resnet9.*_median" "$WORK/logs/$pass.log" | cut -c1-120 | sed 's/^/    /'
+      echo
+    done
+    if [[ -f $WORK/logs/gpu_bench_graph.log ]]; then
+      echo "graph API choices: $(grep -c 'ember cuDNN graph' "$WORK/logs/gpu_bench_graph.log")," \
+        "of which fell back to the v7-style path: $(grep -c 'no engine allowed' "$WORK/logs/gpu_bench_graph.log")"
+      echo
+    fi
     if [[ -f $WORK/logs/gemm_bench.log ]]; then
       echo "ember_gemm_bench (medians; gemm_bench.log):"
       grep -E "_median" "$WORK/logs/gemm_bench.log" | sed 's/^/    /'
@@ -334,6 +346,17 @@ if wants bench && built ember_gpu_bench gpu_bench_measured_algorithm && [[ -z ${
     --benchmark_out_format=json
   grep -E "_median" "$WORK/logs/gpu_bench_measured_algorithm.log" | cut -c1-160
 fi
+if wants bench && built ember_gpu_bench gpu_bench_graph && [[ -z ${BENCH_FILTER:-} ]]; then
+  # And through cuDNN's graph API (EMBER_CUDNN_GRAPH=1: plans from its heuristics, mode A, the path
+  # PyTorch takes), each plan's engine logged: does it give fp16 and TF32 faster convolutions than
+  # the v7-style API's algorithms (the rows below 1.0x of PyTorch on 2026-11-28)?
+  step gpu_bench_graph 75 gpu_bench_graph.log env EMBER_CUDNN_GRAPH=1 EMBER_CUDNN_LOG=1 \
+    $BIN/ember_gpu_bench --benchmark_filter=resnet9 --benchmark_repetitions=5 \
+    --benchmark_report_aggregates_only=true --benchmark_out=$WORK/logs/gpu_bench_graph.json \
+    --benchmark_out_format=json
+  grep -E "_median" "$WORK/logs/gpu_bench_graph.log" | cut -c1-160
+  grep -E "ember cuDNN graph" "$WORK/logs/gpu_bench_graph.log" | cut -c1-240 | head -40
+fi
 if wants bench && built ember_gemm_bench gemm_bench && [[ -z ${BENCH_FILTER:-} ]]; then
   # Its cases have no fixed iteration count: Google Benchmark runs each until 0.5 s of *manual*
   # (GPU) time by default, and a 1024^3 product (~4 us on the GPU, ~50 us of flush, launch and
@@ -351,7 +374,8 @@ pack
 # (bench/gpu/step_profile.cpp; torch_train_loop.py --profile-steps), each program first printing
 # its step time without the profiler; bench/gpu/kernel_table.py puts them side by side by kind of
 # kernel in profile.md. PROFILE_PRECISIONS (fp16 bf16 tf32) picks the precisions: f32 is exact f32
-# in both, tf32 lets both libraries' convolutions and products use TF32.
+# in both, tf32 lets both libraries' convolutions and products use TF32. ember runs a second time
+# with EMBER_CUDNN_GRAPH=1 (PROFILE_GRAPH=0 leaves that out).
 if wants profile; then
   ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
   if [[ -z $ncu_bin ]]; then
@@ -376,6 +400,20 @@ if wants profile; then
         --ember-log "$WORK/logs/profile_ember_$precision.log" \
         --torch-log "$WORK/logs/profile_torch_$precision.log" \
         --json "$WORK/logs/profile_$precision.json" >> "$WORK/logs/profile_kernels.md" 2>&1
+      echo >> "$WORK/logs/profile_kernels.md"
+      # ember again with its convolutions through cuDNN's graph API (PROFILE_GRAPH=0: not), beside
+      # the same PyTorch profile: do the plans run PyTorch's convolution kernels?
+      [[ ${PROFILE_GRAPH:-1} == 1 ]] || continue
+      step "profile ember $precision graph" 60 "profile_ember_graph_$precision.log" env \
+        EMBER_CUDNN_GRAPH=1 "$ncu_bin" "${ncu_args[@]}" \
+        --log-file "$WORK/logs/profile_ember_graph_$precision.csv" $BIN/ember_step_profile \
+        --precision "$precision" --profile-steps 2
+      python3 bench/gpu/kernel_table.py --ember "$WORK/logs/profile_ember_graph_$precision.csv" \
+        --torch "$WORK/logs/profile_torch_$precision.csv" --steps 2 \
+        --title "$precision, ember through cuDNN's graph API (EMBER_CUDNN_GRAPH=1)" \
+        --ember-log "$WORK/logs/profile_ember_graph_$precision.log" \
+        --torch-log "$WORK/logs/profile_torch_$precision.log" \
+        --json "$WORK/logs/profile_graph_$precision.json" >> "$WORK/logs/profile_kernels.md" 2>&1
       echo >> "$WORK/logs/profile_kernels.md"
     done
     head -60 "$WORK/logs/profile_kernels.md"

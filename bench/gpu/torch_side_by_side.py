@@ -220,15 +220,28 @@ def case_matmul(size, dtype):
 
 
 def case_resnet9(amp="bf16"):
-    """ember's resnet9 step: bf16 or fp16 autocast (fp16 with a GradScaler), or f32 with cuDNN's
-    TF32 off (ember's f32 convolutions are exact f32; PyTorch's default would use TF32)."""
+    """ember's resnet9 step: bf16 or fp16 autocast (fp16 with a GradScaler), f32 with cuDNN's
+    TF32 off (ember's f32 convolutions are exact f32; PyTorch's default would use TF32), or tf32:
+    f32 with TF32 convolutions and matmuls (PyTorch's default convolutions; ember --tf32)."""
     def make(compiled):
         if compiled:  # a minute of compiling: torch_train_loop.py --compile measures it
             raise NotApplicable("see torch_train_loop.py --compile")
         import torch_train_loop
 
-        torch.backends.cudnn.allow_tf32 = amp != "none"  # set for each case: the last one wins
-        step, _ = torch_train_loop.make_step(64, 512, amp, compile_model=compiled)
+        # Set for each case as it is made; the tf32 case's switches are put back after its step.
+        torch.backends.cudnn.allow_tf32 = amp != "none"
+        if amp != "tf32":
+            step, _ = torch_train_loop.make_step(64, 512, amp, compile_model=compiled)
+            return step, None
+        inner, _ = torch_train_loop.make_step(64, 512, "none", compile_model=compiled)
+
+        def step():
+            matmul_before = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+            try:
+                inner()
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = matmul_before
         return step, None
 
     return ("images", 512, make)
@@ -260,6 +273,7 @@ def all_cases():
     cases["resnet9_s64_b512_bf16_step"] = case_resnet9("bf16")
     cases["resnet9_s64_b512_fp16_step"] = case_resnet9("fp16")
     cases["resnet9_s64_b512_f32_step"] = case_resnet9("none")
+    cases["resnet9_s64_b512_tf32_step"] = case_resnet9("tf32")
     return cases
 
 
