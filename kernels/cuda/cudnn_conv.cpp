@@ -442,13 +442,18 @@ std::atomic<int64_t> graph_plans_built{0}, graph_fallbacks{0};
 void log_graph_choice(const Conv2dParams& p, ConvDataType dtype, bool tf32, ConvDirection direction,
                       const graph_conv::Plan* plan, const std::string& why_not, double choice_ms,
                       double first_run_ms) {
-  char what[256];
+  char what[320];
   if (plan) {
+    char measured[96] = "";
+    if (plan->time_ms >= 0) {
+      std::snprintf(measured, sizeof(measured), " (measured %.3f ms; the fastest %.3f ms)",
+                    plan->time_ms, plan->fastest_time_ms);
+    }
     std::snprintf(what, sizeof(what),
-                  "engine %lld (rank %d of %d, %s, workspace %lld B); the heuristics' first: "
+                  "engine %lld (rank %d of %d, %s, workspace %lld B)%s; the heuristics' first: "
                   "engine %lld",
                   static_cast<long long>(plan->engine), plan->rank, plan->candidates,
-                  plan->notes.c_str(), static_cast<long long>(plan->workspace_bytes),
+                  plan->notes.c_str(), static_cast<long long>(plan->workspace_bytes), measured,
                   static_cast<long long>(plan->first_engine));
   } else {
     std::snprintf(what, sizeof(what), "no engine allowed, the v7-style algorithms instead");
@@ -470,13 +475,65 @@ bool is_aligned(const void* pointer) {
   return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
 }
 
+// The policy's benchmark through the graph API (PyTorch's cudnn.benchmark on its v8 path): every
+// allowed plan is run once to warm up and once timed between two CUDA events, on the call's own
+// buffers (the output is overwritten, then computed by the chosen plan); the fastest
+// deterministic one is taken when the policy asks for determinism and there is one, else the
+// fastest. nullptr when there is no plan (why_not says why).
+std::unique_ptr<graph_conv::Plan> measured_plan(cudnnHandle_t handle,
+                                                const graph_conv::Problem& problem,
+                                                const void* in_a, const void* in_b, void* out,
+                                                const WorkspaceAllocator& workspace,
+                                                cudaStream_t stream, std::string* why_not) {
+  constexpr size_t kMostPlans = 32;
+  std::vector<std::unique_ptr<graph_conv::Plan>> plans =
+      graph_conv::make_plans(handle, problem, kMostPlans, why_not);
+  if (plans.empty()) return nullptr;
+  int64_t largest = 0;
+  for (const auto& plan : plans)
+    largest = std::max(largest, plan->workspace_bytes);
+  void* scratch = largest > 0 ? workspace(static_cast<size_t>(largest)) : nullptr;
+  struct Events {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    Events() {
+      EMBER_CUDA_KERNEL_CHECK(cudaEventCreate(&start));
+      EMBER_CUDA_KERNEL_CHECK(cudaEventCreate(&stop));
+    }
+    ~Events() {
+      static_cast<void>(cudaEventDestroy(stop));
+      static_cast<void>(cudaEventDestroy(start));
+    }
+  } const events;
+  for (const auto& plan : plans) {
+    graph_conv::execute(handle, *plan, problem, in_a, in_b, out, scratch);  // warm-up
+    EMBER_CUDA_KERNEL_CHECK(cudaEventRecord(events.start, stream));
+    graph_conv::execute(handle, *plan, problem, in_a, in_b, out, scratch);
+    EMBER_CUDA_KERNEL_CHECK(cudaEventRecord(events.stop, stream));
+    EMBER_CUDA_KERNEL_CHECK(cudaEventSynchronize(events.stop));
+    EMBER_CUDA_KERNEL_CHECK(cudaEventElapsedTime(&plan->time_ms, events.start, events.stop));
+  }
+  const bool any_deterministic =
+      std::any_of(plans.begin(), plans.end(), [](const auto& p) { return p->deterministic; });
+  const bool deterministic_only = problem.deterministic && any_deterministic;
+  size_t best = plans.size();
+  float fastest = -1;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    if (fastest < 0 || plans[i]->time_ms < fastest) fastest = plans[i]->time_ms;
+    if (deterministic_only && !plans[i]->deterministic) continue;
+    if (best == plans.size() || plans[i]->time_ms < plans[best]->time_ms) best = i;
+  }
+  plans[best]->fastest_time_ms = fastest;
+  return std::move(plans[best]);
+}
+
 // Runs the convolution through the graph API and returns true, or returns false (nothing run)
-// when the caller should take the v7-style path: measured choices (the policy's benchmark is the
-// v7-style cudnnFind*'s), an operand not 16-byte aligned, or no engine the policy allows.
+// when the caller should take the v7-style path: the policy does not ask for the graph API, an
+// operand is not 16-byte aligned, or no engine is allowed. The plan is the heuristics' first
+// allowed one, or with the policy's benchmark the fastest measured (measured_plan).
 bool run_through_graph(const Conv2dParams& params, ConvDataType dtype, const ConvPolicy& policy,
                        ConvDirection direction, const void* in_a, const void* in_b, void* out,
                        const WorkspaceAllocator& workspace, cudaStream_t stream) {
-  if (!policy.graph || policy.benchmark) return false;
+  if (!policy.graph) return false;
   if (!is_aligned(in_a) || !is_aligned(in_b) || !is_aligned(out)) return false;
   const graph_conv::Problem problem{.params = params,
                                     .dtype = dtype,
@@ -501,8 +558,16 @@ bool run_through_graph(const Conv2dParams& params, ConvDataType dtype, const Con
     if (!hit) {
       static_cast<void>(log_choices());  // a bad EMBER_CUDNN_LOG throws before anything is cached
       const Clock::time_point start = Clock::now();
-      std::shared_ptr<const graph_conv::Plan> plan =
-          graph_conv::make_plan(handle, problem, &why_not);
+      // A call cuDNN refuses on the way (the graph or its heuristics for a dtype it has no
+      // engine of, say) is a fallback like an empty ranking, its message kept for the log.
+      std::shared_ptr<const graph_conv::Plan> plan;
+      try {
+        plan = policy.benchmark
+                   ? measured_plan(handle, problem, in_a, in_b, out, workspace, stream, &why_not)
+                   : graph_conv::make_plan(handle, problem, &why_not);
+      } catch (const CudaError& error) {
+        why_not = error.what();
+      }
       choice_ms = milliseconds_since(start);
       searches.fetch_add(1, std::memory_order_relaxed);
       (plan ? graph_plans_built : graph_fallbacks).fetch_add(1, std::memory_order_relaxed);

@@ -18,11 +18,12 @@
 // With the policy's `graph`, the choice and the run go through cuDNN's graph API instead
 // (cudnn_graph_conv.h): an execution plan per (problem, handle) from the engine configurations its
 // heuristics rank (mode A, PyTorch's default), under the same rules (no TF32 for exact f32, a
-// deterministic engine first when asked for) and the same 1 GiB. A problem the graph API has no
-// allowed engine for, an operand not 16-byte aligned, and the policy's benchmark (measured choices
-// stay cudnnFind*'s) take the v7-style path. EMBER_CUDNN_LOG=1 prints each choice to stderr, with
-// the host time the choice took and that of the problem's first run (timed between two
-// synchronisations of the stream, so that cuDNN's set-up on first use shows);
+// deterministic engine first when asked for) and the same 1 GiB; with the policy's benchmark, the
+// fastest of up to 32 allowed plans, each run once to warm up and once timed on the call's own
+// buffers (PyTorch's cudnn.benchmark on its v8 path). A problem the graph API has no allowed
+// engine for and an operand not 16-byte aligned take the v7-style path. EMBER_CUDNN_LOG=1 prints
+// each choice to stderr, with the host time the choice took and that of the problem's first run
+// (timed between two synchronisations of the stream, so that cuDNN's set-up on first use shows);
 // cudnn_conv_algorithm_searches() counts the choices made, so a test can see the cache work.
 // Workspace comes from the caller (the runtime hands out blocks of its caching allocator).
 //

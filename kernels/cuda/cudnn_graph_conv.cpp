@@ -137,12 +137,14 @@ Notes notes_of(const Descriptor& engine) {
       engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
       static_cast<int64_t>(numerical.size()), &count, numerical.data()));
   notes.numerical.assign(numerical.begin(), numerical.begin() + count);
+  // Behaviour notes only describe (the log shows them): a library that cannot list them loses
+  // nothing of the choice.
   std::array<cudnnBackendBehaviorNote_t, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT> behavior{};
   count = 0;
-  EMBER_CUDNN_CHECK(cudnnBackendGetAttribute(
-      engine.get(), CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
-      static_cast<int64_t>(behavior.size()), &count, behavior.data()));
-  notes.behavior.assign(behavior.begin(), behavior.begin() + count);
+  if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE,
+                               CUDNN_TYPE_BEHAVIOR_NOTE, static_cast<int64_t>(behavior.size()),
+                               &count, behavior.data()) == CUDNN_STATUS_SUCCESS)
+    notes.behavior.assign(behavior.begin(), behavior.begin() + count);
   return notes;
 }
 
@@ -245,18 +247,19 @@ Operation make_operation(const Problem& problem) {
   return op;
 }
 
-std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const Problem& problem, std::string* why) {
-  auto plan = std::make_unique<Plan>();
-  plan->operation = make_operation(problem);
-  plan->graph = std::make_unique<Descriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  const cudnnBackendDescriptor_t node = plan->operation.node->get();
-  set(*plan->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &node);
-  set(*plan->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-  EMBER_CUDNN_CHECK(cudnnBackendFinalize(plan->graph->get()));
+std::vector<std::unique_ptr<Plan>> make_plans(cudnnHandle_t handle, const Problem& problem,
+                                              size_t limit, std::string* why) {
+  auto sources = std::make_shared<Sources>();
+  sources->operation = make_operation(problem);
+  sources->graph = std::make_unique<Descriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  const cudnnBackendDescriptor_t node = sources->operation.node->get();
+  set(*sources->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &node);
+  set(*sources->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  EMBER_CUDNN_CHECK(cudnnBackendFinalize(sources->graph->get()));
 
-  plan->heuristics = std::make_unique<Descriptor>(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  const Descriptor& heuristics = *plan->heuristics;
-  set_descriptor(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, *plan->graph);
+  sources->heuristics = std::make_unique<Descriptor>(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  const Descriptor& heuristics = *sources->heuristics;
+  set_descriptor(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, *sources->graph);
   const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
   set(heuristics, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
   EMBER_CUDNN_CHECK(cudnnBackendFinalize(heuristics.get()));
@@ -266,8 +269,8 @@ std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const Problem& problem, st
                                              nullptr));
   std::vector<cudnnBackendDescriptor_t> configs;
   for (int64_t i = 0; i < available; ++i) {
-    plan->configs.push_back(std::make_unique<Descriptor>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
-    configs.push_back(plan->configs.back()->get());
+    sources->configs.push_back(std::make_unique<Descriptor>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    configs.push_back(sources->configs.back()->get());
   }
   int64_t returned = 0;
   if (available > 0) {
@@ -292,19 +295,20 @@ std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const Problem& problem, st
     candidates.push_back({global_index_of(engine), notes_of(engine)});
   }
 
-  // A deterministic engine first when the policy asks for one, then any (as the v7-style path).
+  // The deterministic configurations first when the policy asks for determinism, then the others
+  // (as the v7-style path).
+  std::vector<std::unique_ptr<Plan>> plans;
   std::string tried;
   for (const bool deterministic_only : {problem.deterministic, false}) {
-    for (size_t i = 0; i < candidates.size(); ++i) {
+    for (size_t i = 0; i < candidates.size() && plans.size() < limit; ++i) {
       const Candidate& c = candidates[i];
       const bool nondeterministic = c.notes.has(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
       if (!deterministic_only && problem.deterministic && !nondeterministic)
-        continue;  // the first pass tried it
+        continue;                                            // the first pass tried it
+      if (deterministic_only && nondeterministic) continue;  // the second pass tries it
       tried += (tried.empty() ? "" : "; ") + std::string("engine ") + std::to_string(c.engine) +
                " (" + describe(c.notes) + ")";
-      const char* reason = refusal(problem, c.notes);
-      if (!reason && deterministic_only && nondeterministic) reason = "is not deterministic";
-      if (reason) {
+      if (const char* reason = refusal(problem, c.notes)) {
         tried += std::string(": ") + reason;
         continue;
       }
@@ -327,6 +331,8 @@ std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const Problem& problem, st
         tried += ": workspace over 1 GiB";
         continue;
       }
+      auto plan = std::make_unique<Plan>();
+      plan->sources = sources;
       plan->plan = std::move(candidate);
       plan->workspace_bytes = workspace_bytes;
       plan->engine = c.engine;
@@ -335,15 +341,20 @@ std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const Problem& problem, st
       plan->first_engine = candidates.front().engine;
       plan->deterministic = !nondeterministic;
       plan->notes = describe(c.notes);
-      return plan;
+      plans.push_back(std::move(plan));
     }
-    if (!problem.deterministic) break;  // the one pass took any engine
+    if (!problem.deterministic) break;  // the one pass took every engine
   }
-  if (why) {
+  if (plans.empty() && why) {
     *why = std::to_string(returned) + " engine configurations from the heuristics" +
            (tried.empty() ? "" : ": " + tried);
   }
-  return nullptr;
+  return plans;
+}
+
+std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const Problem& problem, std::string* why) {
+  std::vector<std::unique_ptr<Plan>> plans = make_plans(handle, problem, 1, why);
+  return plans.empty() ? nullptr : std::move(plans.front());
 }
 
 void execute(cudnnHandle_t handle, const Plan& plan, const Problem& problem, const void* in_a,

@@ -63,12 +63,18 @@ struct Operation {
 };
 Operation make_operation(const Problem& problem);
 
-// A finalised execution plan and what the log says of it. It keeps every descriptor it was built
-// from (as cudnn-frontend's plans do), declared first so that they outlive the plan.
-struct Plan {
+// What a problem's plans are built from: its operation, the graph, the heuristics and their
+// engine configurations. Every plan made from them keeps them alive (as cudnn-frontend's plans
+// keep theirs).
+struct Sources {
   Operation operation;
   std::unique_ptr<Descriptor> graph, heuristics;
   std::vector<std::unique_ptr<Descriptor>> configs;
+};
+
+// A finalised execution plan and what the log says of it.
+struct Plan {
+  std::shared_ptr<const Sources> sources;  // declared first: it outlives the plan
   std::unique_ptr<Descriptor> plan;
   int64_t workspace_bytes = 0;
   int64_t engine = -1;        // CUDNN_ATTR_ENGINE_GLOBAL_INDEX
@@ -77,10 +83,18 @@ struct Plan {
   int64_t first_engine = -1;  // the heuristics' first, allowed or not
   bool deterministic = true;  // no CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
   std::string notes;          // its numerical and behaviour notes ("tensor_core, ...")
+  // Measured choices only (the policy's benchmark): its time and the fastest plan's, in ms.
+  float time_ms = -1, fastest_time_ms = -1;
 };
 
-// The plan on `handle` (which it may only be run with), or nullptr with `why` saying what was
-// tried when no configuration both passes the policy and finalises.
+// The plans on `handle` (which they may only be run with) of the configurations the policy
+// allows and that finalise within 1 GiB of workspace, at most `limit`, in the heuristics' order
+// with the deterministic ones first when the policy asks for determinism. Empty, with `why`
+// saying what was tried, when there is none.
+std::vector<std::unique_ptr<Plan>> make_plans(cudnnHandle_t handle, const Problem& problem,
+                                              size_t limit, std::string* why);
+
+// The first of make_plans, or nullptr.
 std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const Problem& problem, std::string* why);
 
 // Runs `plan` on the problem's operands, each a device pointer 16-byte aligned: forward

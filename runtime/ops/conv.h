@@ -57,8 +57,9 @@ bool conv_benchmark();
 // How cuDNN is asked: false (the default) through its v7-style API (cudnnGetConvolution*_v7,
 // cudnnConvolution*), true through its graph API (an execution plan from the engine
 // configurations of its heuristics, mode A), the path PyTorch takes. The rules above hold for
-// both; the graph API's ranking may pick other kernels. With benchmark on, or for a convolution
-// the graph API offers no allowed engine for, the v7-style path runs. EMBER_CUDNN_GRAPH=1 starts
+// both (benchmark times the graph API's plans instead of the v7-style algorithms); the graph
+// API's ranking may pick other kernels. For a convolution the graph API offers no allowed engine
+// for, the v7-style path runs. EMBER_CUDNN_GRAPH=1 starts
 // a process with true (read as EMBER_CUDNN_DETERMINISTIC is). The CPU ignores it.
 void set_conv_graph_api(bool graph);
 bool conv_graph_api();

@@ -328,6 +328,51 @@ TEST(CudaConvPool, Conv2dThroughTheGraphApiMatchesTheCpu) {
   EXPECT_EQ(kernels::cuda::cudnn_conv_graph_plans_built(), built + 3);
 }
 
+// The graph API with the policy's benchmark (PyTorch's cudnn.benchmark on its v8 path): the plans
+// timed once each and the fastest deterministic one taken; the CPU's result, and the same bits
+// again from the cached choice.
+TEST(CudaConvPool, Conv2dThroughTheGraphApiWithMeasuredPlansMatchesTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  if (!kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
+  struct GraphApiMeasured {  // process-wide switches: put back whatever happens
+    GraphApiMeasured() {
+      set_conv_graph_api(true);
+      set_conv_benchmark(true);
+    }
+    ~GraphApiMeasured() {
+      set_conv_benchmark(false);
+      set_conv_graph_api(false);
+    }
+  };
+  const GraphApiMeasured measured;
+  Generator generator(28);
+  const auto conv = [](const std::vector<Tensor>& in) {
+    return conv2d(in[0], in[1], in[2], {.padding = 1});
+  };
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    const std::vector<Tensor> inputs = {uniform({6, 24, 13, 11}, -1.0, 1.0, dtype, &generator),
+                                        uniform({40, 24, 3, 3}, -1.0, 1.0, dtype, &generator),
+                                        Tensor()};
+    const int64_t built = kernels::cuda::cudnn_conv_graph_plans_built();
+    const std::string what = std::string("conv2d, measured graph plans, in ") + dtype_name(dtype);
+    expect_forward_backward_match(what, inputs, {true, true, false}, conv,
+                                  long_sum_tolerance(dtype));
+    EXPECT_EQ(kernels::cuda::cudnn_conv_graph_plans_built(), built + 3) << what;
+    std::vector<std::vector<double>> runs;
+    for (int run = 0; run < 2; ++run) {
+      const ForwardBackward result = run_on(Device::cuda(0), inputs, {true, true, false}, conv);
+      std::vector<double> bits;
+      for (const Tensor& t : {result.output, result.grads[0], result.grads[1]}) {
+        const std::vector<double> values = to_vector<double>(t.to(Device::cpu()).to(DType::f64));
+        bits.insert(bits.end(), values.begin(), values.end());
+      }
+      runs.push_back(std::move(bits));
+    }
+    EXPECT_EQ(kernels::cuda::cudnn_conv_graph_plans_built(), built + 3) << what << ": cached";
+    EXPECT_EQ(runs[0], runs[1]) << what << ": other bits the second time";
+  }
+}
+
 TEST(CudaConvPool, Conv2dChoosesEachAlgorithmOnce) {
   EMBER_SKIP_WITHOUT_GPU();
   if (!kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
