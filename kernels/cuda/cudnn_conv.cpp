@@ -23,7 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/cuda/cudnn_check.h"
+#include "kernels/cuda/cudnn_common.h"
 #include "kernels/cuda/cudnn_graph_conv.h"
 #endif
 
@@ -84,20 +84,6 @@ cudnnHandle_t handle_for(cudaStream_t stream) {
   return handle;
 }
 
-cudnnDataType_t data_type_of(ConvDataType dtype) {
-  switch (dtype) {
-    case ConvDataType::f32:
-      return CUDNN_DATA_FLOAT;
-    case ConvDataType::f64:
-      return CUDNN_DATA_DOUBLE;
-    case ConvDataType::f16:
-      return CUDNN_DATA_HALF;
-    case ConvDataType::bf16:
-      return CUDNN_DATA_BFLOAT16;
-  }
-  return CUDNN_DATA_FLOAT;
-}
-
 bool is_16_bit(ConvDataType dtype) {
   return dtype == ConvDataType::f16 || dtype == ConvDataType::bf16;
 }
@@ -126,7 +112,7 @@ struct Descriptors {
   cudnnConvolutionDescriptor_t conv = nullptr;
 
   Descriptors(const Conv2dParams& p, ConvDataType dtype, bool tf32) {
-    const cudnnDataType_t data = data_type_of(dtype);
+    const cudnnDataType_t data = cudnn_data_type(dtype);
     // f16 / bf16 accumulate in f32 (cuDNN's "pseudo half" configuration); f64 in f64.
     const cudnnDataType_t compute =
         dtype == ConvDataType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/cudnn_check.h"
+#include "kernels/cuda/cudnn_common.h"
 
 namespace ember::kernels::cuda::graph_conv {
 
@@ -29,27 +29,13 @@ void set_descriptor(const Descriptor& d, cudnnBackendAttributeName_t name,
   set(d, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw);
 }
 
-cudnnDataType_t data_type_of(ConvDataType dtype) {
-  switch (dtype) {
-    case ConvDataType::f32:
-      return CUDNN_DATA_FLOAT;
-    case ConvDataType::f64:
-      return CUDNN_DATA_DOUBLE;
-    case ConvDataType::f16:
-      return CUDNN_DATA_HALF;
-    case ConvDataType::bf16:
-      return CUDNN_DATA_BFLOAT16;
-  }
-  return CUDNN_DATA_FLOAT;
-}
-
 // A dense NCHW (or KCRS) tensor of `dims`, finalised.
 std::unique_ptr<Descriptor> make_tensor(ConvDataType dtype, int64_t uid,
                                         const std::array<int64_t, 4>& dims) {
   auto t = std::make_unique<Descriptor>(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   const std::array<int64_t, 4> strides = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3],
                                           1};
-  const cudnnDataType_t data_type = data_type_of(dtype);
+  const cudnnDataType_t data_type = cudnn_data_type(dtype);
   set(*t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &data_type);
   set(*t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data());
   set(*t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data());

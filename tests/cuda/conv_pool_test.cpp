@@ -96,6 +96,20 @@ void expect_forward_backward_match(const std::string& what, const std::vector<Te
   }
 }
 
+// The output and the input and weight gradients of one run on the GPU, as doubles in one vector:
+// two runs of a deterministic choice give equal vectors.
+std::vector<double> gpu_run_values(const std::vector<Tensor>& inputs,
+                                   const std::vector<bool>& wants_grad,
+                                   const std::function<Tensor(const std::vector<Tensor>&)>& f) {
+  const ForwardBackward result = run_on(Device::cuda(0), inputs, wants_grad, f);
+  std::vector<double> values;
+  for (const Tensor& t : {result.output, result.grads[0], result.grads[1]}) {
+    const std::vector<double> v = to_vector<double>(t.to(Device::cpu()).to(DType::f64));
+    values.insert(values.end(), v.begin(), v.end());
+  }
+  return values;
+}
+
 // ---- conv2d ------------------------------------------------------------------------------------
 
 struct ConvCase {
@@ -105,11 +119,10 @@ struct ConvCase {
   Conv2dOptions options;
 };
 
-TEST(CudaConvPool, Conv2dGradientsMatchTheCpu) {
-  EMBER_SKIP_WITHOUT_GPU();
-  // resnet9's 3x3 / padding 1 at its first layer's size (batch 4), a strided grouped one, a
-  // dilated one, a pointwise one, and one pixel.
-  const std::vector<ConvCase> cases = {
+// resnet9's 3x3 / padding 1 at its first layer's size (batch 4), a strided grouped one, a dilated
+// one, a pointwise one, and one pixel.
+std::vector<ConvCase> conv_cases() {
+  return {
       {"resnet9_layer", {4, 16, 32, 32}, {32, 16, 3, 3}, true, {.padding = 1}},
       {"stride2_groups2",
        {3, 8, 13, 11},
@@ -120,6 +133,11 @@ TEST(CudaConvPool, Conv2dGradientsMatchTheCpu) {
       {"pointwise", {5, 7, 6, 6}, {9, 7, 1, 1}, true, {}},
       {"one_pixel", {2, 3, 1, 1}, {4, 3, 1, 1}, true, {}},
   };
+}
+
+TEST(CudaConvPool, Conv2dGradientsMatchTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  const std::vector<ConvCase> cases = conv_cases();
   Generator generator(21);
   for (const ConvCase& c : cases) {
     for (DType dtype : kFloating) {
@@ -226,19 +244,11 @@ TEST(CudaConvPool, Conv2dWithMeasuredAlgorithmsMatchesTheCpuAndRepeatsItsBits) {
         << "forward, backward data and backward filter, each measured once in "
         << dtype_name(dtype);
     // Twice more on the GPU, the measured choices cached: the same bits.
-    std::vector<std::vector<double>> runs;
-    for (int run = 0; run < 2; ++run) {
-      const ForwardBackward result = run_on(Device::cuda(0), inputs, {true, true, false}, conv);
-      std::vector<double> bits;
-      for (const Tensor& t : {result.output, result.grads[0], result.grads[1]}) {
-        const std::vector<double> values = to_vector<double>(t.to(Device::cpu()).to(DType::f64));
-        bits.insert(bits.end(), values.begin(), values.end());
-      }
-      runs.push_back(std::move(bits));
-    }
+    const std::vector<double> first_run = gpu_run_values(inputs, {true, true, false}, conv);
+    const std::vector<double> second_run = gpu_run_values(inputs, {true, true, false}, conv);
     EXPECT_EQ(kernels::cuda::cudnn_conv_algorithm_searches(), searches + 3);
-    EXPECT_EQ(runs[0], runs[1]) << "the measured choice in " << dtype_name(dtype)
-                                << " gave other bits the second time";
+    EXPECT_EQ(first_run, second_run)
+        << "the measured choice in " << dtype_name(dtype) << " gave other bits the second time";
   }
 }
 
@@ -256,17 +266,7 @@ TEST(CudaConvPool, Conv2dThroughTheGraphApiMatchesTheCpu) {
     ~GraphApi() { set_conv_graph_api(false); }
   };
   const GraphApi graph;
-  const std::vector<ConvCase> cases = {
-      {"resnet9_layer", {4, 16, 32, 32}, {32, 16, 3, 3}, true, {.padding = 1}},
-      {"stride2_groups2",
-       {3, 8, 13, 11},
-       {6, 4, 3, 3},
-       true,
-       {.stride = 2, .padding = 1, .groups = 2}},
-      {"dilation2_no_bias", {2, 3, 12, 9}, {5, 3, 3, 2}, false, {.padding = 2, .dilation = 2}},
-      {"pointwise", {5, 7, 6, 6}, {9, 7, 1, 1}, true, {}},
-      {"one_pixel", {2, 3, 1, 1}, {4, 3, 1, 1}, true, {}},
-  };
+  const std::vector<ConvCase> cases = conv_cases();
   Generator generator(27);
   std::ostringstream fallbacks;
   for (const ConvCase& c : cases) {
@@ -293,18 +293,9 @@ TEST(CudaConvPool, Conv2dThroughTheGraphApiMatchesTheCpu) {
         EXPECT_EQ(new_fallbacks, 0)
             << what << " took the v7-style path (EMBER_CUDNN_LOG=1 says why)";
         // Twice more, the plans cached: the same bits.
-        std::vector<std::vector<double>> runs;
-        for (int run = 0; run < 2; ++run) {
-          const ForwardBackward result = run_on(Device::cuda(0), inputs, {true, true, true}, conv);
-          std::vector<double> bits;
-          for (const Tensor& t : {result.output, result.grads[0], result.grads[1]}) {
-            const std::vector<double> values =
-                to_vector<double>(t.to(Device::cpu()).to(DType::f64));
-            bits.insert(bits.end(), values.begin(), values.end());
-          }
-          runs.push_back(std::move(bits));
-        }
-        EXPECT_EQ(runs[0], runs[1]) << what << ": other bits the second time";
+        const std::vector<double> first_run = gpu_run_values(inputs, {true, true, true}, conv);
+        const std::vector<double> second_run = gpu_run_values(inputs, {true, true, true}, conv);
+        EXPECT_EQ(first_run, second_run) << what << ": other bits the second time";
       }
     }
   }
@@ -358,18 +349,10 @@ TEST(CudaConvPool, Conv2dThroughTheGraphApiWithMeasuredPlansMatchesTheCpu) {
     expect_forward_backward_match(what, inputs, {true, true, false}, conv,
                                   long_sum_tolerance(dtype));
     EXPECT_EQ(kernels::cuda::cudnn_conv_graph_plans_built(), built + 3) << what;
-    std::vector<std::vector<double>> runs;
-    for (int run = 0; run < 2; ++run) {
-      const ForwardBackward result = run_on(Device::cuda(0), inputs, {true, true, false}, conv);
-      std::vector<double> bits;
-      for (const Tensor& t : {result.output, result.grads[0], result.grads[1]}) {
-        const std::vector<double> values = to_vector<double>(t.to(Device::cpu()).to(DType::f64));
-        bits.insert(bits.end(), values.begin(), values.end());
-      }
-      runs.push_back(std::move(bits));
-    }
+    const std::vector<double> first_run = gpu_run_values(inputs, {true, true, false}, conv);
+    const std::vector<double> second_run = gpu_run_values(inputs, {true, true, false}, conv);
     EXPECT_EQ(kernels::cuda::cudnn_conv_graph_plans_built(), built + 3) << what << ": cached";
-    EXPECT_EQ(runs[0], runs[1]) << what << ": other bits the second time";
+    EXPECT_EQ(first_run, second_run) << what << ": other bits the second time";
   }
 }
 

@@ -1,6 +1,8 @@
-// EMBER_CUDNN_CHECK(call): a cuDNN status other than success becomes a CudaError that names the
-// call, where it was made and cuDNN's own words for the status. For the .cpp files that talk to
-// cuDNN (cudnn_conv.cpp, cudnn_graph_conv.cpp); include it only where EMBER_WITH_CUDNN is set.
+// What the two cuDNN convolution paths (cudnn_conv.cpp, cudnn_graph_conv.cpp) share:
+//   EMBER_CUDNN_CHECK(call)  a status other than success becomes a CudaError that names the call,
+//                            where it was made and cuDNN's own words for the status;
+//   cudnn_data_type(dtype)   ember's convolution dtype in cuDNN's terms.
+// Include it only where EMBER_WITH_CUDNN is set.
 #pragma once
 
 #include <cudnn.h>
@@ -8,6 +10,7 @@
 #include <sstream>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cudnn_conv.h"
 
 namespace ember::kernels::cuda {
 
@@ -19,6 +22,20 @@ namespace ember::kernels::cuda {
           << "); is the cuDNN library the one ember was built against (cuDNN " << CUDNN_MAJOR << "."
           << CUDNN_MINOR << ")?";
   throw CudaError(message.str());
+}
+
+inline cudnnDataType_t cudnn_data_type(ConvDataType dtype) {
+  switch (dtype) {
+    case ConvDataType::f32:
+      return CUDNN_DATA_FLOAT;
+    case ConvDataType::f64:
+      return CUDNN_DATA_DOUBLE;
+    case ConvDataType::f16:
+      return CUDNN_DATA_HALF;
+    case ConvDataType::bf16:
+      return CUDNN_DATA_BFLOAT16;
+  }
+  return CUDNN_DATA_FLOAT;
 }
 
 }  // namespace ember::kernels::cuda
