@@ -96,6 +96,7 @@ void expect_forward_backward_match(const std::string& what, const std::vector<Te
   }
 }
 
+#if EMBER_WITH_CUDA
 // The output and the input and weight gradients of one run on the GPU, as doubles in one vector:
 // two runs of a deterministic choice give equal vectors.
 std::vector<double> gpu_run_values(const std::vector<Tensor>& inputs,
@@ -109,6 +110,7 @@ std::vector<double> gpu_run_values(const std::vector<Tensor>& inputs,
   }
   return values;
 }
+#endif
 
 // ---- conv2d ------------------------------------------------------------------------------------
 
