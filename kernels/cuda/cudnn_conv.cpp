@@ -19,7 +19,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <unordered_map>
 #include <vector>
 
