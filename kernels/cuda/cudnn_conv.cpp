@@ -328,63 +328,75 @@ double milliseconds_since(Clock::time_point start) {
 
 // What algorithm_for found: the algorithm, whether it was chosen now (a cache miss) and the host
 // time the choice took.
+// What cached_choice found: the choice, whether it was made now (a cache miss) and the host time
+// it took.
+template <typename Value>
 struct Lookup {
-  Algorithm algorithm;
+  Value value;
   bool chosen_now = false;
   double choice_ms = 0;
 };
 
-// The cached algorithm for the problem, chosen now on a miss; sets the descriptors' math type.
-template <typename Choose>
-Lookup algorithm_for(const Conv2dParams& p, ConvDataType dtype, const ConvPolicy& policy,
-                     ConvDirection direction, const Descriptors& d, Choose choose) {
-  const ProblemKey key = key_of(p, dtype, policy, direction);
-  const auto cached = [&]() -> std::optional<Algorithm> {
+// The choice cached for `key` in `cache` (under cache_mutex), made now by choose() on a miss and
+// counted in `searches`. A miss first waits for any choice in flight on the device, then looks
+// again. Both paths keep their choices this way: the v7-style algorithms, the graph API's plans.
+template <typename Key, typename Value, typename Choose>
+Lookup<Value> cached_choice(std::map<Key, Value>& cache, const Key& key, int device,
+                            Choose choose) {
+  const auto cached = [&]() -> std::optional<Value> {
     std::lock_guard<std::mutex> lock(cache_mutex);
-    const auto found = algorithm_cache.find(key);
-    if (found == algorithm_cache.end()) return std::nullopt;
+    const auto found = cache.find(key);
+    if (found == cache.end()) return std::nullopt;
     return found->second;
   };
-  std::optional<Algorithm> hit = cached();
-  if (!hit) {
-    // A miss: wait for any choice in flight on this device, then look again.
-    std::unique_lock<std::mutex> choosing(choice_mutex(key.device));
-    hit = cached();
-    if (!hit) {
-      static_cast<void>(log_choices());  // a bad EMBER_CUDNN_LOG throws before anything is cached
-      const Clock::time_point start = Clock::now();
-      const Algorithm chosen = choose();
-      const double choice_ms = milliseconds_since(start);
-      searches.fetch_add(1, std::memory_order_relaxed);
-      {
-        std::lock_guard<std::mutex> lock(cache_mutex);
-        algorithm_cache.emplace(key, chosen);
-      }
-      EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, chosen.math));
-      return {.algorithm = chosen, .chosen_now = true, .choice_ms = choice_ms};
-    }
+  if (std::optional<Value> hit = cached()) return {.value = *hit};
+  std::unique_lock<std::mutex> choosing(choice_mutex(device));
+  if (std::optional<Value> hit = cached()) return {.value = *hit};
+  static_cast<void>(log_choices());  // a bad EMBER_CUDNN_LOG throws before anything is cached
+  const Clock::time_point start = Clock::now();
+  const Value chosen = choose();
+  const double choice_ms = milliseconds_since(start);
+  searches.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    cache.emplace(key, chosen);
   }
-  EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, hit->math));
-  return {.algorithm = *hit};
+  return {.value = chosen, .chosen_now = true, .choice_ms = choice_ms};
 }
 
-// Runs the convolution. With EMBER_CUDNN_LOG=1, a problem's first run is timed on the host
-// between two synchronisations of the stream (what cuDNN sets up on first use, such as loading
-// its kernels, shows there) and its choice is logged with both times.
+// The cached algorithm for the problem, chosen now on a miss; sets the descriptors' math type.
+template <typename Choose>
+Lookup<Algorithm> algorithm_for(const Conv2dParams& p, ConvDataType dtype, const ConvPolicy& policy,
+                                ConvDirection direction, const Descriptors& d, Choose choose) {
+  const ProblemKey key = key_of(p, dtype, policy, direction);
+  const Lookup<Algorithm> lookup = cached_choice(algorithm_cache, key, key.device, choose);
+  EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, lookup.value.math));
+  return lookup;
+}
+
+// run() timed on the host between two synchronisations of the stream, in ms: what cuDNN sets
+// up on a problem's first use (loading its kernels, say) shows there. For EMBER_CUDNN_LOG.
 template <typename Run>
-void run_convolution(const Lookup& lookup, const Conv2dParams& p, ConvDataType dtype,
+double timed_run(cudaStream_t stream, Run run) {
+  EMBER_CUDA_KERNEL_CHECK(cudaStreamSynchronize(stream));
+  const Clock::time_point start = Clock::now();
+  run();
+  EMBER_CUDA_KERNEL_CHECK(cudaStreamSynchronize(stream));
+  return milliseconds_since(start);
+}
+
+// Runs the convolution. With EMBER_CUDNN_LOG=1, a problem's first run is timed (timed_run) and
+// its choice is logged with both times.
+template <typename Run>
+void run_convolution(const Lookup<Algorithm>& lookup, const Conv2dParams& p, ConvDataType dtype,
                      const ConvPolicy& policy, ConvDirection direction, cudaStream_t stream,
                      Run run) {
   if (!lookup.chosen_now || !log_choices()) {
     run();
     return;
   }
-  EMBER_CUDA_KERNEL_CHECK(cudaStreamSynchronize(stream));
-  const Clock::time_point start = Clock::now();
-  run();
-  EMBER_CUDA_KERNEL_CHECK(cudaStreamSynchronize(stream));
-  log_choice(p, dtype, policy.allow_tf32, direction, lookup.algorithm, lookup.choice_ms,
-             milliseconds_since(start));
+  const double first_run_ms = timed_run(stream, run);
+  log_choice(p, dtype, policy.allow_tf32, direction, lookup.value, lookup.choice_ms, first_run_ms);
 }
 
 // The largest workspace, up to kMaxWorkspaceBytes, that any of the direction's `count` algorithms
@@ -527,59 +539,40 @@ bool run_through_graph(const Conv2dParams& params, ConvDataType dtype, const Con
                                     .deterministic = policy.deterministic};
   cudnnHandle_t handle = handle_for(stream);
   const GraphKey key{key_of(params, dtype, policy, direction), handle};
-  const auto cached = [&]() -> std::optional<std::shared_ptr<const graph_conv::Plan>> {
-    std::lock_guard<std::mutex> lock(cache_mutex);
-    const auto found = graph_plans.find(key);
-    if (found == graph_plans.end()) return std::nullopt;
-    return found->second;
-  };
-  std::optional<std::shared_ptr<const graph_conv::Plan>> hit = cached();
-  bool chosen_now = false;
-  double choice_ms = 0;
   std::string why_not;
-  if (!hit) {
-    std::unique_lock<std::mutex> choosing(choice_mutex(key.problem.device));
-    hit = cached();
-    if (!hit) {
-      static_cast<void>(log_choices());  // a bad EMBER_CUDNN_LOG throws before anything is cached
-      const Clock::time_point start = Clock::now();
-      // A call cuDNN refuses on the way (the graph or its heuristics for a dtype it has no
-      // engine of, say) is a fallback like an empty ranking, its message kept for the log.
-      std::shared_ptr<const graph_conv::Plan> plan;
-      try {
-        plan = policy.benchmark
-                   ? measured_plan(handle, problem, in_a, in_b, out, workspace, stream, &why_not)
-                   : graph_conv::make_plan(handle, problem, &why_not);
-      } catch (const CudaError& error) {
-        why_not = error.what();
-      }
-      choice_ms = milliseconds_since(start);
-      searches.fetch_add(1, std::memory_order_relaxed);
-      (plan ? graph_plans_built : graph_fallbacks).fetch_add(1, std::memory_order_relaxed);
-      {
-        std::lock_guard<std::mutex> lock(cache_mutex);
-        graph_plans.emplace(key, plan);
-      }
-      hit = plan;
-      chosen_now = true;
-    }
+  const Lookup<std::shared_ptr<const graph_conv::Plan>> lookup =
+      cached_choice(graph_plans, key, key.problem.device, [&] {
+        // A call cuDNN refuses on the way (the graph or its heuristics for a dtype it has no
+        // engine of, say) is a fallback like an empty ranking, its message kept for the log.
+        std::shared_ptr<const graph_conv::Plan> plan;
+        try {
+          plan = policy.benchmark
+                     ? measured_plan(handle, problem, in_a, in_b, out, workspace, stream, &why_not)
+                     : graph_conv::make_plan(handle, problem, &why_not);
+        } catch (const CudaError& error) {
+          why_not = error.what();
+        }
+        (plan ? graph_plans_built : graph_fallbacks).fetch_add(1, std::memory_order_relaxed);
+        return plan;
+      });
+  const graph_conv::Plan* plan = lookup.value.get();
+  const bool log = lookup.chosen_now && log_choices();
+  if (!plan) {
+    if (log)
+      log_graph_choice(params, dtype, policy.allow_tf32, direction, nullptr, why_not,
+                       lookup.choice_ms, 0);
+    return false;
   }
-  const graph_conv::Plan* plan = hit->get();
-  if (chosen_now && log_choices() && !plan)
-    log_graph_choice(params, dtype, policy.allow_tf32, direction, nullptr, why_not, choice_ms, 0);
-  if (!plan) return false;
   void* scratch =
       plan->workspace_bytes > 0 ? workspace(static_cast<size_t>(plan->workspace_bytes)) : nullptr;
-  if (!chosen_now || !log_choices()) {
-    graph_conv::execute(handle, *plan, problem, in_a, in_b, out, scratch);
+  const auto run = [&] { graph_conv::execute(handle, *plan, problem, in_a, in_b, out, scratch); };
+  if (!log) {
+    run();
     return true;
   }
-  EMBER_CUDA_KERNEL_CHECK(cudaStreamSynchronize(stream));
-  const Clock::time_point start = Clock::now();
-  graph_conv::execute(handle, *plan, problem, in_a, in_b, out, scratch);
-  EMBER_CUDA_KERNEL_CHECK(cudaStreamSynchronize(stream));
-  log_graph_choice(params, dtype, policy.allow_tf32, direction, plan, "", choice_ms,
-                   milliseconds_since(start));
+  const double first_run_ms = timed_run(stream, run);
+  log_graph_choice(params, dtype, policy.allow_tf32, direction, plan, "", lookup.choice_ms,
+                   first_run_ms);
   return true;
 }
 
@@ -624,24 +617,25 @@ void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, const 
     return cudnnGetConvolutionForwardWorkspaceSize(handle, d.input, d.filter, d.conv, d.output,
                                                    algorithm, bytes);
   };
-  const Lookup lookup = algorithm_for(params, dtype, used, ConvDirection::forward, d, [&] {
-    return pick<cudnnConvolutionFwdAlgoPerf_t>(
-        d, dtype, used, ConvDirection::forward,
-        [&](int requested, int* returned, cudnnConvolutionFwdAlgoPerf_t* results) {
-          if (!used.benchmark) {
-            EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
-                handle, d.input, d.filter, d.conv, d.output, requested, returned, results));
-            return;
-          }
-          const size_t bytes = largest_workspace<cudnnConvolutionFwdAlgo_t>(
-              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, workspace_size);
-          EMBER_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-              handle, d.input, x, d.filter, w, d.conv, d.output, y, requested, returned, results,
-              bytes > 0 ? workspace(bytes) : nullptr, bytes));
-        },
-        workspace_size);
-  });
-  const Algorithm& chosen = lookup.algorithm;
+  const Lookup<Algorithm> lookup =
+      algorithm_for(params, dtype, used, ConvDirection::forward, d, [&] {
+        return pick<cudnnConvolutionFwdAlgoPerf_t>(
+            d, dtype, used, ConvDirection::forward,
+            [&](int requested, int* returned, cudnnConvolutionFwdAlgoPerf_t* results) {
+              if (!used.benchmark) {
+                EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+                    handle, d.input, d.filter, d.conv, d.output, requested, returned, results));
+                return;
+              }
+              const size_t bytes = largest_workspace<cudnnConvolutionFwdAlgo_t>(
+                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, workspace_size);
+              EMBER_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+                  handle, d.input, x, d.filter, w, d.conv, d.output, y, requested, returned,
+                  results, bytes > 0 ? workspace(bytes) : nullptr, bytes));
+            },
+            workspace_size);
+      });
+  const Algorithm& chosen = lookup.value;
   void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;
   const Scaling scaling(dtype);
   run_convolution(lookup, params, dtype, used, ConvDirection::forward, stream, [&] {
@@ -666,24 +660,25 @@ void cudnn_conv2d_backward_data(const Conv2dParams& params, ConvDataType dtype,
     return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.filter, d.output, d.conv, d.input,
                                                         algorithm, bytes);
   };
-  const Lookup lookup = algorithm_for(params, dtype, used, ConvDirection::backward_data, d, [&] {
-    return pick<cudnnConvolutionBwdDataAlgoPerf_t>(
-        d, dtype, used, ConvDirection::backward_data,
-        [&](int requested, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
-          if (!used.benchmark) {
-            EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                handle, d.filter, d.output, d.conv, d.input, requested, returned, results));
-            return;
-          }
-          const size_t bytes = largest_workspace<cudnnConvolutionBwdDataAlgo_t>(
-              CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, workspace_size);
-          EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-              handle, d.filter, w, d.output, dy, d.conv, d.input, dx, requested, returned, results,
-              bytes > 0 ? workspace(bytes) : nullptr, bytes));
-        },
-        workspace_size);
-  });
-  const Algorithm& chosen = lookup.algorithm;
+  const Lookup<Algorithm> lookup =
+      algorithm_for(params, dtype, used, ConvDirection::backward_data, d, [&] {
+        return pick<cudnnConvolutionBwdDataAlgoPerf_t>(
+            d, dtype, used, ConvDirection::backward_data,
+            [&](int requested, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
+              if (!used.benchmark) {
+                EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                    handle, d.filter, d.output, d.conv, d.input, requested, returned, results));
+                return;
+              }
+              const size_t bytes = largest_workspace<cudnnConvolutionBwdDataAlgo_t>(
+                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, workspace_size);
+              EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+                  handle, d.filter, w, d.output, dy, d.conv, d.input, dx, requested, returned,
+                  results, bytes > 0 ? workspace(bytes) : nullptr, bytes));
+            },
+            workspace_size);
+      });
+  const Algorithm& chosen = lookup.value;
   void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;
   const Scaling scaling(dtype);
   run_convolution(lookup, params, dtype, used, ConvDirection::backward_data, stream, [&] {
@@ -708,24 +703,25 @@ void cudnn_conv2d_backward_filter(const Conv2dParams& params, ConvDataType dtype
     return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.input, d.output, d.conv,
                                                           d.filter, algorithm, bytes);
   };
-  const Lookup lookup = algorithm_for(params, dtype, used, ConvDirection::backward_filter, d, [&] {
-    return pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
-        d, dtype, used, ConvDirection::backward_filter,
-        [&](int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
-          if (!used.benchmark) {
-            EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                handle, d.input, d.output, d.conv, d.filter, requested, returned, results));
-            return;
-          }
-          const size_t bytes = largest_workspace<cudnnConvolutionBwdFilterAlgo_t>(
-              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, workspace_size);
-          EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-              handle, d.input, x, d.output, dy, d.conv, d.filter, dw, requested, returned, results,
-              bytes > 0 ? workspace(bytes) : nullptr, bytes));
-        },
-        workspace_size);
-  });
-  const Algorithm& chosen = lookup.algorithm;
+  const Lookup<Algorithm> lookup =
+      algorithm_for(params, dtype, used, ConvDirection::backward_filter, d, [&] {
+        return pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
+            d, dtype, used, ConvDirection::backward_filter,
+            [&](int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
+              if (!used.benchmark) {
+                EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                    handle, d.input, d.output, d.conv, d.filter, requested, returned, results));
+                return;
+              }
+              const size_t bytes = largest_workspace<cudnnConvolutionBwdFilterAlgo_t>(
+                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, workspace_size);
+              EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                  handle, d.input, x, d.output, dy, d.conv, d.filter, dw, requested, returned,
+                  results, bytes > 0 ? workspace(bytes) : nullptr, bytes));
+            },
+            workspace_size);
+      });
+  const Algorithm& chosen = lookup.value;
   void* scratch = chosen.workspace_bytes > 0 ? workspace(chosen.workspace_bytes) : nullptr;
   const Scaling scaling(dtype);
   run_convolution(lookup, params, dtype, used, ConvDirection::backward_filter, stream, [&] {
