@@ -43,6 +43,23 @@ template <typename Acc>
     y[i] = x[i] * a + b;
 }
 
+// y = relu(x a + b), as `v < 0 ? 0 : v` (relu's own form: it keeps NaN).
+template <typename Acc>
+[[gnu::always_inline]] inline void affine_relu_loop(const Acc* x, Acc a, Acc b, Acc* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const Acc v = x[i] * a + b;
+    y[i] = v < Acc(0) ? Acc(0) : v;
+  }
+}
+
+// ReLU's backward: g where relu_out > 0 or NaN, else 0 (PyTorch's threshold_backward).
+template <typename Acc>
+[[gnu::always_inline]] inline void relu_mask_loop(const Acc* g, const Acc* relu_out, Acc* masked,
+                                                  int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    masked[i] = relu_out[i] <= Acc(0) ? Acc(0) : g[i];
+}
+
 // sum(g) and sum(g (x - mean)), added to the running sums.
 template <typename Acc>
 struct GradSums {
@@ -75,6 +92,13 @@ EMBER_CLONE_FOR_SIMD float squared_deviations_run(const float* x, int64_t n, flo
 EMBER_CLONE_FOR_SIMD void affine_run(const float* x, float a, float b, float* y, int64_t n) {
   affine_loop(x, a, b, y, n);
 }
+EMBER_CLONE_FOR_SIMD void affine_relu_run(const float* x, float a, float b, float* y, int64_t n) {
+  affine_relu_loop(x, a, b, y, n);
+}
+EMBER_CLONE_FOR_SIMD void relu_mask_run(const float* g, const float* relu_out, float* masked,
+                                        int64_t n) {
+  relu_mask_loop(g, relu_out, masked, n);
+}
 EMBER_CLONE_FOR_SIMD void grad_sums_run(const float* g, const float* x, int64_t n, float mean,
                                         GradSums<float>& sums) {
   grad_sums_loop(g, x, n, mean, sums);
@@ -89,6 +113,12 @@ double squared_deviations_run(const double* x, int64_t n, double mean) {
 }
 void affine_run(const double* x, double a, double b, double* y, int64_t n) {
   affine_loop(x, a, b, y, n);
+}
+void affine_relu_run(const double* x, double a, double b, double* y, int64_t n) {
+  affine_relu_loop(x, a, b, y, n);
+}
+void relu_mask_run(const double* g, const double* relu_out, double* masked, int64_t n) {
+  relu_mask_loop(g, relu_out, masked, n);
 }
 void grad_sums_run(const double* g, const double* x, int64_t n, double mean,
                    GradSums<double>& sums) {
@@ -138,7 +168,7 @@ void batch_norm_statistics(const T* x, acc_t<T>* mean, acc_t<T>* variance, int64
 
 template <typename T>
 void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, T* y, int64_t batch,
-                      int64_t channels, int64_t spatial) {
+                      int64_t channels, int64_t spatial, bool relu) {
   using Acc = acc_t<T>;
   const int threads = threads_for(batch * channels * spatial);
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
@@ -148,7 +178,12 @@ void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, 
     for (int64_t begin = 0; begin < spatial; begin += kChunk) {
       const int64_t offset = plane * spatial + begin, length = std::min(kChunk, spatial - begin);
       Acc* out = accumulate_destination(y + offset, out_buffer);
-      affine_run(accumulate_run(x + offset, in_buffer, length), scale[c], shift[c], out, length);
+      const Acc* in = accumulate_run(x + offset, in_buffer, length);
+      if (relu) {
+        affine_relu_run(in, scale[c], shift[c], out, length);
+      } else {
+        affine_run(in, scale[c], shift[c], out, length);
+      }
       store_accumulated(out, y + offset, length);
     }
   }
@@ -158,19 +193,28 @@ template <typename T>
 void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
                          const acc_t<T>* weight, T* grad_x, acc_t<T>* grad_weight,
                          acc_t<T>* grad_bias, int64_t batch, int64_t channels, int64_t spatial,
-                         bool training) {
+                         bool training, const T* relu_out) {
   using Acc = acc_t<T>;
   const Acc count = static_cast<Acc>(batch * spatial);
   const int threads = threads_for(batch * channels * spatial * 4);
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
   for (int64_t c = 0; c < channels; ++c) {
-    Acc g_buffer[kChunk], x_buffer[kChunk], out_buffer[kChunk];
+    Acc g_buffer[kChunk], x_buffer[kChunk], out_buffer[kChunk], relu_buffer[kChunk],
+        masked_buffer[kChunk];
+    // The gradient of the batch norm's output: grad_out, through ReLU's backward when fused.
+    auto gradient_run = [&](int64_t offset, int64_t length) {
+      const Acc* g = accumulate_run(grad_out + offset, g_buffer, length);
+      if (!relu_out) return g;
+      relu_mask_run(g, accumulate_run(relu_out + offset, relu_buffer, length), masked_buffer,
+                    length);
+      return static_cast<const Acc*>(masked_buffer);
+    };
     const Acc m = mean[c], s = rstd[c];
     const Acc w = weight ? weight[c] : Acc(1);
     GradSums<Acc> sums;
     for_each_chunk_of_channel(c, batch, channels, spatial, [&](int64_t offset, int64_t length) {
-      grad_sums_run(accumulate_run(grad_out + offset, g_buffer, length),
-                    accumulate_run(x + offset, x_buffer, length), length, m, sums);
+      grad_sums_run(gradient_run(offset, length), accumulate_run(x + offset, x_buffer, length),
+                    length, m, sums);
     });
     const Acc sum_g_xhat = sums.g_centered * s;  // xhat = (x - mean) rstd
     if (grad_weight) grad_weight[c] = sum_g_xhat;
@@ -181,9 +225,15 @@ void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
     // w s (g - mean_g - xhat mean_g_xhat), with xhat mean_g_xhat = (x - m) (s mean_g_xhat)
     for_each_chunk_of_channel(c, batch, channels, spatial, [&](int64_t offset, int64_t length) {
       Acc* out = accumulate_destination(grad_x + offset, out_buffer);
-      grad_input_run(accumulate_run(grad_out + offset, g_buffer, length),
-                     accumulate_run(x + offset, x_buffer, length), length, m, w * s, mean_g,
-                     s * mean_g_xhat, out);
+      if (!training) {
+        // g w s alone: x does not enter, so a NaN or infinite x leaves its gradient finite, as
+        // in PyTorch (the centred form would multiply it by a zero slope).
+        affine_run(gradient_run(offset, length), w * s, Acc(0), out, length);
+        store_accumulated(out, grad_x + offset, length);
+        return;
+      }
+      grad_input_run(gradient_run(offset, length), accumulate_run(x + offset, x_buffer, length),
+                     length, m, w * s, mean_g, s * mean_g_xhat, out);
       store_accumulated(out, grad_x + offset, length);
     });
   }
@@ -193,10 +243,10 @@ void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
   template void batch_norm_statistics<T>(const T*, acc_t<T>*, acc_t<T>*, int64_t, int64_t,   \
                                          int64_t);                                           \
   template void batch_norm_apply<T>(const T*, const acc_t<T>*, const acc_t<T>*, T*, int64_t, \
-                                    int64_t, int64_t);                                       \
+                                    int64_t, int64_t, bool);                                 \
   template void batch_norm_backward<T>(const T*, const T*, const acc_t<T>*, const acc_t<T>*, \
                                        const acc_t<T>*, T*, acc_t<T>*, acc_t<T>*, int64_t,   \
-                                       int64_t, int64_t, bool);
+                                       int64_t, int64_t, bool, const T*);
 EMBER_INSTANTIATE_BATCH_NORM(float)
 EMBER_INSTANTIATE_BATCH_NORM(double)
 EMBER_INSTANTIATE_BATCH_NORM(Half)

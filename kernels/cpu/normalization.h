@@ -30,9 +30,12 @@ void batch_norm_statistics(const T* x, acc_t<T>* mean, acc_t<T>* variance, int64
                            int64_t channels, int64_t spatial);
 
 // y = x scale[c] + shift[c] (the normalisation and the affine folded into one per channel).
+// relu: y = relu(x scale[c] + shift[c]), the ReLU applied in acc_t<T> before the rounding to T
+// (the values of batch norm then relu; a negative value that rounds to -0 in f16 or bf16 comes out
+// +0 where the two ops give -0).
 template <typename T>
 void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, T* y, int64_t batch,
-                      int64_t channels, int64_t spatial);
+                      int64_t channels, int64_t spatial, bool relu);
 
 // training: grad_x = w rstd (g - mean(g) - xhat mean(g xhat)), means over (batch, spatial);
 // eval (the statistics are constants): grad_x = g w rstd.
@@ -40,10 +43,12 @@ void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, 
 // each be null (not wanted); weight null = 1.
 // weight, grad_weight and grad_bias are in acc_t<T>, as mixed-precision batch norm keeps its
 // affine parameters in f32 under f16/bf16 activations (cuDNN's and PyTorch's convention).
+// relu_out, when not null, is the output of batch_norm_apply with relu: g is taken as 0 where
+// relu_out <= 0 (a NaN passes g on), ReLU's backward folded into the loads of g.
 template <typename T>
 void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
                          const acc_t<T>* weight, T* grad_x, acc_t<T>* grad_weight,
                          acc_t<T>* grad_bias, int64_t batch, int64_t channels, int64_t spatial,
-                         bool training);
+                         bool training, const T* relu_out);
 
 }  // namespace ember::kernels::cpu

@@ -5,11 +5,13 @@
 //               statistics_finalize_kernel  a warp per channel merges its splits -> mean, variance
 //                                            or, in training, mean, rstd, scale, shift and the
 //                                            running statistics' update (BatchNormChannels)
-//   apply:      apply_kernel                y = x scale[c] + shift[c]
+//   apply:      apply_kernel                y = x scale[c] + shift[c], or its ReLU (kRelu)
 //   backward:   grad_sums_partial_kernel    sum(g), sum(g (x - mean)) per (channel, split)
 //               grad_finalize_kernel        per channel: grad_weight, grad_bias and the three
 //                                           coefficients of grad_x
 //               grad_input_kernel           grad_x = scale (g - mean_g - (x - mean) slope)
+// With kRelu the backward kernels read g through ReLU's backward: 0 where the fused forward's
+// output is <= 0 (load_gradient).
 //
 // Every partial lands in a fixed slot and is merged in a fixed order, so results are bitwise
 // repeatable (no atomics).
@@ -52,6 +54,21 @@ __device__ __forceinline__ void store(T* at, const Acc (&values)[kVec]) {
     rows::Vector<T> vector;
     convert_values(values, vector.v);
     *reinterpret_cast<rows::Vector<T>*>(at) = vector;
+  }
+}
+
+// g (kVec values at `at`), through ReLU's backward when kRelu: 0 where relu_out <= 0; a NaN
+// output passes g on, as relu's own backward.
+template <bool kRelu, typename Acc, typename T, int kVec>
+__device__ __forceinline__ void load_gradient(const T* grad_out, const T* relu_out, int64_t at,
+                                              Acc (&g)[kVec]) {
+  load(grad_out + at, g);
+  if constexpr (kRelu) {
+    Acc out[kVec];
+    load(relu_out + at, out);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      g[i] = out[i] <= Acc(0) ? Acc(0) : g[i];
   }
 }
 
@@ -188,7 +205,7 @@ __global__ void statistics_finalize_kernel(const Acc* partial, BatchNormPlan pla
 
 // ---- apply ----
 
-template <typename T, int kVec>
+template <typename T, int kVec, bool kRelu>
 __global__ __launch_bounds__(kBatchNormThreads) void apply_kernel(const T* x, const acc_t<T>* scale,
                                                                   const acc_t<T>* shift, T* y,
                                                                   BatchNormPlan plan) {
@@ -199,8 +216,12 @@ __global__ __launch_bounds__(kBatchNormThreads) void apply_kernel(const T* x, co
                           Acc values[kVec];
                           load(x + at, values);
 #pragma unroll
-                          for (int i = 0; i < kVec; ++i)
+                          for (int i = 0; i < kVec; ++i) {
                             values[i] = values[i] * a + b;
+                            // relu's `v < 0 ? 0 : v`, which keeps NaN
+                            if constexpr (kRelu)
+                              values[i] = values[i] < Acc(0) ? Acc(0) : values[i];
+                          }
                           store(y + at, values);
                         });
 }
@@ -208,16 +229,17 @@ __global__ __launch_bounds__(kBatchNormThreads) void apply_kernel(const T* x, co
 // ---- backward ----
 
 // partial (channels, splits, 2): sum(g) and sum(g (x - mean[c])) over what block (b, split) read.
-template <typename T, int kVec>
+template <typename T, int kVec, bool kRelu>
 __global__ __launch_bounds__(kBatchNormThreads) void grad_sums_partial_kernel(
-    const T* grad_out, const T* x, const acc_t<T>* mean, BatchNormPlan plan, acc_t<T>* partial) {
+    const T* grad_out, const T* relu_out, const T* x, const acc_t<T>* mean, BatchNormPlan plan,
+    acc_t<T>* partial) {
   using Acc = acc_t<T>;
   for (int64_t c = blockIdx.x; c < plan.channels; c += gridDim.x) {
     const Acc m = mean[c];
     Acc sum_g = 0, sum_g_centered = 0;
     for_each_channel_vector(plan, c, blockIdx.y, threadIdx.x, threadIdx.y, [&](int64_t at) {
       Acc g[kVec], values[kVec];
-      load(grad_out + at, g);
+      load_gradient<kRelu>(grad_out, relu_out, at, g);
       load(x + at, values);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
@@ -266,21 +288,23 @@ __global__ void grad_finalize_kernel(const Acc* partial, const Acc* rstd, const 
   }
 }
 
-template <typename T, int kVec>
+template <typename T, int kVec, bool kRelu>
 __global__ __launch_bounds__(kBatchNormThreads) void grad_input_kernel(
-    const T* grad_out, const T* x, const acc_t<T>* mean, const acc_t<T>* coefficients, T* grad_x,
-    BatchNormPlan plan) {
+    const T* grad_out, const T* relu_out, const T* x, const acc_t<T>* mean,
+    const acc_t<T>* coefficients, T* grad_x, BatchNormPlan plan, bool training) {
   using Acc = acc_t<T>;
   for_each_plane_vector(
       plan, blockIdx.x, gridDim.x, threadIdx.x, threadIdx.y, [&](int64_t c, int64_t at) {
         const Acc m = mean[c], scale = coefficients[c * 3], mean_g = coefficients[c * 3 + 1],
                   slope = coefficients[c * 3 + 2];
         Acc g[kVec], values[kVec];
-        load(grad_out + at, g);
+        load_gradient<kRelu>(grad_out, relu_out, at, g);
         load(x + at, values);
+    // In eval, g scale alone: x does not enter, so a NaN or infinite x leaves its gradient
+    // finite, as in PyTorch (the centred form would multiply it by a zero slope).
 #pragma unroll
         for (int i = 0; i < kVec; ++i)
-          values[i] = scale * (g[i] - mean_g - (values[i] - m) * slope);
+          values[i] = training ? scale * (g[i] - mean_g - (values[i] - m) * slope) : g[i] * scale;
         store(grad_x + at, values);
       });
 }
@@ -311,6 +335,24 @@ dim3 reduction_grid(const BatchNormPlan& plan) {
 unsigned finalize_blocks(int64_t channels) {
   const int64_t blocks = (channels + kWarps - 1) / kWarps;
   return static_cast<unsigned>(blocks < kBatchNormMaxGrid ? blocks : kBatchNormMaxGrid);
+}
+
+// launch.template operator()<kVec, kRelu>() with the plan's vector width (a 16-byte vector or one
+// value) and `relu` as template arguments.
+template <typename T, typename Launch>
+void with_vector_width_and_relu(const BatchNormPlan& plan, bool relu, Launch launch) {
+  constexpr int kVector = rows::kVectorWidth<T>;
+  if (plan.vector_width > 1) {
+    if (relu) {
+      launch.template operator()<kVector, true>();
+    } else {
+      launch.template operator()<kVector, false>();
+    }
+  } else if (relu) {
+    launch.template operator()<1, true>();
+  } else {
+    launch.template operator()<1, false>();
+  }
 }
 
 // The statistics' two kernels; finalize writes `variance` (if not null) and what `out` asks for.
@@ -353,16 +395,13 @@ void batch_norm_training_statistics(const T* x, const BatchNormChannels<acc_t<T>
 
 template <typename T>
 void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, T* y, int64_t batch,
-                      int64_t channels, int64_t spatial, cudaStream_t stream) {
+                      int64_t channels, int64_t spatial, bool relu, cudaStream_t stream) {
   if (batch * channels * spatial == 0) return;
   const BatchNormPlan plan = plan_for<T>(batch, channels, spatial, {x, y});
   const unsigned blocks = static_cast<unsigned>(plan.plane_blocks);
-  if (plan.vector_width > 1) {
-    apply_kernel<T, rows::kVectorWidth<T>>
-        <<<blocks, block_of(plan), 0, stream>>>(x, scale, shift, y, plan);
-  } else {
-    apply_kernel<T, 1><<<blocks, block_of(plan), 0, stream>>>(x, scale, shift, y, plan);
-  }
+  with_vector_width_and_relu<T>(plan, relu, [&]<int kVec, bool kRelu>() {
+    apply_kernel<T, kVec, kRelu><<<blocks, block_of(plan), 0, stream>>>(x, scale, shift, y, plan);
+  });
   EMBER_CUDA_CHECK_LAUNCH("batch_norm: apply_kernel<<<>>>");
 }
 
@@ -370,20 +409,17 @@ template <typename T>
 void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
                          const acc_t<T>* weight, T* grad_x, acc_t<T>* grad_weight,
                          acc_t<T>* grad_bias, int64_t batch, int64_t channels, int64_t spatial,
-                         bool training, cudaStream_t stream) {
+                         bool training, const T* relu_out, cudaStream_t stream) {
   using Acc = acc_t<T>;
   if (channels == 0) return;
-  const BatchNormPlan plan = plan_for<T>(batch, channels, spatial, {grad_out, x, grad_x});
+  const BatchNormPlan plan = plan_for<T>(batch, channels, spatial, {grad_out, x, grad_x, relu_out});
   const Scratch<Acc> partial(plan.channels * plan.splits * 2, stream);
   const Scratch<Acc> coefficients(grad_x ? plan.channels * 3 : 0, stream);
-  if (plan.vector_width > 1) {
-    grad_sums_partial_kernel<T, rows::kVectorWidth<T>>
-        <<<reduction_grid(plan), block_of(plan), 0, stream>>>(grad_out, x, mean, plan,
-                                                              partial.data);
-  } else {
-    grad_sums_partial_kernel<T, 1><<<reduction_grid(plan), block_of(plan), 0, stream>>>(
-        grad_out, x, mean, plan, partial.data);
-  }
+  const bool relu = relu_out != nullptr;
+  with_vector_width_and_relu<T>(plan, relu, [&]<int kVec, bool kRelu>() {
+    grad_sums_partial_kernel<T, kVec, kRelu><<<reduction_grid(plan), block_of(plan), 0, stream>>>(
+        grad_out, relu_out, x, mean, plan, partial.data);
+  });
   EMBER_CUDA_CHECK_LAUNCH("batch_norm: grad_sums_partial_kernel<<<>>>");
   grad_finalize_kernel<Acc><<<finalize_blocks(channels), kBatchNormThreads, 0, stream>>>(
       partial.data, rstd, weight, plan, training, grad_weight, grad_bias,
@@ -391,13 +427,10 @@ void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
   EMBER_CUDA_CHECK_LAUNCH("batch_norm: grad_finalize_kernel<<<>>>");
   if (!grad_x || batch * spatial == 0) return;
   const unsigned blocks = static_cast<unsigned>(plan.plane_blocks);
-  if (plan.vector_width > 1) {
-    grad_input_kernel<T, rows::kVectorWidth<T>>
-        <<<blocks, block_of(plan), 0, stream>>>(grad_out, x, mean, coefficients.data, grad_x, plan);
-  } else {
-    grad_input_kernel<T, 1>
-        <<<blocks, block_of(plan), 0, stream>>>(grad_out, x, mean, coefficients.data, grad_x, plan);
-  }
+  with_vector_width_and_relu<T>(plan, relu, [&]<int kVec, bool kRelu>() {
+    grad_input_kernel<T, kVec, kRelu><<<blocks, block_of(plan), 0, stream>>>(
+        grad_out, relu_out, x, mean, coefficients.data, grad_x, plan, training);
+  });
   EMBER_CUDA_CHECK_LAUNCH("batch_norm: grad_input_kernel<<<>>>");
 }
 
@@ -407,10 +440,10 @@ void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
   template void batch_norm_training_statistics<T>(const T*, const BatchNormChannels<acc_t<T>>&, \
                                                   int64_t, int64_t, int64_t, cudaStream_t);     \
   template void batch_norm_apply<T>(const T*, const acc_t<T>*, const acc_t<T>*, T*, int64_t,    \
-                                    int64_t, int64_t, cudaStream_t);                            \
+                                    int64_t, int64_t, bool, cudaStream_t);                      \
   template void batch_norm_backward<T>(const T*, const T*, const acc_t<T>*, const acc_t<T>*,    \
                                        const acc_t<T>*, T*, acc_t<T>*, acc_t<T>*, int64_t,      \
-                                       int64_t, int64_t, bool, cudaStream_t);
+                                       int64_t, int64_t, bool, const T*, cudaStream_t);
 EMBER_INSTANTIATE_BATCH_NORM(float)
 EMBER_INSTANTIATE_BATCH_NORM(double)
 EMBER_INSTANTIATE_BATCH_NORM(Half)

@@ -47,20 +47,22 @@ void batch_norm_training_statistics(const T* x, const BatchNormChannels<acc_t<T>
                                     int64_t batch, int64_t channels, int64_t spatial,
                                     cudaStream_t stream);
 
-// y = x scale[c] + shift[c].
+// y = x scale[c] + shift[c]; relu: y = relu(x scale[c] + shift[c]), the ReLU applied before the
+// rounding to T (as the CPU's batch_norm_apply).
 template <typename T>
 void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, T* y, int64_t batch,
-                      int64_t channels, int64_t spatial, cudaStream_t stream);
+                      int64_t channels, int64_t spatial, bool relu, cudaStream_t stream);
 
 // training: grad_x = w rstd (g - mean(g) - xhat mean(g xhat)); eval: grad_x = g w rstd.
 // grad_weight = sum(g xhat), grad_bias = sum(g) per channel; grad_x, grad_weight, grad_bias may be
 // null (not wanted); weight null means 1.
 // weight, grad_weight and grad_bias are in acc_t<T> (the affine parameters stay f32 under 16-bit
-// activations).
+// activations). relu_out, when not null, is batch_norm_apply's output with relu: g is taken as 0
+// where relu_out <= 0 (a NaN passes g on), ReLU's backward folded into the loads of g.
 template <typename T>
 void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
                          const acc_t<T>* weight, T* grad_x, acc_t<T>* grad_weight,
                          acc_t<T>* grad_bias, int64_t batch, int64_t channels, int64_t spatial,
-                         bool training, cudaStream_t stream);
+                         bool training, const T* relu_out, cudaStream_t stream);
 
 }  // namespace ember::kernels::cuda

@@ -54,6 +54,7 @@
   X(log_softmax)                        \
   X(layer_norm)                         \
   X(batch_norm)                         \
+  X(batch_norm_relu)                    \
   X(dropout)                            \
   /* linear algebra and convolution */  \
   X(matmul)                             \

@@ -162,9 +162,13 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
 
 // ---- batch norm -----------------------------------------------------------------------------
 
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                  const Tensor& weight_in, const Tensor& bias_in, bool training, double momentum,
-                  double eps) {
+namespace {
+
+// batch_norm, and with `relu` batch_norm_relu: the ReLU applied by the apply kernel, and its
+// backward by the backward kernels' loads of the gradient (from the saved output).
+Tensor batch_norm_op(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                     const Tensor& weight_in, const Tensor& bias_in, bool training, double momentum,
+                     double eps, bool relu) {
   for (const auto& [t, what] :
        {std::pair{&running_mean, "running_mean"}, std::pair{&running_var, "running_var"},
         std::pair{&weight_in, "weight"}, std::pair{&bias_in, "bias"}}) {
@@ -295,12 +299,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 #if EMBER_WITH_CUDA
     if (x.is_cuda()) {
       kernels::cuda::batch_norm_apply<T>(in, scale_data, shift_data, out_data, batch, channels,
-                                         spatial, stream_of(x));
+                                         spatial, relu, stream_of(x));
       return;
     }
 #endif
     kernels::cpu::batch_norm_apply<T>(in, scale_data, shift_data, out_data, batch, channels,
-                                      spatial);
+                                      spatial, relu);
   });
   if (any_requires_grad({&x, &weight_in, &bias_in})) {
     // Each parameter's gradient comes back in that parameter's dtype.
@@ -312,8 +316,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     const std::optional<DType> bias_dtype = bias_in.defined() && bias_in.requires_grad()
                                                 ? std::optional(bias_in.dtype())
                                                 : std::nullopt;
-    record(OpId::batch_norm, {x, weight_in, bias_in}, out, {input, weight_dense, mean, rstd},
-           [batch, channels, spatial, training, grad_input_wanted, weight_dtype, bias_dtype](
+    std::vector<Tensor> saved = {input, weight_dense, mean, rstd};
+    if (relu) saved.push_back(out);  // ReLU's backward reads its output, as relu() does
+    record(relu ? OpId::batch_norm_relu : OpId::batch_norm, {x, weight_in, bias_in}, out, saved,
+           [batch, channels, spatial, training, grad_input_wanted, weight_dtype, bias_dtype, relu](
                const Tensor& g_in, const std::vector<Tensor>& s) -> std::vector<Tensor> {
              const Tensor& in = s[0];
              const Tensor g = g_in.to(in.dtype()).contiguous();
@@ -327,13 +333,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                using Acc = acc_t<T>;
                const auto* mean_data = static_cast<const Acc*>(s[2].data_ptr());
                const auto* rstd_data = static_cast<const Acc*>(s[3].data_ptr());
+               const T* relu_out = relu ? static_cast<const T*>(s[4].data_ptr()) : nullptr;
 #if EMBER_WITH_CUDA
                if (in.is_cuda()) {
                  kernels::cuda::batch_norm_backward<T>(
                      static_cast<const T*>(g.data_ptr()), static_cast<const T*>(in.data_ptr()),
                      mean_data, rstd_data, data_or_null<Acc>(s[1]), mutable_data_or_null<T>(grad_x),
                      mutable_data_or_null<Acc>(grad_weight), mutable_data_or_null<Acc>(grad_bias),
-                     batch, channels, spatial, training, stream_of(in));
+                     batch, channels, spatial, training, relu_out, stream_of(in));
                  return;
                }
 #endif
@@ -341,7 +348,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                    static_cast<const T*>(g.data_ptr()), static_cast<const T*>(in.data_ptr()),
                    mean_data, rstd_data, data_or_null<Acc>(s[1]), mutable_data_or_null<T>(grad_x),
                    mutable_data_or_null<Acc>(grad_weight), mutable_data_or_null<Acc>(grad_bias),
-                   batch, channels, spatial, training);
+                   batch, channels, spatial, training, relu_out);
              });
              if (weight_dtype) grad_weight = grad_weight.to(*weight_dtype);
              if (bias_dtype) grad_bias = grad_bias.to(*bias_dtype);
@@ -349,6 +356,20 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
            });
   }
   return out;
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                  double eps) {
+  return batch_norm_op(x, running_mean, running_var, weight, bias, training, momentum, eps, false);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                       double eps) {
+  return batch_norm_op(x, running_mean, running_var, weight, bias, training, momentum, eps, true);
 }
 
 }  // namespace ember

@@ -22,4 +22,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
                   double eps = 1e-5);
 
+// relu(batch_norm(...)) in batch norm's own passes over memory (two forward, two backward), where
+// the two ops take three each way: the ReLU is applied before the output is rounded to x's dtype,
+// and its backward folds into batch norm's reads of the gradient (from the saved output). The same
+// values as the two ops, except that a negative value that rounds to -0 in f16 or bf16 comes out
+// +0; the same gradients, bit for bit. nn::Sequential calls it for a BatchNorm followed by a ReLU
+// (nn::set_fuse_batch_norm_relu).
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training,
+                       double momentum = 0.1, double eps = 1e-5);
+
 }  // namespace ember

@@ -49,11 +49,11 @@ OpCase index_case(const std::string& name, Shape shape, std::function<Tensor(con
   return c;
 }
 
-// inputs: x, running_mean, running_var, weight, bias.
-OpCase batch_norm_case(const std::string& name, Shape x_shape, bool training) {
+// inputs: x, running_mean, running_var, weight, bias. relu: batch_norm_relu.
+OpCase batch_norm_case(const std::string& name, Shape x_shape, bool training, bool relu = false) {
   OpCase c;
   c.name = name;
-  c.op = OpId::batch_norm;
+  c.op = relu ? OpId::batch_norm_relu : OpId::batch_norm;
   const int64_t channels = x_shape[1];
   c.make_inputs = [=](DType dtype, Device device, Generator& g) -> Inputs {
     return {random_input(x_shape, dtype, device, g, -2.0, 2.0),
@@ -63,7 +63,8 @@ OpCase batch_norm_case(const std::string& name, Shape x_shape, bool training) {
             random_input({channels}, dtype, device, g)};
   };
   c.fn = [=](const Inputs& in) {
-    return weighted(batch_norm(in[0], in[1], in[2], in[3], in[4], training, 0.1, 1e-5));
+    return weighted(relu ? batch_norm_relu(in[0], in[1], in[2], in[3], in[4], training, 0.1, 1e-5)
+                         : batch_norm(in[0], in[1], in[2], in[3], in[4], training, 0.1, 1e-5));
   };
   c.differentiable = {true, false, false, true, true};
   c.cuda_dtypes = kFloatingWithF64;
@@ -94,6 +95,11 @@ EMBER_OP_CASES(cuda_shapes) {
       batch_norm_case("batch_norm/train_count_over_a_block", {3, 2, 17, 13}, true),
       batch_norm_case("batch_norm/train_batch1", {1, 3, 4, 5}, true),
       batch_norm_case("batch_norm/eval_odd", {3, 5, 3, 1}, false),
+      // fused with ReLU: planes of 224 values (the CUDA kernels' 16-byte vectors in every dtype),
+      // and of 221 (one value at a time), each channel's count over a block.
+      batch_norm_case("batch_norm_relu/train_vectorised", {3, 2, 16, 14}, true, true),
+      batch_norm_case("batch_norm_relu/train_count_over_a_block", {3, 2, 17, 13}, true, true),
+      batch_norm_case("batch_norm_relu/eval_vectorised", {2, 3, 8, 4}, false, true),
       // reductions: rows of 1023 and 4097, single elements, strided lines.
       unary_case("max/rows_1023", OpId::max, {3, 1023},
                  [](const Tensor& x) { return max(x, {1}); }),

@@ -1,4 +1,4 @@
-// Op cases: softmax, log_softmax, layer_norm, batch_norm.
+// Op cases: softmax, log_softmax, layer_norm, batch_norm, batch_norm_relu.
 #include "tests/common/op_cases.h"
 
 namespace ember::testing {
@@ -44,11 +44,12 @@ OpCase layer_norm_case(const std::string& name, Shape x_shape, Shape normalized_
   return c;
 }
 
-// inputs: x, running_mean, running_var, then weight and bias when `affine`.
-OpCase batch_norm_case(const std::string& name, Shape x_shape, bool affine, bool training) {
+// inputs: x, running_mean, running_var, then weight and bias when `affine`. relu: batch_norm_relu.
+OpCase batch_norm_case(const std::string& name, Shape x_shape, bool affine, bool training,
+                       bool relu = false) {
   OpCase c;
   c.name = name;
-  c.op = OpId::batch_norm;
+  c.op = relu ? OpId::batch_norm_relu : OpId::batch_norm;
   const int64_t channels = x_shape[1];
   c.make_inputs = [=](DType dtype, Device device, Generator& g) -> Inputs {
     Inputs in = {random_input(x_shape, dtype, device, g, -2.0, 2.0),
@@ -63,7 +64,8 @@ OpCase batch_norm_case(const std::string& name, Shape x_shape, bool affine, bool
   c.fn = [=](const Inputs& in) {
     const Tensor weight = affine ? in[3] : Tensor();
     const Tensor bias = affine ? in[4] : Tensor();
-    const Tensor y = batch_norm(in[0], in[1], in[2], weight, bias, training, 0.1, 1e-5);
+    const Tensor y = relu ? batch_norm_relu(in[0], in[1], in[2], weight, bias, training, 0.1, 1e-5)
+                          : batch_norm(in[0], in[1], in[2], weight, bias, training, 0.1, 1e-5);
     return y * distinct_weights(y);
   };
   // The running statistics are buffers (updated in place when training), never differentiated.
@@ -94,6 +96,10 @@ EMBER_OP_CASES(normalization) {
       batch_norm_case("batch_norm/eval_2d_affine", {6, 4}, true, false),
       batch_norm_case("batch_norm/eval_4d_plain", {3, 2, 3, 3}, false, false),
       batch_norm_case("batch_norm/eval_4d_affine", {2, 3, 2, 2}, true, false),
+      batch_norm_case("batch_norm_relu/train_2d_affine", {6, 4}, true, true, true),
+      batch_norm_case("batch_norm_relu/train_4d_affine", {3, 4, 3, 2}, true, true, true),
+      batch_norm_case("batch_norm_relu/train_4d_plain", {2, 3, 2, 5}, false, true, true),
+      batch_norm_case("batch_norm_relu/eval_4d_affine", {2, 3, 2, 2}, true, false, true),
   };
 }
 
