@@ -1,5 +1,6 @@
 #include "nn/containers.h"
 
+#include "nn/layers.h"
 #include "runtime/ops.h"
 
 namespace ember::nn {
@@ -32,8 +33,14 @@ void Sequential::push_back(ModulePtr module) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor out = x;
-  for (const ModulePtr& m : modules_)
-    out = m->forward(out);
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    if (i + 1 < modules_.size() && fusable_with_relu(*modules_[i], *modules_[i + 1])) {
+      out = static_cast<BatchNorm&>(*modules_[i]).forward_relu(out);
+      ++i;  // the ReLU ran inside
+      continue;
+    }
+    out = modules_[i]->forward(out);
+  }
   return out;
 }
 

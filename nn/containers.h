@@ -7,7 +7,8 @@
 
 namespace ember::nn {
 
-// Children named "0", "1", ...; forward feeds each one's output to the next.
+// Children named "0", "1", ...; forward feeds each one's output to the next. A batch norm
+// followed by a ReLU runs as one batch_norm_relu (nn::fusable_with_relu; the same values).
 //   auto block = nn::make<nn::Sequential>({nn::make<nn::Linear>(4, 8), nn::make<nn::ReLU>(),
 //                                          nn::make<nn::Sequential>({...})});
 class Sequential : public Module {

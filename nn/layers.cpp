@@ -1,9 +1,12 @@
 #include "nn/layers.h"
 
+#include <atomic>
 #include <cmath>
 #include <sstream>
+#include <typeinfo>
 
 #include "nn/init.h"
+#include "runtime/env.h"
 
 namespace ember::nn {
 namespace {
@@ -106,16 +109,54 @@ std::string BatchNorm::type_name() const {
   return spatial_dims == 1 ? "BatchNorm1d" : "BatchNorm2d";
 }
 
-Tensor BatchNorm::forward(const Tensor& x) {
-  const bool ok = spatial_dims == 2 ? x.dim() == 4 : (x.dim() == 2 || x.dim() == 3);
-  EMBER_CHECK(ok, type_name(), ": expected ",
-              spatial_dims == 2 ? "(N, C, H, W)" : "(N, C) or (N, C, L)", " input, got ",
+namespace {
+
+void check_batch_norm_input(const BatchNorm& layer, const Tensor& x) {
+  const bool ok = layer.spatial_dims == 2 ? x.dim() == 4 : (x.dim() == 2 || x.dim() == 3);
+  EMBER_CHECK(ok, layer.type_name(), ": expected ",
+              layer.spatial_dims == 2 ? "(N, C, H, W)" : "(N, C) or (N, C, L)", " input, got ",
               describe(x));
+}
+
+std::atomic<bool>& batch_norm_relu_fusion() {
+  static std::atomic<bool> flag{env_switch(
+      "EMBER_FUSE_BN_RELU", true, "run a BatchNorm and the ReLU after it as one batch_norm_relu")};
+  return flag;
+}
+
+}  // namespace
+
+Tensor BatchNorm::forward(const Tensor& x) {
+  check_batch_norm_input(*this, x);
   if (is_training()) {
     NoGradGuard no_grad;
     num_batches_tracked.add_(1);
   }
   return batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum, eps);
+}
+
+Tensor BatchNorm::forward_relu(const Tensor& x) {
+  check_batch_norm_input(*this, x);
+  if (is_training()) {
+    NoGradGuard no_grad;
+    num_batches_tracked.add_(1);
+  }
+  return batch_norm_relu(x, running_mean, running_var, weight, bias, is_training(), momentum, eps);
+}
+
+bool fusable_with_relu(const Module& layer, const Module& next) {
+  const std::type_info& type = typeid(layer);
+  const bool batch_norm_layer =
+      type == typeid(BatchNorm) || type == typeid(BatchNorm1d) || type == typeid(BatchNorm2d);
+  return batch_norm_layer && typeid(next) == typeid(ReLU) && fuse_batch_norm_relu();
+}
+
+void set_fuse_batch_norm_relu(bool fuse) {
+  batch_norm_relu_fusion().store(fuse);
+}
+
+bool fuse_batch_norm_relu() {
+  return batch_norm_relu_fusion().load();
 }
 
 std::shared_ptr<Module> BatchNorm::make_clone() const {

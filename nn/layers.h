@@ -80,6 +80,9 @@ class BatchNorm : public Module {
   BatchNorm(int64_t num_features, int spatial_dims, double eps = 1e-5, double momentum = 0.1,
             bool affine = true);
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)) as one batch_norm_relu: what Sequential runs for this layer and a ReLU after
+  // it (fusable_with_relu).
+  Tensor forward_relu(const Tensor& x);
   std::string type_name() const override;
   std::string extra_repr() const override;
   int64_t num_features;
@@ -90,6 +93,15 @@ class BatchNorm : public Module {
  protected:
   std::shared_ptr<Module> make_clone() const override;
 };
+// True when Sequential may run `layer` and a `next` after it as layer.forward_relu: the switch
+// below is on, layer is a BatchNorm, BatchNorm1d or BatchNorm2d (a subclass may override forward)
+// and next a ReLU.
+bool fusable_with_relu(const Module& layer, const Module& next);
+// Whether Sequential fuses a batch norm with the ReLU after it (on by default; EMBER_FUSE_BN_RELU=0
+// starts a process with it off). The values are the same either way (batch_norm_relu).
+void set_fuse_batch_norm_relu(bool fuse);
+bool fuse_batch_norm_relu();
+
 class BatchNorm1d : public BatchNorm {
  public:
   explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, double momentum = 0.1,
