@@ -286,6 +286,33 @@ BENCHMARK(BM_batch_norm_backward)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// Training-mode batch norm with a ReLU after it, forward then backward, as in resnet9's blocks:
+// fused 1 is batch_norm_relu (what nn::Sequential runs), 0 the two ops; bf16 1: bf16 activations
+// (as under autocast), 0: f32. Bytes: what the pair moves at least (read x, write y; read x and
+// dy, write dx), the same for both, so that bytes/s compare as times do.
+void BM_batch_norm_relu_fwdbwd(benchmark::State& state) {
+  const bool fused = state.range(0) == 1;
+  const DType dtype = state.range(1) == 1 ? DType::bf16 : DType::f32;
+  const Shape shape = {64, 64, 32, 32};
+  Tensor x = randn(shape).to(dtype).requires_grad_(true), weight = ones({64}).requires_grad_(true),
+         bias = zeros({64}).requires_grad_(true);
+  Tensor running_mean = zeros({64}), running_var = ones({64});
+  const Tensor dy = randn(shape).to(dtype);
+  for (auto _ : state) {
+    const Tensor y = fused ? batch_norm_relu(x, running_mean, running_var, weight, bias, true)
+                           : relu(batch_norm(x, running_mean, running_var, weight, bias, true));
+    y.backward(dy);
+    for (Tensor* t : {&x, &weight, &bias})
+      t->set_grad(Tensor());
+  }
+  set_bytes(state, 5.0 * static_cast<double>(x.nbytes()));
+}
+BENCHMARK(BM_batch_norm_relu_fwdbwd)
+    ->ArgNames({"fused", "bf16"})
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // input (128, 32, 32, 32), weight (32, 32, 3, 3), padding 1: 2 N K C R S P Q FLOPs.
 constexpr double kConvFlops = 2.0 * 128 * 32 * 32 * 3 * 3 * 32 * 32;
 

@@ -563,6 +563,20 @@ void profile_ops(ember::Generator& generator) {
                      {true},
                      [](const TensorList& x) { return ember::relu(x[0]); },
                      [](const TorchList& x) { return torch::relu(x[0]); }});
+    // What nn::Sequential runs for the two above (ember fuses them; LibTorch runs both).
+    cases.push_back(
+        {"resnet9: batch_norm + relu, fused",
+         image_shape(k, size),
+         shape.per_step,
+         {randn({n, k, size, size}), randn({k}), randn({k}), ember::zeros({k}), ember::ones({k})},
+         {true, true, true, false, false},
+         [](const TensorList& x) {
+           return ember::batch_norm_relu(x[0], x[3], x[4], x[1], x[2], true);
+         },
+         [](const TorchList& x) {
+           return torch::relu(
+               torch::batch_norm(x[0], x[1], x[2], x[3], x[4], true, 0.1, 1e-5, false));
+         }});
   }
   struct PoolShape {
     int64_t c, size, kernel;

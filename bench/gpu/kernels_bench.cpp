@@ -29,6 +29,10 @@
 //                   f32 weight and bias: forward reads x, writes y (2 N 2); backward reads x and
 //                   dy, writes dx (3 N 2): 5 N 2. (ember reads x once more in each direction, for
 //                   the statistics and the per-channel sums, as cuDNN does: 8 N 2 moved.)
+//   batch_norm_relu f+b  the same with a ReLU after it (as in resnet9's blocks), fused by ember
+//                   (batch_norm_relu): the same 5 N 2 counted, as ReLU's mask can come from x.
+//                   (ember also reads its saved output backward: 10 N 2 moved; the two ops
+//                   apart move 14 N 2.)
 //   AdamW (f32)     per parameter: read p, g, m, v (16 B), write p, m, v (12 B) = 28 B; over
 //                   100M parameters 2.8 GB
 // matmul reports TFLOP/s (2 M N K); the resnet9 step reports ms and images/s.
@@ -359,8 +363,9 @@ void bm_cross_entropy(benchmark::State& state, int64_t classes, bool backward) {
 }
 
 // Batch norm in training mode over resnet9's first activations (bf16, as under autocast), with
-// f32 weight and bias and running statistics: forward, then backward.
-void bm_batch_norm(benchmark::State& state, DType dtype) {
+// f32 weight and bias and running statistics: forward, then backward. relu: with the ReLU after
+// it, fused (batch_norm_relu).
+void bm_batch_norm(benchmark::State& state, DType dtype, bool relu) {
   const Shape shape = {512, 64, 32, 32};
   const int64_t n = 512 * 64 * 32 * 32;
   Tensor x = randn(shape, on_gpu()).to(dtype);
@@ -372,7 +377,9 @@ void bm_batch_norm(benchmark::State& state, DType dtype) {
   run_case(
       state, {.bytes = 5.0 * 2 * static_cast<double>(n)},
       [&] {
-        const Tensor y = batch_norm(x, running_mean, running_var, weight, bias, true, 0.1, 1e-5);
+        const Tensor y =
+            relu ? batch_norm_relu(x, running_mean, running_var, weight, bias, true, 0.1, 1e-5)
+                 : batch_norm(x, running_mean, running_var, weight, bias, true, 0.1, 1e-5);
         y.backward(dy);
       },
       [&] {
@@ -471,8 +478,12 @@ void register_cases() {
     add_case(std::string("cross_entropy_fwdbwd_row") + label, 5,
              [r](State& s) { bm_cross_entropy(s, r, true); });
   }
-  add_case("batch_norm_fwdbwd_bf16_r9", 10, [](State& s) { bm_batch_norm(s, DType::bf16); });
-  add_case("batch_norm_fwdbwd_f16_r9", 10, [](State& s) { bm_batch_norm(s, DType::f16); });
+  add_case("batch_norm_fwdbwd_bf16_r9", 10, [](State& s) { bm_batch_norm(s, DType::bf16, false); });
+  add_case("batch_norm_fwdbwd_f16_r9", 10, [](State& s) { bm_batch_norm(s, DType::f16, false); });
+  add_case("batch_norm_relu_fwdbwd_bf16_r9", 10,
+           [](State& s) { bm_batch_norm(s, DType::bf16, true); });
+  add_case("batch_norm_relu_fwdbwd_f16_r9", 10,
+           [](State& s) { bm_batch_norm(s, DType::f16, true); });
   add_case("adamw_fused_100M", 10, bm_adamw);
   add_case("matmul_bf16_8192", 10, [](State& s) { bm_matmul(s, 8192, DType::bf16); });
   add_case("matmul_f32_4096", 10, [](State& s) { bm_matmul(s, 4096, DType::f32); });

@@ -167,9 +167,9 @@ def case_cross_entropy(classes, backward):
     return ("bytes", (3 if backward else 1) * 4 * N256, make)
 
 
-def case_batch_norm(dtype=torch.bfloat16):
+def case_batch_norm(dtype=torch.bfloat16, relu=False):
     """Training-mode batch norm over resnet9's first activations, bf16 (or f16) with f32
-    parameters."""
+    parameters; relu: with F.relu after it (ember fuses the two)."""
     shape = (512, 64, 32, 32)
 
     def make(compiled):
@@ -178,8 +178,11 @@ def case_batch_norm(dtype=torch.bfloat16):
         b = torch.zeros(64, device="cuda", requires_grad=True)
         mean, var = torch.zeros(64, device="cuda"), torch.ones(64, device="cuda")
         dy = torch.randn(shape, device="cuda").to(dtype)
-        f = maybe_compile(
-            lambda t, w_, b_: F.batch_norm(t, mean, var, w_, b_, True, 0.1, 1e-5), compiled)
+        def batch_norm(t, w_, b_):
+            y = F.batch_norm(t, mean, var, w_, b_, True, 0.1, 1e-5)
+            return F.relu(y) if relu else y
+
+        f = maybe_compile(batch_norm, compiled)
 
         def call():
             f(x, w, b).backward(dy)
@@ -267,6 +270,8 @@ def all_cases():
         cases[f"cross_entropy_fwdbwd_row{label}"] = case_cross_entropy(row, True)
     cases["batch_norm_fwdbwd_bf16_r9"] = case_batch_norm()
     cases["batch_norm_fwdbwd_f16_r9"] = case_batch_norm(torch.float16)
+    cases["batch_norm_relu_fwdbwd_bf16_r9"] = case_batch_norm(relu=True)
+    cases["batch_norm_relu_fwdbwd_f16_r9"] = case_batch_norm(torch.float16, relu=True)
     cases["adamw_fused_100M"] = case_adamw()
     cases["matmul_bf16_8192"] = case_matmul(8192, torch.bfloat16)
     cases["matmul_f32_4096"] = case_matmul(4096, torch.float32)
