@@ -5,6 +5,8 @@
 //
 // `body(offsets)` handles one element: offsets[k] is operand k's offset from its base pointer.
 // A flat layout (every operand dense, one dim) uses the linear index itself for every operand.
+// Any other walks its dims with a quotient and a remainder each: FastDivider's (a multiply-high
+// and a shift) when the layout has fewer than 2^31 elements, 64-bit `/` and `%` beyond.
 //
 // Vectorised flat path. A Body may also define
 //   static constexpr int kVector;              elements per thread: 16 bytes of its widest operand
@@ -26,6 +28,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/common/fast_divider.h"
 #include "kernels/common/scalar_types.h"
 #include "kernels/common/strided_layout.h"
 #include "kernels/cuda/launch.h"
@@ -89,9 +92,42 @@ __device__ __forceinline__ void strided_offsets(const StridedLayout& layout, int
   }
 }
 
-// The layout travels by value as a kernel parameter (488 bytes, well under the 4 KiB limit).
+// The layout's sizes as FastDividers, for a layout of fewer than 2^31 elements.
+struct SizeDividers {
+  FastDivider sizes[kMaxDims];
+};
+
+inline SizeDividers size_dividers(const StridedLayout& layout) {
+  SizeDividers dividers;
+  for (int d = 0; d < layout.ndim; ++d)
+    dividers.sizes[d] = FastDivider(static_cast<uint32_t>(layout.sizes[d]));
+  return dividers;
+}
+
+// strided_offsets with 32-bit index arithmetic: linear < 2^31.
+template <int N>
+__device__ __forceinline__ void strided_offsets_32(const StridedLayout& layout,
+                                                   const SizeDividers& dividers, uint32_t linear,
+                                                   int64_t (&offsets)[N]) {
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    offsets[k] = 0;
+  for (int d = layout.ndim - 1; d >= 0; --d) {
+    const uint32_t quotient = dividers.sizes[d].quotient(linear);
+    const int64_t index = linear - quotient * dividers.sizes[d].divisor;
+    linear = quotient;
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      offsets[k] += index * layout.strides[k][d];
+  }
+}
+
+// The layout and its dividers travel by value as kernel parameters (488 + 144 bytes, well under
+// the 4 KiB limit). index32: numel < 2^31, and the dims are walked with `dividers` (one kernel
+// with both walks, not one per walk: every elementwise body instantiates it).
 template <int N, typename Body>
-__global__ void strided_kernel(StridedLayout layout, int64_t numel, bool flat, Body body) {
+__global__ void strided_kernel(StridedLayout layout, SizeDividers dividers, int64_t numel,
+                               bool flat, bool index32, Body body) {
   const int64_t step = static_cast<int64_t>(blockDim.x) * gridDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel;
        i += step) {
@@ -100,6 +136,8 @@ __global__ void strided_kernel(StridedLayout layout, int64_t numel, bool flat, B
 #pragma unroll
       for (int k = 0; k < N; ++k)
         offsets[k] = i;
+    } else if (index32) {
+      strided_offsets_32<N>(layout, dividers, static_cast<uint32_t>(i), offsets);
     } else {
       strided_offsets<N>(layout, i, offsets);
     }
@@ -150,8 +188,9 @@ void launch_strided(const char* what, const StridedLayout& layout, const Body& b
       }
     }
   }
-  strided_kernel<N, Body>
-      <<<blocks_for(numel), kThreadsPerBlock, 0, stream>>>(layout, numel, flat, body);
+  const bool index32 = !flat && numel <= kFastDivisionLimit;
+  strided_kernel<N, Body><<<blocks_for(numel), kThreadsPerBlock, 0, stream>>>(
+      layout, index32 ? size_dividers(layout) : SizeDividers{}, numel, flat, index32, body);
   EMBER_CUDA_CHECK_LAUNCH(what);
 }
 
