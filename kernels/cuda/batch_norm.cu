@@ -10,6 +10,7 @@
 //               grad_finalize_kernel        per channel: grad_weight, grad_bias and the three
 //                                           coefficients of grad_x
 //               grad_input_kernel           grad_x = scale (g - mean_g - (x - mean) slope)
+//   channel sums: channel_sum_partial_kernel, channel_sum_finalize_kernel   sum(x) per channel
 // With kRelu the backward kernels read g through ReLU's backward: 0 where the fused forward's
 // output is <= 0 (load_gradient).
 //
@@ -309,6 +310,43 @@ __global__ __launch_bounds__(kBatchNormThreads) void grad_input_kernel(
       });
 }
 
+// ---- channel sums ----
+
+// partial (channels, splits): sum(x) over what block (b, split) read.
+template <typename T, int kVec>
+__global__ __launch_bounds__(kBatchNormThreads) void channel_sum_partial_kernel(const T* x,
+                                                                                BatchNormPlan plan,
+                                                                                acc_t<T>* partial) {
+  using Acc = acc_t<T>;
+  for (int64_t c = blockIdx.x; c < plan.channels; c += gridDim.x) {
+    Acc total = 0, none = 0;  // block_sum_pair's second sum, unused
+    for_each_channel_vector(plan, c, blockIdx.y, threadIdx.x, threadIdx.y, [&](int64_t at) {
+      Acc values[kVec];
+      load(x + at, values);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i)
+        total += values[i];
+    });
+    block_sum_pair(total, none);
+    if (linear_thread() == 0) partial[c * plan.splits + blockIdx.y] = total;
+  }
+}
+
+// A warp per channel: the channel's splits summed in order -> sums[c].
+template <typename Acc>
+__global__ void channel_sum_finalize_kernel(const Acc* partial, BatchNormPlan plan, Acc* sums) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+       c < plan.channels; c += warps) {
+    Acc total = 0;
+    for (int64_t split = lane; split < plan.splits; split += 32)
+      total += partial[c * plan.splits + split];
+    total = warp_sum(total);
+    if (lane == 0) sums[c] = total;
+  }
+}
+
 // ---- launch shapes ----
 
 int multiprocessors() {
@@ -434,6 +472,26 @@ void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
   EMBER_CUDA_CHECK_LAUNCH("batch_norm: grad_input_kernel<<<>>>");
 }
 
+template <typename T>
+void channel_sums(const T* x, acc_t<T>* sums, int64_t batch, int64_t channels, int64_t spatial,
+                  cudaStream_t stream) {
+  using Acc = acc_t<T>;
+  if (channels == 0) return;
+  const BatchNormPlan plan = plan_for<T>(batch, channels, spatial, {x});
+  const Scratch<Acc> partial(plan.channels * plan.splits, stream);
+  if (plan.vector_width > 1) {
+    channel_sum_partial_kernel<T, rows::kVectorWidth<T>>
+        <<<reduction_grid(plan), block_of(plan), 0, stream>>>(x, plan, partial.data);
+  } else {
+    channel_sum_partial_kernel<T, 1>
+        <<<reduction_grid(plan), block_of(plan), 0, stream>>>(x, plan, partial.data);
+  }
+  EMBER_CUDA_CHECK_LAUNCH("channel_sums: channel_sum_partial_kernel<<<>>>");
+  channel_sum_finalize_kernel<Acc>
+      <<<finalize_blocks(channels), kBatchNormThreads, 0, stream>>>(partial.data, plan, sums);
+  EMBER_CUDA_CHECK_LAUNCH("channel_sums: channel_sum_finalize_kernel<<<>>>");
+}
+
 #define EMBER_INSTANTIATE_BATCH_NORM(T)                                                         \
   template void batch_norm_statistics<T>(const T*, acc_t<T>*, acc_t<T>*, int64_t, int64_t,      \
                                          int64_t, cudaStream_t);                                \
@@ -443,7 +501,8 @@ void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
                                     int64_t, int64_t, bool, cudaStream_t);                      \
   template void batch_norm_backward<T>(const T*, const T*, const acc_t<T>*, const acc_t<T>*,    \
                                        const acc_t<T>*, T*, acc_t<T>*, acc_t<T>*, int64_t,      \
-                                       int64_t, int64_t, bool, const T*, cudaStream_t);
+                                       int64_t, int64_t, bool, const T*, cudaStream_t);         \
+  template void channel_sums<T>(const T*, acc_t<T>*, int64_t, int64_t, int64_t, cudaStream_t);
 EMBER_INSTANTIATE_BATCH_NORM(float)
 EMBER_INSTANTIATE_BATCH_NORM(double)
 EMBER_INSTANTIATE_BATCH_NORM(Half)

@@ -65,4 +65,11 @@ void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
                          acc_t<T>* grad_bias, int64_t batch, int64_t channels, int64_t spatial,
                          bool training, const T* relu_out, cudaStream_t stream);
 
+// Per channel: the sum of x over (batch, spatial), accumulated in acc_t<T> and written to
+// sums (channels) -- conv2d's bias gradient, from one read of x on batch norm's reduction plan
+// (a sum over dims {0, 2, 3} would first copy x into (channels, batch, spatial)).
+template <typename T>
+void channel_sums(const T* x, acc_t<T>* sums, int64_t batch, int64_t channels, int64_t spatial,
+                  cudaStream_t stream);
+
 }  // namespace ember::kernels::cuda
