@@ -20,6 +20,8 @@
 // The bytes, with N elements of 4 bytes (f32) per tensor:
 //   add, mul        a, b read, out written                    3 N 4      (N = 64M: 256 MB each)
 //                   (_misaligned: inputs one element into their buffers: the scalar path)
+//   bias add        x (512, 64, 32, 32) + b (1, 64, 1, 1) in bf16 into a new tensor, conv2d's
+//                   bias (the strided path: a broadcast): x read, out written  2 N 2
 //   cast f32->bf16  read 4 N, write 2 N                       6 N
 //   softmax fwd     x read, y written                         2 N 4
 //   layer_norm fwd  x read, y written (weight, bias, stats: one row each, not counted)  2 N 4
@@ -32,7 +34,7 @@
 //   batch_norm_relu f+b  the same with a ReLU after it (as in resnet9's blocks), fused by ember
 //                   (batch_norm_relu): the same 5 N 2 counted, as ReLU's mask can come from x.
 //                   (ember also reads its saved output backward: 10 N 2 moved; the two ops
-//                   apart move 14 N 2.)
+//                   apart move 13 N 2.)
 //   AdamW (f32)     per parameter: read p, g, m, v (16 B), write p, m, v (12 B) = 28 B; over
 //                   100M parameters 2.8 GB
 // matmul reports TFLOP/s (2 M N K); the resnet9 step reports ms and images/s.
@@ -305,6 +307,15 @@ void bm_binary(benchmark::State& state, bool multiply, DType dtype, bool misalig
            [&] { const Tensor out = multiply ? mul(a, b) : add(a, b); });
 }
 
+// conv2d's bias add over resnet9's first activations: a broadcast, so the strided elementwise
+// path, which walks (N, C, H * W) with a quotient and a remainder per dim.
+void bm_bias_add(benchmark::State& state) {
+  const Tensor x = randn({512, 64, 32, 32}, on_gpu()).to(DType::bf16);
+  const Tensor bias = randn({64}, on_gpu()).to(DType::bf16).reshape({1, 64, 1, 1});
+  run_case(state, {.bytes = 2.0 * 2 * static_cast<double>(x.numel())},
+           [&] { const Tensor out = add(x, bias); });
+}
+
 // 256 MB of f32 cast to a 16-bit dtype (f16 or bf16).
 void bm_cast_from_f32(benchmark::State& state, DType to) {
   const Tensor x = randn({k256MBofF32}, on_gpu());
@@ -463,6 +474,7 @@ void register_cases() {
   add_case("add_bf16_256MB_misaligned", 20,
            [](State& s) { bm_binary(s, false, DType::bf16, true); });
   add_case("mul_f32_256MB", 20, [](State& s) { bm_binary(s, true, DType::f32); });
+  add_case("bias_add_bf16_r9", 20, bm_bias_add);
   add_case("cast_f32_bf16_256MB", 20, [](State& s) { bm_cast_from_f32(s, DType::bf16); });
   add_case("cast_f32_f16_256MB", 20, [](State& s) { bm_cast_from_f32(s, DType::f16); });
   for (const auto& [row, label] :

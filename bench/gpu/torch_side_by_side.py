@@ -109,6 +109,17 @@ def case_binary(op, dtype, misaligned=False):
     return ("bytes", 3 * 256 * MB, make)
 
 
+def case_bias_add():
+    """conv2d's bias over resnet9's first activations, broadcast, bf16 (kernels_bench.cpp's)."""
+    def make(compiled):
+        x = torch.randn(512, 64, 32, 32, device="cuda").to(torch.bfloat16)
+        bias = torch.randn(64, device="cuda").to(torch.bfloat16).reshape(1, 64, 1, 1)
+        f = maybe_compile(torch.add, compiled)
+        return (lambda: f(x, bias)), None
+
+    return ("bytes", 2 * 2 * 512 * 64 * 32 * 32, make)
+
+
 def case_cast(dtype=torch.bfloat16):
     def make(compiled):
         x = torch.randn(N256, device="cuda")
@@ -259,6 +270,7 @@ def all_cases():
         "add_f32_256MB_misaligned": case_binary(torch.add, torch.float32, misaligned=True),
         "add_bf16_256MB_misaligned": case_binary(torch.add, torch.bfloat16, misaligned=True),
         "mul_f32_256MB": case_binary(torch.mul, torch.float32),
+        "bias_add_bf16_r9": case_bias_add(),
         "cast_f32_bf16_256MB": case_cast(),
         "cast_f32_f16_256MB": case_cast(torch.float16),
     }
