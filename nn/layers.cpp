@@ -111,11 +111,19 @@ std::string BatchNorm::type_name() const {
 
 namespace {
 
-void check_batch_norm_input(const BatchNorm& layer, const Tensor& x) {
+// BatchNorm's forward, with the ReLU after it fused when `relu`.
+Tensor batch_norm_layer(BatchNorm& layer, const Tensor& x, bool relu) {
   const bool ok = layer.spatial_dims == 2 ? x.dim() == 4 : (x.dim() == 2 || x.dim() == 3);
   EMBER_CHECK(ok, layer.type_name(), ": expected ",
               layer.spatial_dims == 2 ? "(N, C, H, W)" : "(N, C) or (N, C, L)", " input, got ",
               describe(x));
+  if (layer.is_training()) {
+    NoGradGuard no_grad;
+    layer.num_batches_tracked.add_(1);
+  }
+  const auto op = relu ? batch_norm_relu : batch_norm;
+  return op(x, layer.running_mean, layer.running_var, layer.weight, layer.bias, layer.is_training(),
+            layer.momentum, layer.eps);
 }
 
 std::atomic<bool>& batch_norm_relu_fusion() {
@@ -127,28 +135,18 @@ std::atomic<bool>& batch_norm_relu_fusion() {
 }  // namespace
 
 Tensor BatchNorm::forward(const Tensor& x) {
-  check_batch_norm_input(*this, x);
-  if (is_training()) {
-    NoGradGuard no_grad;
-    num_batches_tracked.add_(1);
-  }
-  return batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum, eps);
+  return batch_norm_layer(*this, x, false);
 }
 
 Tensor BatchNorm::forward_relu(const Tensor& x) {
-  check_batch_norm_input(*this, x);
-  if (is_training()) {
-    NoGradGuard no_grad;
-    num_batches_tracked.add_(1);
-  }
-  return batch_norm_relu(x, running_mean, running_var, weight, bias, is_training(), momentum, eps);
+  return batch_norm_layer(*this, x, true);
 }
 
 bool fusable_with_relu(const Module& layer, const Module& next) {
   const std::type_info& type = typeid(layer);
-  const bool batch_norm_layer =
+  const bool is_batch_norm =
       type == typeid(BatchNorm) || type == typeid(BatchNorm1d) || type == typeid(BatchNorm2d);
-  return batch_norm_layer && typeid(next) == typeid(ReLU) && fuse_batch_norm_relu();
+  return is_batch_norm && typeid(next) == typeid(ReLU) && fuse_batch_norm_relu();
 }
 
 void set_fuse_batch_norm_relu(bool fuse) {
