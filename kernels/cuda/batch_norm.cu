@@ -289,6 +289,8 @@ __global__ void grad_finalize_kernel(const Acc* partial, const Acc* rstd, const 
   }
 }
 
+// In eval (training false), grad_x = g scale alone: x does not enter, so a NaN or infinite x
+// leaves its gradient finite, as in PyTorch (the centred form would multiply it by a zero slope).
 template <typename T, int kVec, bool kRelu>
 __global__ __launch_bounds__(kBatchNormThreads) void grad_input_kernel(
     const T* grad_out, const T* relu_out, const T* x, const acc_t<T>* mean,
@@ -301,8 +303,6 @@ __global__ __launch_bounds__(kBatchNormThreads) void grad_input_kernel(
         Acc g[kVec], values[kVec];
         load_gradient<kRelu>(grad_out, relu_out, at, g);
         load(x + at, values);
-    // In eval, g scale alone: x does not enter, so a NaN or infinite x leaves its gradient
-    // finite, as in PyTorch (the centred form would multiply it by a zero slope).
 #pragma unroll
         for (int i = 0; i < kVec; ++i)
           values[i] = training ? scale * (g[i] - mean_g - (values[i] - m) * slope) : g[i] * scale;
