@@ -176,7 +176,8 @@ finish() {
       echo
     fi
     # The resnet9 steps under the other cuDNN policies (bench step's extra passes).
-    for pass in gpu_bench_any_algorithm gpu_bench_measured_algorithm gpu_bench_graph; do
+    for pass in gpu_bench_any_algorithm gpu_bench_measured_algorithm gpu_bench_graph \
+      gpu_bench_unfused; do
       [[ -f $WORK/logs/$pass.log ]] || continue
       echo "resnet9 steps, $pass.log (medians):"
       grep -E "resnet9.*_median" "$WORK/logs/$pass.log" | cut -c1-120 | sed 's/^/    /'
@@ -356,6 +357,15 @@ if wants bench && built ember_gpu_bench gpu_bench_graph && [[ -z ${BENCH_FILTER:
     --benchmark_out_format=json
   grep -E "_median" "$WORK/logs/gpu_bench_graph.log" | cut -c1-160
   grep -E "ember cuDNN graph" "$WORK/logs/gpu_bench_graph.log" | cut -c1-240 | head -40
+fi
+if wants bench && built ember_gpu_bench gpu_bench_unfused && [[ -z ${BENCH_FILTER:-} ]]; then
+  # And with batch norm and ReLU apart (EMBER_FUSE_BN_RELU=0), the path before 2026-11-29: what
+  # the fused batch_norm_relu gives the resnet9 steps, side by side with the first pass.
+  step gpu_bench_unfused 60 gpu_bench_unfused.log env EMBER_FUSE_BN_RELU=0 \
+    $BIN/ember_gpu_bench --benchmark_filter=resnet9 --benchmark_repetitions=5 \
+    --benchmark_report_aggregates_only=true --benchmark_out=$WORK/logs/gpu_bench_unfused.json \
+    --benchmark_out_format=json
+  grep -E "_median" "$WORK/logs/gpu_bench_unfused.log" | cut -c1-160
 fi
 if wants bench && built ember_gemm_bench gemm_bench && [[ -z ${BENCH_FILTER:-} ]]; then
   # Its cases have no fixed iteration count: Google Benchmark runs each until 0.5 s of *manual*
