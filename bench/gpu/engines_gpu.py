@@ -5,8 +5,9 @@
         [--epochs 4] [--limit 20480] [--budget 150] [--engines cuda:none,amp:bf16,...]
         [--size 64] [--batch 512] [--torch-device cuda] [--torch-compile bf16]
 
-Every engine that one GPU can run (cuda, amp, o2, dp over cuda:0 twice, and ddp as a world of
-one over NCCL, EMBER_DDP_WORLD_OF_ONE=1; daso needs MPI, which the GPU machine's build lacks)
+Every engine that one GPU can run (cuda, amp, o2, dp, which on one GPU runs the model as it is,
+as PyTorch's DataParallel, and ddp as a world of one over NCCL, EMBER_DDP_WORLD_OF_ONE=1; daso
+needs MPI, which the GPU machine's build lacks)
 trains ResNet9 (width 64, batch 512, Adam 2e-3, seed 42) for --epochs epochs over the first
 --limit training images. Its images/s is the median of metrics.csv's train_throughput over
 epochs 2.. (the first pays for cuDNN's and cuBLAS's set-up, the allocator's growth and the
