@@ -15,6 +15,7 @@
 #include <compare>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -427,14 +428,58 @@ struct Scaling {
 // Plans are kept per (problem, handle): a plan is finalised on a handle and run with it, and a
 // handle serves one thread at a time (PyTorch keeps its v8 plans per thread likewise). A problem
 // none of whose engine configurations the policy allows is remembered as a null plan and runs
-// the v7-style way.
+// the v7-style way. The cache is never destroyed: a plan destroyed at exit can run after the CUDA
+// runtime has begun to tear down (PyTorch leaks its plan cache for that reason, as ember leaks its
+// cuDNN handles above).
 struct GraphKey {
   ProblemKey problem;
   cudnnHandle_t handle;
   auto operator<=>(const GraphKey&) const = default;
 };
-std::map<GraphKey, std::shared_ptr<const graph_conv::Plan>> graph_plans;  // under cache_mutex
-std::atomic<int64_t> graph_plans_built{0}, graph_fallbacks{0};
+using GraphPlans = std::map<GraphKey, std::shared_ptr<const graph_conv::Plan>>;
+GraphPlans& graph_plans() {  // under cache_mutex
+  static auto* plans = new GraphPlans();
+  return *plans;
+}
+std::atomic<int64_t> graph_plans_built{0}, graph_fallbacks{0}, graph_measurements{0};
+
+// The policy's benchmark: the measured plan's place in the heuristics' ranking, per problem. The
+// first handle to meet a problem measures its plans; every other handle builds the plan of that
+// place (the ranking is the device's), so that a problem runs the same engine on every thread of
+// the process, as the v7-style path's one choice per (problem, device) does. Measured per handle,
+// two threads could take two engines, and give two results.
+struct MeasuredChoice {
+  int rank = 0;
+  int64_t engine = -1;
+  float time_ms = -1, fastest_time_ms = -1;
+};
+std::map<ProblemKey, MeasuredChoice> measured_choices;  // under cache_mutex
+
+// Runs the plan once on a call's own operands (its output is overwritten, then computed again by
+// the plan chosen): false when cuDNN refuses to execute it, so that the next one is tried, as
+// cudnn-frontend and PyTorch do.
+bool executes(cudnnHandle_t handle, const graph_conv::Plan& plan,
+              const graph_conv::Problem& problem, const void* in_a, const void* in_b, void* out,
+              void* scratch) {
+  try {
+    graph_conv::execute(handle, plan, problem, in_a, in_b, out, scratch);
+    return true;
+  } catch (const CudaError&) {
+    return false;
+  }
+}
+
+// PlanSearch::works for a call: executes() with the plan's own workspace.
+std::function<bool(const graph_conv::Plan&)> runs_on(cudnnHandle_t handle,
+                                                     const graph_conv::Problem& problem,
+                                                     const void* in_a, const void* in_b, void* out,
+                                                     const WorkspaceAllocator& workspace) {
+  return [=, &problem, &workspace](const graph_conv::Plan& plan) {
+    void* scratch =
+        plan.workspace_bytes > 0 ? workspace(static_cast<size_t>(plan.workspace_bytes)) : nullptr;
+    return executes(handle, plan, problem, in_a, in_b, out, scratch);
+  };
+}
 
 void log_graph_choice(const Conv2dParams& p, ConvDataType dtype, bool tf32, ConvDirection direction,
                       const graph_conv::Plan* plan, const std::string& why_not, double choice_ms,
@@ -472,6 +517,19 @@ bool is_aligned(const void* pointer) {
   return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
 }
 
+// A CUDA event, destroyed with this object.
+class Event {
+ public:
+  Event() { EMBER_CUDA_KERNEL_CHECK(cudaEventCreate(&raw_)); }
+  ~Event() { static_cast<void>(cudaEventDestroy(raw_)); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return raw_; }
+
+ private:
+  cudaEvent_t raw_ = nullptr;
+};
+
 // The policy's benchmark through the graph API (PyTorch's cudnn.benchmark on its v8 path): every
 // allowed plan is run once to warm up and once timed between two CUDA events, on the call's own
 // buffers (the output is overwritten, then computed by the chosen plan); the fastest
@@ -482,32 +540,29 @@ std::unique_ptr<graph_conv::Plan> measured_plan(cudnnHandle_t handle,
                                                 const void* in_a, const void* in_b, void* out,
                                                 const WorkspaceAllocator& workspace,
                                                 cudaStream_t stream, std::string* why_not) {
-  constexpr size_t kMostPlans = 32;
-  std::vector<std::unique_ptr<graph_conv::Plan>> plans =
-      graph_conv::make_plans(handle, problem, kMostPlans, why_not);
+  std::vector<std::unique_ptr<graph_conv::Plan>> plans = graph_conv::make_plans(
+      handle, problem, {.limit = 32, .only_rank = -1, .works = nullptr}, why_not);
   if (plans.empty()) return nullptr;
+  graph_measurements.fetch_add(1, std::memory_order_relaxed);
   int64_t largest = 0;
   for (const auto& plan : plans)
     largest = std::max(largest, plan->workspace_bytes);
   void* scratch = largest > 0 ? workspace(static_cast<size_t>(largest)) : nullptr;
-  struct Events {
-    cudaEvent_t start = nullptr, stop = nullptr;
-    Events() {
-      EMBER_CUDA_KERNEL_CHECK(cudaEventCreate(&start));
-      EMBER_CUDA_KERNEL_CHECK(cudaEventCreate(&stop));
-    }
-    ~Events() {
-      static_cast<void>(cudaEventDestroy(stop));
-      static_cast<void>(cudaEventDestroy(start));
-    }
-  } const events;
+  // The warm-up: a plan cuDNN refuses to execute is dropped, not timed.
+  std::erase_if(plans, [&](const auto& plan) {
+    return !executes(handle, *plan, problem, in_a, in_b, out, scratch);
+  });
+  if (plans.empty()) {
+    if (why_not) *why_not = "no allowed plan executes";
+    return nullptr;
+  }
+  const Event start, stop;
   for (const auto& plan : plans) {
-    graph_conv::execute(handle, *plan, problem, in_a, in_b, out, scratch);  // warm-up
-    EMBER_CUDA_KERNEL_CHECK(cudaEventRecord(events.start, stream));
+    EMBER_CUDA_KERNEL_CHECK(cudaEventRecord(start.get(), stream));
     graph_conv::execute(handle, *plan, problem, in_a, in_b, out, scratch);
-    EMBER_CUDA_KERNEL_CHECK(cudaEventRecord(events.stop, stream));
-    EMBER_CUDA_KERNEL_CHECK(cudaEventSynchronize(events.stop));
-    EMBER_CUDA_KERNEL_CHECK(cudaEventElapsedTime(&plan->time_ms, events.start, events.stop));
+    EMBER_CUDA_KERNEL_CHECK(cudaEventRecord(stop.get(), stream));
+    EMBER_CUDA_KERNEL_CHECK(cudaEventSynchronize(stop.get()));
+    EMBER_CUDA_KERNEL_CHECK(cudaEventElapsedTime(&plan->time_ms, start.get(), stop.get()));
   }
   const bool any_deterministic =
       std::any_of(plans.begin(), plans.end(), [](const auto& p) { return p->deterministic; });
@@ -521,6 +576,55 @@ std::unique_ptr<graph_conv::Plan> measured_plan(cudnnHandle_t handle,
   }
   plans[best]->fastest_time_ms = fastest;
   return std::move(plans[best]);
+}
+
+// The heuristics' first allowed plan that cuDNN executes (on the call's operands), or nullptr.
+std::unique_ptr<graph_conv::Plan> first_plan_that_runs(
+    cudnnHandle_t handle, const graph_conv::Problem& problem, const void* in_a, const void* in_b,
+    void* out, const WorkspaceAllocator& workspace, std::string* why_not) {
+  const graph_conv::PlanSearch search{
+      .limit = 1, .only_rank = -1, .works = runs_on(handle, problem, in_a, in_b, out, workspace)};
+  std::vector<std::unique_ptr<graph_conv::Plan>> plans =
+      graph_conv::make_plans(handle, problem, search, why_not);
+  return plans.empty() ? nullptr : std::move(plans.front());
+}
+
+// The policy's benchmark on `handle`: the plan measured fastest for the problem on the device,
+// built on this handle from its place in the ranking when another handle has measured it, else
+// measured now (measured_plan) and remembered for the other handles.
+std::unique_ptr<graph_conv::Plan> benchmarked_plan(cudnnHandle_t handle, const ProblemKey& key,
+                                                   const graph_conv::Problem& problem,
+                                                   const void* in_a, const void* in_b, void* out,
+                                                   const WorkspaceAllocator& workspace,
+                                                   cudaStream_t stream, std::string* why_not) {
+  std::optional<MeasuredChoice> measured;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    const auto found = measured_choices.find(key);
+    if (found != measured_choices.end()) measured = found->second;
+  }
+  if (measured) {
+    const graph_conv::PlanSearch search{
+        .limit = 1,
+        .only_rank = measured->rank,
+        .works = runs_on(handle, problem, in_a, in_b, out, workspace)};
+    std::vector<std::unique_ptr<graph_conv::Plan>> plans =
+        graph_conv::make_plans(handle, problem, search, why_not);
+    // The same engine at the same place, as it should be; else this handle measures its own.
+    if (!plans.empty() && plans.front()->engine == measured->engine) {
+      plans.front()->time_ms = measured->time_ms;
+      plans.front()->fastest_time_ms = measured->fastest_time_ms;
+      return std::move(plans.front());
+    }
+  }
+  std::unique_ptr<graph_conv::Plan> plan =
+      measured_plan(handle, problem, in_a, in_b, out, workspace, stream, why_not);
+  if (plan && !measured) {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    measured_choices.emplace(
+        key, MeasuredChoice{plan->rank, plan->engine, plan->time_ms, plan->fastest_time_ms});
+  }
+  return plan;
 }
 
 // Runs the convolution through the graph API and returns true, or returns false (nothing run)
@@ -541,14 +645,15 @@ bool run_through_graph(const Conv2dParams& params, ConvDataType dtype, const Con
   const GraphKey key{key_of(params, dtype, policy, direction), handle};
   std::string why_not;
   const Lookup<std::shared_ptr<const graph_conv::Plan>> lookup =
-      cached_choice(graph_plans, key, key.problem.device, [&] {
+      cached_choice(graph_plans(), key, key.problem.device, [&] {
         // A call cuDNN refuses on the way (the graph or its heuristics for a dtype it has no
         // engine of, say) is a fallback like an empty ranking, its message kept for the log.
         std::shared_ptr<const graph_conv::Plan> plan;
         try {
           plan = policy.benchmark
-                     ? measured_plan(handle, problem, in_a, in_b, out, workspace, stream, &why_not)
-                     : graph_conv::make_plan(handle, problem, &why_not);
+                     ? benchmarked_plan(handle, key.problem, problem, in_a, in_b, out, workspace,
+                                        stream, &why_not)
+                     : first_plan_that_runs(handle, problem, in_a, in_b, out, workspace, &why_not);
         } catch (const CudaError& error) {
           why_not = error.what();
         }
@@ -602,6 +707,10 @@ int64_t cudnn_conv_graph_plans_built() {
 
 int64_t cudnn_conv_graph_fallbacks() {
   return graph_fallbacks.load(std::memory_order_relaxed);
+}
+
+int64_t cudnn_conv_graph_measurements() {
+  return graph_measurements.load(std::memory_order_relaxed);
 }
 
 void cudnn_conv2d_forward(const Conv2dParams& params, ConvDataType dtype, const ConvPolicy& policy,
@@ -760,6 +869,10 @@ int64_t cudnn_conv_graph_plans_built() {
 }
 
 int64_t cudnn_conv_graph_fallbacks() {
+  return 0;
+}
+
+int64_t cudnn_conv_graph_measurements() {
   return 0;
 }
 

@@ -80,6 +80,9 @@ int64_t cudnn_conv_algorithm_searches();
 // How many graph-API choices ended in a plan, and how many in the v7-style path instead.
 int64_t cudnn_conv_graph_plans_built();
 int64_t cudnn_conv_graph_fallbacks();
+// With the policy's benchmark: how many graph-API problems have had their plans timed (once per
+// problem and device; other handles build the plan measured fastest).
+int64_t cudnn_conv_graph_measurements();
 // How many cuDNN handles have been created since the program started (threads that end give
 // theirs back to a pool for the next thread).
 int64_t cudnn_handles_created();

@@ -234,7 +234,7 @@ Operation make_operation(const Problem& problem) {
 }
 
 std::vector<std::unique_ptr<Plan>> make_plans(cudnnHandle_t handle, const Problem& problem,
-                                              size_t limit, std::string* why) {
+                                              const PlanSearch& search, std::string* why) {
   auto sources = std::make_shared<Sources>();
   sources->operation = make_operation(problem);
   sources->graph = std::make_unique<Descriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
@@ -286,7 +286,8 @@ std::vector<std::unique_ptr<Plan>> make_plans(cudnnHandle_t handle, const Proble
   std::vector<std::unique_ptr<Plan>> plans;
   std::string tried;
   for (const bool deterministic_only : {problem.deterministic, false}) {
-    for (size_t i = 0; i < candidates.size() && plans.size() < limit; ++i) {
+    for (size_t i = 0; i < candidates.size() && plans.size() < search.limit; ++i) {
+      if (search.only_rank >= 0 && static_cast<int>(i) != search.only_rank) continue;
       const Candidate& c = candidates[i];
       const bool nondeterministic = c.notes.has(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
       if (!deterministic_only && problem.deterministic && !nondeterministic)
@@ -327,6 +328,10 @@ std::vector<std::unique_ptr<Plan>> make_plans(cudnnHandle_t handle, const Proble
       plan->first_engine = candidates.front().engine;
       plan->deterministic = !nondeterministic;
       plan->notes = describe(c.notes);
+      if (search.works && !search.works(*plan)) {
+        tried += ": fails to execute";
+        continue;
+      }
       plans.push_back(std::move(plan));
     }
     if (!problem.deterministic) break;  // the one pass took every engine
@@ -336,11 +341,6 @@ std::vector<std::unique_ptr<Plan>> make_plans(cudnnHandle_t handle, const Proble
            (tried.empty() ? "" : ": " + tried);
   }
   return plans;
-}
-
-std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const Problem& problem, std::string* why) {
-  std::vector<std::unique_ptr<Plan>> plans = make_plans(handle, problem, 1, why);
-  return plans.empty() ? nullptr : std::move(plans.front());
 }
 
 void execute(cudnnHandle_t handle, const Plan& plan, const Problem& problem, const void* in_a,

@@ -23,6 +23,7 @@
 #include <cudnn.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,15 +88,22 @@ struct Plan {
   float time_ms = -1, fastest_time_ms = -1;
 };
 
+// Which of the allowed plans make_plans keeps.
+struct PlanSearch {
+  size_t limit = 1;    // at most this many
+  int only_rank = -1;  // >= 0: only the configuration at this place in the heuristics' ranking
+                       // (the one another handle measured fastest: the ranking is the device's)
+  // When set, a plan that finalises is kept only if works(plan) says so: the caller runs it
+  // once, and one that cuDNN refuses to execute is passed over, as cudnn-frontend does.
+  std::function<bool(const Plan&)> works;
+};
+
 // The plans on `handle` (which they may only be run with) of the configurations the policy
-// allows and that finalise within 1 GiB of workspace, at most `limit`, in the heuristics' order
+// allows and that finalise within 1 GiB of workspace, as `search` says, in the heuristics' order
 // with the deterministic ones first when the policy asks for determinism. Empty, with `why`
 // saying what was tried, when there is none.
 std::vector<std::unique_ptr<Plan>> make_plans(cudnnHandle_t handle, const Problem& problem,
-                                              size_t limit, std::string* why);
-
-// The first of make_plans, or nullptr.
-std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const Problem& problem, std::string* why);
+                                              const PlanSearch& search, std::string* why);
 
 // Runs `plan` on the problem's operands, each a device pointer 16-byte aligned: forward
 // (in_a = x, in_b = w, out = y), backward data (dy, w, dx), backward filter (x, dy, dw).

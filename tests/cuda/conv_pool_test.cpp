@@ -9,11 +9,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <exception>
 #include <functional>
 #include <iostream>
 #include <limits>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -356,6 +358,89 @@ TEST(CudaConvPool, Conv2dThroughTheGraphApiWithMeasuredPlansMatchesTheCpu) {
     EXPECT_EQ(kernels::cuda::cudnn_conv_graph_plans_built(), built + 3) << what << ": cached";
     EXPECT_EQ(first_run, second_run) << what << ": other bits the second time";
   }
+}
+
+// The graph API with the policy's benchmark on threads alive together, each on a cuDNN handle of
+// its own (DataParallel's replicas): the plans are timed once per problem, every other handle
+// builds the plan measured fastest, and every thread gets the same bits. (Timed per handle, two
+// threads could take two engines, whose sums round differently.)
+TEST(CudaConvPool, Conv2dThroughTheGraphApiWithMeasuredPlansRunsOneEngineOnEveryThread) {
+  EMBER_SKIP_WITHOUT_GPU();
+  if (!kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
+  struct GraphApiMeasured {  // process-wide switches: put back whatever happens
+    GraphApiMeasured() {
+      set_conv_graph_api(true);
+      set_conv_benchmark(true);
+    }
+    ~GraphApiMeasured() {
+      set_conv_benchmark(false);
+      set_conv_graph_api(false);
+    }
+  };
+  const GraphApiMeasured measured;
+  Generator generator(29);
+  // A geometry no other test uses (17 x 9, 20 -> 36 channels), so that every direction is a miss.
+  const std::vector<Tensor> inputs = {
+      uniform({5, 20, 17, 9}, -1.0, 1.0, DType::bf16, &generator).to(Device::cuda(0)),
+      uniform({36, 20, 3, 3}, -1.0, 1.0, DType::bf16, &generator).to(Device::cuda(0))};
+  const Tensor warm_x = ones({1, 3, 8, 8}, TensorOptions(DType::f32, Device::cuda(0)));
+  const Tensor warm_w = ones({4, 3, 3, 3}, TensorOptions(DType::f32, Device::cuda(0)));
+  constexpr int kThreads = 3;
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::vector<double>> results(kThreads);
+  std::mutex mutex;
+  std::condition_variable changed;
+  int holding_a_handle = 0;
+  bool go = false;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        // Each thread takes its handle (a convolution of another geometry), then waits for the
+        // others to hold theirs and for the counters to be read.
+        conv2d(warm_x, warm_w, Tensor(), {.padding = 1});
+        {
+          std::unique_lock<std::mutex> lock(mutex);
+          ++holding_a_handle;
+          changed.notify_all();
+          changed.wait(lock, [&] { return go; });
+        }
+        const Tensor x = inputs[0].clone().requires_grad_();
+        const Tensor w = inputs[1].clone().requires_grad_();
+        const Tensor y = conv2d(x, w, Tensor(), {.padding = 1});
+        sum(y * y).backward();
+        for (const Tensor& value : {y, x.grad(), w.grad()}) {
+          const std::vector<double> values = to_vector<double>(value.to(Device::cpu()));
+          results[t].insert(results[t].end(), values.begin(), values.end());
+        }
+      } catch (const std::exception& error) {
+        errors[t] = error.what();
+        const std::lock_guard<std::mutex> lock(mutex);
+        ++holding_a_handle;  // so that the others are not held back
+        changed.notify_all();
+      }
+    });
+  }
+  int64_t measured_before = 0, built_before = 0;
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait(lock, [&] { return holding_a_handle == kThreads; });
+    measured_before = kernels::cuda::cudnn_conv_graph_measurements();
+    built_before = kernels::cuda::cudnn_conv_graph_plans_built();
+    go = true;
+    changed.notify_all();
+  }
+  for (std::thread& thread : threads)
+    thread.join();
+  for (const std::string& error : errors)
+    ASSERT_EQ(error, "");
+  EXPECT_EQ(kernels::cuda::cudnn_conv_graph_measurements(), measured_before + 3)
+      << "forward, backward data and backward filter, each timed once for " << kThreads
+      << " threads";
+  EXPECT_EQ(kernels::cuda::cudnn_conv_graph_plans_built(), built_before + 3 * kThreads)
+      << "a plan per direction on each thread's handle";
+  for (int t = 1; t < kThreads; ++t)
+    EXPECT_EQ(results[t], results[0]) << "thread " << t << " got other bits than thread 0";
 }
 
 TEST(CudaConvPool, Conv2dChoosesEachAlgorithmOnce) {
