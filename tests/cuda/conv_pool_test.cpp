@@ -660,6 +660,67 @@ TEST(CudaConvPool, BatchNormGradientsAndRunningStatisticsMatchTheCpu) {
   }
 }
 
+// batch_norm_relu against the CPU, forward and backward (CudaOpCaseTest compares its forward
+// only, and tests/cuda/batch_norm_relu_test.cpp the fused layers with the two apart on the GPU):
+// every dtype, training and eval, planes the kernels read by 16-byte vectors and planes they
+// cannot. x is 2 + d in the first half of the batch and 2 - d in the second, for the same d, a
+// multiple of 1/8 in [1/4, 2]: every value is exact in every dtype and every partial sum of them
+// in f32, so the batch mean is exactly 2 on both devices, and no value comes near 0 before the
+// ReLU (|w x_hat| >= 0.06, the bias below 0.02; the sign is taken in f32, before rounding). ReLU
+// then masks the same elements on both: one within rounding of 0 could be masked on one device
+// and not on the other.
+TEST(CudaConvPool, BatchNormReluGradientsAndRunningStatisticsMatchTheCpu) {
+  EMBER_SKIP_WITHOUT_GPU();
+  // 16 x 14 = 224 values a plane: 16-byte vectors in every dtype; 7 x 9 = 63: one at a time;
+  // (16, 2, 32, 32): several blocks per channel.
+  const std::vector<Shape> shapes = {{8, 3, 16, 14}, {6, 5, 7, 9}, {16, 2, 32, 32}};
+  Generator generator(31);
+  for (const Shape& shape : shapes) {
+    const int64_t channels = shape[1];
+    Shape half = shape;
+    half[0] /= 2;
+    for (DType dtype : kFloating) {
+      for (bool training : {true, false}) {
+        const std::string what = "batch_norm_relu " + shape_str(shape) + " in " +
+                                 dtype_name(dtype) + (training ? ", training" : ", eval");
+        const Tensor d = randint(2, 17, half, DType::f64, &generator) / 8.0;
+        const Tensor x = cat({2.0 + d, 2.0 - d}, 0).to(dtype);
+        const Tensor weight = uniform({channels}, 0.5, 1.5, dtype, &generator);
+        const Tensor bias = uniform({channels}, -0.02, 0.02, dtype, &generator);
+        const Tensor mean0 = full({channels}, 2.0, DType::f32);
+        const Tensor var0 = uniform({channels}, 0.5, 2.0, DType::f32, &generator);
+        Tensor cpu_mean = mean0.clone(), cpu_var = var0.clone();
+        Tensor cuda_mean = mean0.to(Device::cuda(0)), cuda_var = var0.to(Device::cuda(0));
+        const ForwardBackward cpu =
+            run_on(Device::cpu(), {x, weight, bias}, {true, true, true},
+                   [&](const std::vector<Tensor>& in) {
+                     return batch_norm_relu(in[0], cpu_mean, cpu_var, in[1], in[2], training);
+                   });
+        const ForwardBackward cuda =
+            run_on(Device::cuda(0), {x, weight, bias}, {true, true, true},
+                   [&](const std::vector<Tensor>& in) {
+                     return batch_norm_relu(in[0], cuda_mean, cuda_var, in[1], in[2], training);
+                   });
+        const double tol = long_sum_tolerance(dtype);
+        std::string error = mismatch(cuda.output, cpu.output, tol);
+        EXPECT_TRUE(error.empty()) << what << ", output: " << error;
+        const std::vector<double> output = to_vector<double>(cpu.output.to(DType::f64));
+        const auto zeros_out = std::count(output.begin(), output.end(), 0.0);
+        EXPECT_GT(zeros_out, 0) << what << ": ReLU masked nothing";
+        EXPECT_LT(zeros_out, static_cast<std::ptrdiff_t>(output.size())) << what;
+        for (size_t i = 0; i < 3; ++i) {
+          error = mismatch(cuda.grads[i], cpu.grads[i], tol);
+          EXPECT_TRUE(error.empty()) << what << ", gradient " << i << ": " << error;
+        }
+        error = mismatch(cuda_mean, cpu_mean, 1e-5);
+        EXPECT_TRUE(error.empty()) << what << ", running_mean: " << error;
+        error = mismatch(cuda_var, cpu_var, 1e-5);
+        EXPECT_TRUE(error.empty()) << what << ", running_var: " << error;
+      }
+    }
+  }
+}
+
 // The fused training path (statistics, rstd/scale/shift and the running-statistics update in one
 // finalize kernel) with what the test above always has left out: no affine parameters, no running
 // statistics, running statistics in f64 (f64 inputs: the kernel's double instantiation), and a

@@ -304,7 +304,10 @@ std::string bits_differ_unless_both_nan(const Tensor& cuda, const Tensor& cpu) {
 // The elementwise kernels convert whole packets at once, and a packet with a NaN in it takes the
 // element-by-element conversions: every 16-bit pattern, shuffled so that NaNs share packets with
 // other values, through a binary op, a unary op and a comparison. Results must have the CPU's
-// bits (signed zeros included) but where both are NaN, and the comparisons exactly.
+// bits (signed zeros included) but where both are NaN, and the comparisons exactly. relu passes
+// its input on by a select on both devices, so its NaNs keep their payloads: its bits must be the
+// CPU's everywhere, which they would not be if a NaN's packet took the paired conversion (its
+// NaN would come out as the canonical 0x7fff).
 TEST(Cuda, SixteenBitKernelsKeepTheOtherValuesOfAPacketWithANaN) {
   EMBER_SKIP_WITHOUT_GPU();
   std::mt19937 random(23);
@@ -315,6 +318,7 @@ TEST(Cuda, SixteenBitKernelsKeepTheOtherValuesOfAPacketWithANaN) {
     const Tensor a_gpu = a.to(Device::cuda(0)), b_gpu = b.to(Device::cuda(0));
     EXPECT_EQ(bits_differ_unless_both_nan(add(a_gpu, b_gpu), add(a, b)), "") << dtype << " add";
     EXPECT_EQ(bits_differ_unless_both_nan(neg(a_gpu), neg(a)), "") << dtype << " neg";
+    EXPECT_EQ(bytes_of(relu(a_gpu).to(Device::cpu())), bytes_of(relu(a))) << dtype << " relu";
     EXPECT_EQ(bytes_of(lt(a_gpu, b_gpu)), bytes_of(lt(a, b))) << dtype << " lt";
   }
 }
