@@ -540,8 +540,9 @@ std::unique_ptr<graph_conv::Plan> measured_plan(cudnnHandle_t handle,
                                                 const void* in_a, const void* in_b, void* out,
                                                 const WorkspaceAllocator& workspace,
                                                 cudaStream_t stream, std::string* why_not) {
-  std::vector<std::unique_ptr<graph_conv::Plan>> plans = graph_conv::make_plans(
-      handle, problem, {.limit = 32, .only_rank = -1, .works = nullptr}, why_not);
+  std::vector<std::unique_ptr<graph_conv::Plan>> plans =
+      graph_conv::make_plans(graph_conv::Target::of(handle), problem,
+                             {.limit = 32, .only_rank = -1, .works = nullptr}, why_not);
   if (plans.empty()) return nullptr;
   graph_measurements.fetch_add(1, std::memory_order_relaxed);
   int64_t largest = 0;
@@ -585,7 +586,7 @@ std::unique_ptr<graph_conv::Plan> first_plan_that_runs(
   const graph_conv::PlanSearch search{
       .limit = 1, .only_rank = -1, .works = runs_on(handle, problem, in_a, in_b, out, workspace)};
   std::vector<std::unique_ptr<graph_conv::Plan>> plans =
-      graph_conv::make_plans(handle, problem, search, why_not);
+      graph_conv::make_plans(graph_conv::Target::of(handle), problem, search, why_not);
   return plans.empty() ? nullptr : std::move(plans.front());
 }
 
@@ -609,7 +610,7 @@ std::unique_ptr<graph_conv::Plan> benchmarked_plan(cudnnHandle_t handle, const P
         .only_rank = measured->rank,
         .works = runs_on(handle, problem, in_a, in_b, out, workspace)};
     std::vector<std::unique_ptr<graph_conv::Plan>> plans =
-        graph_conv::make_plans(handle, problem, search, why_not);
+        graph_conv::make_plans(graph_conv::Target::of(handle), problem, search, why_not);
     // The same engine at the same place, as it should be; else this handle measures its own.
     if (!plans.empty() && plans.front()->engine == measured->engine) {
       plans.front()->time_ms = measured->time_ms;

@@ -3,6 +3,7 @@
 #include "kernels/cuda/cudnn_graph_conv.h"
 
 #include <array>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -233,14 +234,39 @@ Operation make_operation(const Problem& problem) {
   return op;
 }
 
-std::vector<std::unique_ptr<Plan>> make_plans(cudnnHandle_t handle, const Problem& problem,
+std::unique_ptr<Descriptor> describe_device(const std::string& json) {
+  auto device = std::make_unique<Descriptor>(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
+  set(*device, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
+      static_cast<int64_t>(json.size()), json.data());
+  EMBER_CUDNN_CHECK(cudnnBackendFinalize(device->get()));
+  return device;
+}
+
+std::string describe_device_of(cudnnHandle_t handle) {
+  Descriptor device(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
+  set(device, CUDNN_ATTR_DEVICEPROP_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  EMBER_CUDNN_CHECK(cudnnBackendFinalize(device.get()));
+  int64_t length = 0;
+  EMBER_CUDNN_CHECK(cudnnBackendGetAttribute(device.get(),
+                                             CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION,
+                                             CUDNN_TYPE_CHAR, 0, &length, nullptr));
+  std::string json(static_cast<size_t>(length), '\0');
+  EMBER_CUDNN_CHECK(cudnnBackendGetAttribute(device.get(),
+                                             CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION,
+                                             CUDNN_TYPE_CHAR, length, &length, json.data()));
+  json.resize(std::strlen(json.c_str()));  // without a terminating NUL, if cuDNN wrote one
+  return json;
+}
+
+std::vector<std::unique_ptr<Plan>> make_plans(const Target& target, const Problem& problem,
                                               const PlanSearch& search, std::string* why) {
   auto sources = std::make_shared<Sources>();
   sources->operation = make_operation(problem);
   sources->graph = std::make_unique<Descriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   const cudnnBackendDescriptor_t node = sources->operation.node->get();
   set(*sources->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &node);
-  set(*sources->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  if (target.handle)
+    set(*sources->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &target.handle);
   EMBER_CUDNN_CHECK(cudnnBackendFinalize(sources->graph->get()));
 
   sources->heuristics = std::make_unique<Descriptor>(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
@@ -248,6 +274,7 @@ std::vector<std::unique_ptr<Plan>> make_plans(cudnnHandle_t handle, const Proble
   set_descriptor(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, *sources->graph);
   const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
   set(heuristics, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  if (target.device) set_descriptor(heuristics, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, *target.device);
   EMBER_CUDNN_CHECK(cudnnBackendFinalize(heuristics.get()));
   int64_t available = 0;
   EMBER_CUDNN_CHECK(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
@@ -300,7 +327,10 @@ std::vector<std::unique_ptr<Plan>> make_plans(cudnnHandle_t handle, const Proble
         continue;
       }
       auto candidate = std::make_unique<Descriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      set(*candidate, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+      if (target.handle)
+        set(*candidate, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &target.handle);
+      else
+        set_descriptor(*candidate, CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, *target.device);
       set(*candidate, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
           &configs[i]);
       // A configuration that does not finalise (not supported on this device or for this

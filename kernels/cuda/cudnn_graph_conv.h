@@ -88,6 +88,23 @@ struct Plan {
   float time_ms = -1, fastest_time_ms = -1;
 };
 
+// What plans are made for: a handle (plans that run on its device, with it), or a device only
+// described (cuDNN's device-properties descriptor, from the JSON cuDNN writes for a device: plans
+// that finalise without a GPU and cannot run, cuDNN's "deviceless" compilation, since 9.8). A host
+// test checks the heuristics' ranking and the policy's filters on an H200 described so.
+struct Target {
+  cudnnHandle_t handle = nullptr;
+  const Descriptor* device = nullptr;
+  static Target of(cudnnHandle_t handle) { return Target{handle, nullptr}; }
+  static Target described(const Descriptor& device) { return Target{nullptr, &device}; }
+};
+
+// A device's description from its JSON (the CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION that
+// describe_device_of writes); throws a CudaError when cuDNN refuses it.
+std::unique_ptr<Descriptor> describe_device(const std::string& json);
+// The JSON that describes the device of `handle` (for a host test to use later).
+std::string describe_device_of(cudnnHandle_t handle);
+
 // Which of the allowed plans make_plans keeps.
 struct PlanSearch {
   size_t limit = 1;    // at most this many
@@ -98,11 +115,11 @@ struct PlanSearch {
   std::function<bool(const Plan&)> works;
 };
 
-// The plans on `handle` (which they may only be run with) of the configurations the policy
+// The plans for `target` (a handle's may only be run with it) of the configurations the policy
 // allows and that finalise within 1 GiB of workspace, as `search` says, in the heuristics' order
 // with the deterministic ones first when the policy asks for determinism. Empty, with `why`
 // saying what was tried, when there is none.
-std::vector<std::unique_ptr<Plan>> make_plans(cudnnHandle_t handle, const Problem& problem,
+std::vector<std::unique_ptr<Plan>> make_plans(const Target& target, const Problem& problem,
                                               const PlanSearch& search, std::string* why);
 
 // Runs `plan` on the problem's operands, each a device pointer 16-byte aligned: forward
