@@ -5,8 +5,10 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -116,11 +118,33 @@ class StartDeadline {
   std::thread thread_;  // last: starts once the members it uses exist
 };
 
+// Whether a launcher (mpirun, srun, a PMI or PMIx one) started this process, whatever its world.
+bool started_by_a_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (std::getenv(name) != nullptr) return true;
+  return false;
+}
+
+// A singleton's session directory base of its own (start_alone_without_a_daemon), removed after
+// MPI_Finalize; empty when there is none (a launcher's process, or the user's own setting).
+std::string g_singleton_session_base;  // under g_mutex
+
 // A process that no launcher started is a world of one (MPI's singleton). Open MPI 4 would start
 // a daemon (orted) for it, in case it later spawns processes; ember never does, and a world of one
-// should not depend on a second program starting. The user's own setting wins.
+// should not depend on a second program starting. But isolated singletons all take job family 0,
+// so that every one on a machine has its session directory in <TMPDIR>/ompi.<host>.<uid>/jf.0:
+// one that finalises removes it while another starts in it ("A call to mkdir was unable to create
+// the desired directory", orte_init failed: 1 of 64 test programs started 16 at a time here,
+// 2026-11-29). So each singleton gets a base of its own under TMPDIR. The user's settings win.
 void start_alone_without_a_daemon() {
   ::setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0);
+  if (started_by_a_launcher() || std::getenv("OMPI_MCA_orte_tmpdir_base") != nullptr) return;
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string pattern =
+      std::string(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp") + "/ember-mpi-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) return;  // Open MPI's shared default, then
+  g_singleton_session_base = pattern;
+  ::setenv("OMPI_MCA_orte_tmpdir_base", g_singleton_session_base.c_str(), /*overwrite=*/1);
 }
 
 }  // namespace
@@ -225,6 +249,12 @@ void finalize() {
   }
   mpi::free_half_operations();
   MPI_Finalize();
+  lock.lock();
+  if (!g_singleton_session_base.empty()) {
+    std::error_code ignored;  // what is left is a few empty directories
+    std::filesystem::remove_all(g_singleton_session_base, ignored);
+    g_singleton_session_base.clear();
+  }
 }
 
 }  // namespace ember::dist

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -265,6 +266,20 @@ int child_processes() {
 TEST(ProcessGroup, AWorldOfOneStartsNoOtherProgram) {
   world();
   EXPECT_EQ(child_processes(), 0);
+}
+
+// A world of one keeps its MPI session directory under a base of its own (TMPDIR/ember-mpi-*),
+// not in the job-family-0 directory that every isolated singleton on the machine shares, which one
+// removes while another starts in it (distributed/mpi/world.cpp). A launcher's processes, and a
+// user's own OMPI_MCA_orte_tmpdir_base, keep Open MPI's.
+TEST(ProcessGroup, AWorldOfOneHasASessionDirectoryOfItsOwn) {
+  world();
+  if (!EMBER_WITH_MPI || std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr)
+    GTEST_SKIP() << "not an MPI singleton";
+  const char* base = std::getenv("OMPI_MCA_orte_tmpdir_base");
+  ASSERT_NE(base, nullptr);
+  EXPECT_NE(std::string(base).find("/ember-mpi-"), std::string::npos) << base;
+  EXPECT_TRUE(std::filesystem::is_directory(base)) << base;
 }
 
 TEST(ProcessGroup, SeveralCollectivesInFlightCompleteInAnyWaitOrder) {
