@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one call a session with a GPU makes (see ../shared/GPU.md and /work/.library/device/):
 # unpack the Debian libraries carried in .debs, configure for sm_90 with CUDA and the benchmarks
-# on, build only what the GPU steps need (ninja -j16), then
+# on (the test programs' own files at -O2, not CI's -Og: on this machine device time is what
+# counts, not build time), build only what the GPU steps need (ninja -j16), then
 #   1. ember_cuda_tests (EMBER_CUDA_POISON=1: new allocations filled with NaN where supported),
 #      then ember_distributed_tests --gtest_filter='Nccl*' (the NCCL group and DDP in a world of
 #      one on cuda:0; NCCL is PyTorch's nvidia-nccl wheel, found by CMake),
@@ -275,7 +276,7 @@ targets() {  # the GPU steps' targets; ember_gemm_bench only where another branc
 }
 if wants build; then
   step configure 90 configure.log cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DEMBER_CUDA=ON -DEMBER_MPI=OFF -DEMBER_NCCL=AUTO -DEMBER_BENCH=ON \
+    -DEMBER_CUDA=ON -DEMBER_MPI=OFF -DEMBER_NCCL=AUTO -DEMBER_BENCH=ON -DEMBER_TEST_OPTIMIZATION=-O2 \
     -DEMBER_WERROR="${EMBER_WERROR:-OFF}" -DCMAKE_CUDA_ARCHITECTURES="${EMBER_CUDA_ARCHS:-90}" \
     -DZLIB_ROOT=$DEB/usr ${cudnn_root:+-DCUDNN_ROOT=$cudnn_root} ||
     { tail -30 "$WORK/logs/configure.log"; finish; exit 1; }
@@ -538,7 +539,7 @@ if wants mpi; then
     if step mpi_start 30 mpi_start.log mpirun --allow-run-as-root --oversubscribe -np 2 uname -n; then
       if step mpi_configure 90 mpi_configure.log cmake -S . -B $MPI_BUILD -G Ninja \
         -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON -DEMBER_MPI=ON "${MPI_HOME_ARG[@]}" \
-        -DEMBER_NCCL=AUTO -DEMBER_WERROR="${EMBER_WERROR:-OFF}" \
+        -DEMBER_NCCL=AUTO -DEMBER_WERROR="${EMBER_WERROR:-OFF}" -DEMBER_TEST_OPTIMIZATION=-O2 \
         -DCMAKE_CUDA_ARCHITECTURES="${EMBER_CUDA_ARCHS:-90}" -DZLIB_ROOT=$DEB/usr \
         ${cudnn_root:+-DCUDNN_ROOT=$cudnn_root}; then
         grep -E "Found MPI|ember: (NCCL|distributed)" "$WORK/logs/mpi_configure.log"
