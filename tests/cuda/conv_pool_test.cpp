@@ -256,6 +256,25 @@ TEST(CudaConvPool, Conv2dWithMeasuredAlgorithmsMatchesTheCpuAndRepeatsItsBits) {
   }
 }
 
+// The graph API on (and the policy's benchmark, if asked) for a test's lifetime: process-wide
+// switches, put back whatever happens.
+class GraphApiOn {
+ public:
+  explicit GraphApiOn(bool benchmark) : benchmark_(benchmark) {
+    set_conv_graph_api(true);
+    if (benchmark_) set_conv_benchmark(true);
+  }
+  ~GraphApiOn() {
+    if (benchmark_) set_conv_benchmark(false);
+    set_conv_graph_api(false);
+  }
+  GraphApiOn(const GraphApiOn&) = delete;
+  GraphApiOn& operator=(const GraphApiOn&) = delete;
+
+ private:
+  bool benchmark_;
+};
+
 // The graph API (set_conv_graph_api, EMBER_CUDNN_GRAPH=1), the path PyTorch takes to cuDNN. Every
 // geometry of Conv2dGradientsMatchTheCpu, in every dtype, gives the CPU's result within the same
 // tolerance. resnet9's layer runs on graph plans in f32, f16 and bf16 (no fallback to the
@@ -265,11 +284,7 @@ TEST(CudaConvPool, Conv2dThroughTheGraphApiMatchesTheCpu) {
   EMBER_SKIP_WITHOUT_GPU();
   if (!kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
   EXPECT_FALSE(conv_graph_api());
-  struct GraphApi {  // a process-wide switch: put back whatever happens
-    GraphApi() { set_conv_graph_api(true); }
-    ~GraphApi() { set_conv_graph_api(false); }
-  };
-  const GraphApi graph;
+  const GraphApiOn graph(/*benchmark=*/false);
   const std::vector<ConvCase> cases = conv_cases();
   Generator generator(27);
   std::ostringstream fallbacks;
@@ -329,17 +344,7 @@ TEST(CudaConvPool, Conv2dThroughTheGraphApiMatchesTheCpu) {
 TEST(CudaConvPool, Conv2dThroughTheGraphApiWithMeasuredPlansMatchesTheCpu) {
   EMBER_SKIP_WITHOUT_GPU();
   if (!kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
-  struct GraphApiMeasured {  // process-wide switches: put back whatever happens
-    GraphApiMeasured() {
-      set_conv_graph_api(true);
-      set_conv_benchmark(true);
-    }
-    ~GraphApiMeasured() {
-      set_conv_benchmark(false);
-      set_conv_graph_api(false);
-    }
-  };
-  const GraphApiMeasured measured;
+  const GraphApiOn measured(/*benchmark=*/true);
   Generator generator(28);
   const auto conv = [](const std::vector<Tensor>& in) {
     return conv2d(in[0], in[1], in[2], {.padding = 1});
@@ -367,17 +372,7 @@ TEST(CudaConvPool, Conv2dThroughTheGraphApiWithMeasuredPlansMatchesTheCpu) {
 TEST(CudaConvPool, Conv2dThroughTheGraphApiWithMeasuredPlansRunsOneEngineOnEveryThread) {
   EMBER_SKIP_WITHOUT_GPU();
   if (!kernels::cuda::cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
-  struct GraphApiMeasured {  // process-wide switches: put back whatever happens
-    GraphApiMeasured() {
-      set_conv_graph_api(true);
-      set_conv_benchmark(true);
-    }
-    ~GraphApiMeasured() {
-      set_conv_benchmark(false);
-      set_conv_graph_api(false);
-    }
-  };
-  const GraphApiMeasured measured;
+  const GraphApiOn measured(/*benchmark=*/true);
   Generator generator(29);
   // A geometry no other test uses (17 x 9, 20 -> 36 channels), so that every direction is a miss.
   const std::vector<Tensor> inputs = {
