@@ -1,6 +1,7 @@
 // What the two cuDNN convolution paths (cudnn_conv.cpp, cudnn_graph_conv.cpp) share:
-//   EMBER_CUDNN_CHECK(call)  a status other than success becomes a CudaError that names the call,
-//                            where it was made and cuDNN's own words for the status;
+//   EMBER_CUDNN_CHECK(call)  a status other than success becomes a CudnnError (a CudaError) that
+//                            names the call, where it was made and cuDNN's own words for the
+//                            status;
 //   cudnn_data_type(dtype)   ember's convolution dtype in cuDNN's terms.
 // Include it only where EMBER_WITH_CUDNN is set.
 #pragma once
@@ -14,6 +15,14 @@
 
 namespace ember::kernels::cuda {
 
+// cuDNN refused a call (a status other than success), as opposed to a CUDA runtime error, which
+// may come from any kernel before it: the graph path passes a refused plan over, not a broken
+// device.
+class CudnnError : public CudaError {
+ public:
+  using CudaError::CudaError;
+};
+
 [[noreturn]] inline void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file,
                                            int line) {
   std::ostringstream message;
@@ -21,7 +30,7 @@ namespace ember::kernels::cuda {
           << cudnnGetErrorString(status) << " (status " << static_cast<int>(status)
           << "); is the cuDNN library the one ember was built against (cuDNN " << CUDNN_MAJOR << "."
           << CUDNN_MINOR << ")?";
-  throw CudaError(message.str());
+  throw CudnnError(message.str());
 }
 
 inline cudnnDataType_t cudnn_data_type(ConvDataType dtype) {

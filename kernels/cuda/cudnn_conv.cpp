@@ -457,14 +457,14 @@ std::map<ProblemKey, MeasuredChoice> measured_choices;  // under cache_mutex
 
 // Runs the plan once on a call's own operands (its output is overwritten, then computed again by
 // the plan chosen): false when cuDNN refuses to execute it, so that the next one is tried, as
-// cudnn-frontend and PyTorch do.
+// cudnn-frontend and PyTorch do. A CUDA runtime error is the device's, not the plan's: it goes on.
 bool executes(cudnnHandle_t handle, const graph_conv::Plan& plan,
               const graph_conv::Problem& problem, const void* in_a, const void* in_b, void* out,
               void* scratch) {
   try {
     graph_conv::execute(handle, plan, problem, in_a, in_b, out, scratch);
     return true;
-  } catch (const CudaError&) {
+  } catch (const CudnnError&) {
     return false;
   }
 }
@@ -648,14 +648,15 @@ bool run_through_graph(const Conv2dParams& params, ConvDataType dtype, const Con
   const Lookup<std::shared_ptr<const graph_conv::Plan>> lookup =
       cached_choice(graph_plans(), key, key.problem.device, [&] {
         // A call cuDNN refuses on the way (the graph or its heuristics for a dtype it has no
-        // engine of, say) is a fallback like an empty ranking, its message kept for the log.
+        // engine of, say) is a fallback like an empty ranking, its message kept for the log. A
+        // CUDA runtime error (a kernel's before, seen at a synchronisation) is not remembered.
         std::shared_ptr<const graph_conv::Plan> plan;
         try {
           plan = policy.benchmark
                      ? benchmarked_plan(handle, key.problem, problem, in_a, in_b, out, workspace,
                                         stream, &why_not)
                      : first_plan_that_runs(handle, problem, in_a, in_b, out, workspace, &why_not);
-        } catch (const CudaError& error) {
+        } catch (const CudnnError& error) {
           why_not = error.what();
         }
         (plan ? graph_plans_built : graph_fallbacks).fetch_add(1, std::memory_order_relaxed);

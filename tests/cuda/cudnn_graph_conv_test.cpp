@@ -18,6 +18,7 @@
 
 #if defined(EMBER_WITH_CUDNN)
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cudnn_common.h"
 #include "kernels/cuda/cudnn_graph_conv.h"
 #endif
 
@@ -93,13 +94,14 @@ TEST(CudnnGraphConv, CudnnAcceptsTheOperationOfEveryDirectionDtypeAndGeometry) {
 }
 
 // A geometry cuDNN cannot take comes back as an exception naming the call and cuDNN's words,
-// not as a crash or a descriptor half made.
+// not as a crash or a descriptor half made; a CudnnError, which the graph path tells from a CUDA
+// runtime error (a refused plan is passed over, a broken device is not).
 TEST(CudnnGraphConv, AGeometryCudnnRefusesIsAnExceptionThatSaysSo) {
   graph_conv::Problem problem{.params = geometry(2, 3, 8, 8, 4, 3, 3, 1, 1, 0, 1)};  // dilation 0
   try {
     static_cast<void>(graph_conv::make_operation(problem));
     FAIL() << "a convolution of dilation 0 was finalised";
-  } catch (const kernels::cuda::CudaError& error) {
+  } catch (const kernels::cuda::CudnnError& error) {
     const std::string message = error.what();
     EXPECT_NE(message.find("cuDNN error: cudnnBackendFinalize"), std::string::npos) << message;
     EXPECT_NE(message.find("CUDNN_STATUS_"), std::string::npos) << message;
