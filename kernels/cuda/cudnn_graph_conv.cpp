@@ -158,6 +158,9 @@ std::string describe(const Notes& notes) {
       case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
         add("nondeterministic");
         break;
+      case CUDNN_NUMERICAL_NOTE_STRICT_NAN_PROP:
+        add("strict_nan_prop");
+        break;
       case CUDNN_NUMERICAL_NOTE_WINOGRAD:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6:
