@@ -9,8 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -108,24 +110,23 @@ TEST(CudnnGraphConv, AGeometryCudnnRefusesIsAnExceptionThatSaysSo) {
   }
 }
 
-// An NVIDIA H200 as cuDNN describes a device (CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION): written
-// by hand from the H200's properties (132 SMs, compute capability 9.0, 227 KiB of shared memory a
-// block, 50 MiB of L2); the GPU test CudnnGraphConvOnTheGpu.DescribesItsDevice prints the one
-// cuDNN writes for the machine's device, to replace it with.
-constexpr const char* kH200 =
-    R"({"maxGridSize": [2147483647, 65535, 65535], "maxBlockSize": [1024, 1024, 64], )"
-    R"("regsPerBlock": 65536, "multiProcessorCount": 132, "warpSize": 32, )"
-    R"("maxSharedMemoryPerBlock": 49152, "maxSharedMemoryPerBlockOptin": 232448, )"
-    R"("reservedSharedMemoryPerBlock": 1024, "maxRegistersPerSM": 65536, "maxCtasPerSM": 32, )"
-    R"("maxThreadsPerBlock": 1024, "maxThreadsPerSM": 2048, "pciDeviceId": 9013, )"
-    R"("isTccDriver": 0, "supportCoopLaunch": 1, "totalGlobalMem": 150000000000, )"
-    R"("smClockRateKHz": 1980000, "memClockRateKHz": 3201000, "l2CacheSize": 52428800, )"
-    R"("cudaDeviceId": 0, "deviceVer": 900, "driverVer": 13000, "deviceName": "NVIDIA H200"})";
+// An NVIDIA H200 as cuDNN describes a device (CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION), from
+// bench/gpu/h200_described.json: written by hand from the H200's properties (132 SMs, compute
+// capability 9.0, 227 KiB of shared memory a block, 50 MiB of L2). The GPU test
+// CudnnGraphConvOnTheGpu.DescribesItsDeviceAsItsHandleSeesIt prints the one cuDNN writes for the
+// machine's device, to replace it with.
+std::string h200_json() {
+  std::ifstream file(EMBER_H200_DESCRIBED_JSON);
+  if (!file) ADD_FAILURE() << "cannot read " << EMBER_H200_DESCRIBED_JSON;
+  std::stringstream json;
+  json << file.rdbuf();
+  return json.str();
+}
 
 // The described H200, or nullptr when this cuDNN cannot describe a device (before 9.8).
 std::unique_ptr<graph_conv::Descriptor> described_h200() {
   try {
-    return graph_conv::describe_device(kH200);
+    return graph_conv::describe_device(h200_json());
   } catch (const kernels::cuda::CudaError&) {
     return nullptr;
   }
@@ -238,11 +239,11 @@ TEST(CudnnGraphConv, APlanSearchKeepsWhatItIsAskedFor) {
   EXPECT_NE(why.find("fails to execute"), std::string::npos) << why;
 }
 
-// On a GPU: cuDNN's description of the machine's device (printed, for kH200 above to be replaced
-// with: run.sh's cuda_tests.log keeps it) reads back, and plans made for the device described
-// so are those made with a handle: the same heuristics' first engine for resnet9's layer in each
-// dtype. Whether kH200 ranks as this device does is printed, not asserted (the device may be
-// another).
+// On a GPU: cuDNN's description of the machine's device (printed, for h200_described.json to be
+// replaced with: run.sh's cuda_tests.log keeps it) reads back, and plans made for the device
+// described so are those made with a handle: the same heuristics' first engine for resnet9's layer
+// in each dtype. Whether the described H200 ranks as this device does is printed, not asserted (the
+// device may be another).
 TEST(CudnnGraphConvOnTheGpu, DescribesItsDeviceAsItsHandleSeesIt) {
   EMBER_SKIP_WITHOUT_GPU();
   const std::unique_ptr<graph_conv::Descriptor> h200 = described_h200();
