@@ -544,7 +544,6 @@ std::unique_ptr<graph_conv::Plan> measured_plan(cudnnHandle_t handle,
       graph_conv::make_plans(graph_conv::Target::of(handle), problem,
                              {.limit = 32, .only_rank = -1, .works = nullptr}, why_not);
   if (plans.empty()) return nullptr;
-  graph_measurements.fetch_add(1, std::memory_order_relaxed);
   int64_t largest = 0;
   for (const auto& plan : plans)
     largest = std::max(largest, plan->workspace_bytes);
@@ -557,6 +556,7 @@ std::unique_ptr<graph_conv::Plan> measured_plan(cudnnHandle_t handle,
     if (why_not) *why_not = "no allowed plan executes";
     return nullptr;
   }
+  graph_measurements.fetch_add(1, std::memory_order_relaxed);
   const Event start, stop;
   for (const auto& plan : plans) {
     EMBER_CUDA_KERNEL_CHECK(cudaEventRecord(start.get(), stream));
