@@ -14,10 +14,14 @@
 // With kRelu the backward kernels read g through ReLU's backward: 0 where the fused forward's
 // output is <= 0 (load_gradient).
 //
+// The statistics and channel sums load a group of vectors per thread before folding any in
+// (for_each_channel_vector_group), in the plain walk's order.
+//
 // Every partial lands in a fixed slot and is merged in a fixed order, so results are bitwise
 // repeatable (no atomics).
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 #include "kernels/common/convert.h"
 #include "kernels/common/welford.h"
@@ -36,15 +40,43 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 // ---- loads and stores of kVec values (one 16-byte vector, or one value) ----
 
+// Vectors a thread of the one-tensor reductions (statistics, channel sums) loads before it folds
+// any in (for_each_channel_vector_group). The backward sums read two or three tensors a vector
+// and keep the plain walk: grouping them would raise their registers (f16 with the ReLU: 40 to
+// 79 a thread) as much as their loads in flight, for no more bytes in flight a multiprocessor.
+constexpr int kGroupedLoads = 4;
+
+// kVec values as they sit in memory: loaded, not yet converted.
+template <typename T, int kVec>
+using Raw = std::conditional_t<kVec == 1, T, rows::Vector<T>>;
+
+template <typename T, int kVec>
+__device__ __forceinline__ Raw<T, kVec> load_raw(const T* at) {
+  static_assert(kVec == 1 || kVec == rows::kVectorWidth<T>);
+  return *reinterpret_cast<const Raw<T, kVec>*>(at);
+}
+
+template <typename Acc, typename T, int kVec>
+__device__ __forceinline__ void convert_raw(const Raw<T, kVec>& raw, Acc (&values)[kVec]) {
+  if constexpr (kVec == 1) {
+    values[0] = convert<Acc>(raw);
+  } else {
+    convert_values(raw.v, values);
+  }
+}
+
 template <typename Acc, typename T, int kVec>
 __device__ __forceinline__ void load(const T* at, Acc (&values)[kVec]) {
-  if constexpr (kVec == 1) {
-    values[0] = convert<Acc>(*at);
-  } else {
-    static_assert(kVec == rows::kVectorWidth<T>);
-    const rows::Vector<T> vector = *reinterpret_cast<const rows::Vector<T>*>(at);
-    convert_values(vector.v, values);
-  }
+  convert_raw<Acc, T, kVec>(load_raw<T, kVec>(at), values);
+}
+
+// Loads of a group of `count` vectors (kGroup at most), all issued before any is used.
+template <typename T, int kVec, int kGroup>
+__device__ __forceinline__ void load_group(const T* base, const int64_t (&at)[kGroup], int count,
+                                           Raw<T, kVec> (&raw)[kGroup]) {
+#pragma unroll
+  for (int i = 0; i < kGroup; ++i)
+    if (i < count) raw[i] = load_raw<T, kVec>(base + at[i]);
 }
 
 template <typename T, typename Acc, int kVec>
@@ -147,13 +179,21 @@ __global__ __launch_bounds__(kBatchNormThreads) void statistics_partial_kernel(c
                                                                                BatchNormPlan plan,
                                                                                acc_t<T>* partial) {
   using Acc = acc_t<T>;
+  constexpr int kGroup = kGroupedLoads;
   for (int64_t c = blockIdx.x; c < plan.channels; c += gridDim.x) {
     WelfordStats<Acc> s;
-    for_each_channel_vector(plan, c, blockIdx.y, threadIdx.x, threadIdx.y, [&](int64_t at) {
-      Acc values[kVec];
-      load(x + at, values);
-      s = merge(s, of_values(values));
-    });
+    for_each_channel_vector_group<kGroup>(plan, c, blockIdx.y, threadIdx.x, threadIdx.y,
+                                          [&](const int64_t(&at)[kGroup], int count) {
+                                            Raw<T, kVec> raw[kGroup];
+                                            load_group<T, kVec>(x, at, count, raw);
+#pragma unroll
+                                            for (int i = 0; i < kGroup; ++i) {
+                                              if (i >= count) break;
+                                              Acc values[kVec];
+                                              convert_raw<Acc, T, kVec>(raw[i], values);
+                                              s = merge(s, of_values(values));
+                                            }
+                                          });
     s = block_merge(s);
     if (linear_thread() == 0) {
       Acc* out = partial + (c * plan.splits + blockIdx.y) * 3;
@@ -318,15 +358,23 @@ __global__ __launch_bounds__(kBatchNormThreads) void channel_sum_partial_kernel(
                                                                                 BatchNormPlan plan,
                                                                                 acc_t<T>* partial) {
   using Acc = acc_t<T>;
+  constexpr int kGroup = kGroupedLoads;
   for (int64_t c = blockIdx.x; c < plan.channels; c += gridDim.x) {
     Acc total = 0, none = 0;  // block_sum_pair's second sum, unused
-    for_each_channel_vector(plan, c, blockIdx.y, threadIdx.x, threadIdx.y, [&](int64_t at) {
-      Acc values[kVec];
-      load(x + at, values);
+    for_each_channel_vector_group<kGroup>(plan, c, blockIdx.y, threadIdx.x, threadIdx.y,
+                                          [&](const int64_t(&at)[kGroup], int count) {
+                                            Raw<T, kVec> raw[kGroup];
+                                            load_group<T, kVec>(x, at, count, raw);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i)
-        total += values[i];
-    });
+                                            for (int j = 0; j < kGroup; ++j) {
+                                              if (j >= count) break;
+                                              Acc values[kVec];
+                                              convert_raw<Acc, T, kVec>(raw[j], values);
+#pragma unroll
+                                              for (int i = 0; i < kVec; ++i)
+                                                total += values[i];
+                                            }
+                                          });
     block_sum_pair(total, none);
     if (linear_thread() == 0) partial[c * plan.splits + blockIdx.y] = total;
   }

@@ -86,6 +86,44 @@ EMBER_HOST_DEVICE void for_each_channel_vector(const BatchNormPlan& plan, int64_
   }
 }
 
+// The same walk kGroup vectors at a time: body(offsets, count) gets the next `count` offsets of
+// for_each_channel_vector's walk, in its order; count is kGroup in every call but the last, which
+// has 1 to kGroup. A kernel loads a whole group before it folds any of it in, so each thread has
+// kGroup loads in flight where the plain walk leaves it one: with one 16-byte load per thread at a
+// time, a multiprocessor cannot keep enough bytes in flight to stream at HBM's rate. The folds
+// keep the plain walk's order, so the results keep its bits. `offsets` is indexed by unrolled
+// constants only and stays in registers.
+template <int kGroup, typename Body>
+EMBER_HOST_DEVICE void for_each_channel_vector_group(const BatchNormPlan& plan, int64_t c,
+                                                     int64_t split, int tx, int ty, Body&& body) {
+  const int64_t first = static_cast<int64_t>(tx) * plan.vector_width;  // in values
+  const int64_t step = static_cast<int64_t>(plan.threads_x) * plan.vector_width;
+  const int64_t end = plan.spatial / plan.vector_width * plan.vector_width;
+  if (first >= end) return;
+  const int64_t plane_step = plan.splits * plan.threads_y;
+  const int64_t plane_stride = plane_step * plan.channels * plan.spatial;
+  int64_t n = split * plan.threads_y + ty;
+  int64_t plane = (n * plan.channels + c) * plan.spatial, in_plane = first;
+  while (n < plan.batch) {
+    int64_t offsets[kGroup];
+    int count = 0;
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) {
+      offsets[i] = plane + in_plane;
+      if (n < plan.batch) {
+        ++count;
+        in_plane += step;
+        if (in_plane >= end) {
+          in_plane = first;
+          n += plane_step;
+          plane += plane_stride;
+        }
+      }
+    }
+    body(offsets, count);
+  }
+}
+
 // Elementwise passes: body(c, offset) for each vector that thread (tx, ty) of block `block` (of
 // `blocks`) handles, with c its channel.
 template <typename Body>

@@ -203,6 +203,59 @@ TEST(BatchNormPlan, EveryValueIsVisitedExactlyOnceForItsChannel) {
   }
 }
 
+// The reductions' kernels walk their vectors a group at a time (several loads in flight): every
+// thread must get the plain walk's offsets, in its order, in full groups but for the last.
+template <int kGroup>
+void expect_grouped_walk_is_the_plain_walk(const Geometry& g, int width, int sms) {
+  const BatchNormPlan p = plan_batch_norm(g.batch, g.channels, g.spatial, width, sms);
+  const std::string what = describe(g, width, sms) + ", groups of " + std::to_string(kGroup);
+  int64_t threads_differing = 0, short_groups_not_last = 0, empty_groups = 0;
+  // The first channel of every channel block and the last channel: every split, every thread.
+  std::vector<int64_t> channels;
+  for (int64_t b = 0; b < std::min<int64_t>(p.channel_blocks, 3); ++b)
+    if (b < g.channels) channels.push_back(b);
+  if (g.channels > 0) channels.push_back(g.channels - 1);
+  for (int64_t c : channels) {
+    for (int64_t split = 0; split < p.splits; ++split) {
+      for (int ty = 0; ty < p.threads_y; ++ty) {
+        for (int tx = 0; tx < p.threads_x; ++tx) {
+          std::vector<int64_t> plain, grouped;
+          for_each_channel_vector(p, c, split, tx, ty, [&](int64_t at) { plain.push_back(at); });
+          bool short_seen = false;
+          for_each_channel_vector_group<kGroup>(p, c, split, tx, ty,
+                                                [&](const int64_t(&at)[kGroup], int count) {
+                                                  if (count < 1) ++empty_groups;
+                                                  if (short_seen) ++short_groups_not_last;
+                                                  short_seen = count < kGroup;
+                                                  for (int i = 0; i < count && i < kGroup; ++i)
+                                                    grouped.push_back(at[i]);
+                                                });
+          threads_differing += plain != grouped;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(threads_differing, 0) << what;
+  EXPECT_EQ(short_groups_not_last, 0) << what;
+  EXPECT_EQ(empty_groups, 0) << what;
+}
+
+TEST(BatchNormPlan, GroupedWalksVisitThePlainWalksVectorsInItsOrder) {
+  std::vector<Geometry> geometries = kGeometries;
+  geometries.push_back({512, 64, 32 * 32});  // resnet9's first activations at batch 512
+  geometries.push_back({512, 512, 4 * 4});   // and its last
+  for (const Geometry& g : geometries) {
+    for (int width : widths_for(g)) {
+      for (int sms : {1, 132}) {
+        expect_grouped_walk_is_the_plain_walk<1>(g, width, sms);
+        expect_grouped_walk_is_the_plain_walk<2>(g, width, sms);
+        expect_grouped_walk_is_the_plain_walk<3>(g, width, sms);
+        expect_grouped_walk_is_the_plain_walk<4>(g, width, sms);
+      }
+    }
+  }
+}
+
 // The statistics kernels' arithmetic on the host: per thread, Welford over its vectors; per
 // block, the threads merged; per channel, the splits merged. (The GPU merges a block's threads
 // as a shuffle tree rather than in order: another order of the same merges.)
