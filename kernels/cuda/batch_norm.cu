@@ -70,13 +70,28 @@ __device__ __forceinline__ void load(const T* at, Acc (&values)[kVec]) {
   convert_raw<Acc, T, kVec>(load_raw<T, kVec>(at), values);
 }
 
-// Loads of a group of `count` vectors (kGroup at most), all issued before any is used.
-template <typename T, int kVec, int kGroup>
-__device__ __forceinline__ void load_group(const T* base, const int64_t (&at)[kGroup], int count,
-                                           Raw<T, kVec> (&raw)[kGroup]) {
+// The reductions' walk over channel c's vectors of x (this block's split, this thread's share),
+// loaded kGroupedLoads at a time: fold(values) for each vector, converted to Acc, in the plain
+// walk's order.
+template <typename Acc, typename T, int kVec, typename Fold>
+__device__ __forceinline__ void fold_channel_vectors(const T* x, const BatchNormPlan& plan,
+                                                     int64_t c, Fold&& fold) {
+  constexpr int kGroup = kGroupedLoads;
+  const auto load_and_fold = [&](const int64_t(&at)[kGroup], int count) {
+    Raw<T, kVec> raw[kGroup];
 #pragma unroll
-  for (int i = 0; i < kGroup; ++i)
-    if (i < count) raw[i] = load_raw<T, kVec>(base + at[i]);
+    for (int i = 0; i < kGroup; ++i)  // every load issued before any value is used
+      if (i < count) raw[i] = load_raw<T, kVec>(x + at[i]);
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) {
+      if (i >= count) break;
+      Acc values[kVec];
+      convert_raw<Acc, T, kVec>(raw[i], values);
+      fold(values);
+    }
+  };
+  for_each_channel_vector_group<kGroup>(plan, c, blockIdx.y, threadIdx.x, threadIdx.y,
+                                        load_and_fold);
 }
 
 template <typename T, typename Acc, int kVec>
@@ -179,21 +194,10 @@ __global__ __launch_bounds__(kBatchNormThreads) void statistics_partial_kernel(c
                                                                                BatchNormPlan plan,
                                                                                acc_t<T>* partial) {
   using Acc = acc_t<T>;
-  constexpr int kGroup = kGroupedLoads;
   for (int64_t c = blockIdx.x; c < plan.channels; c += gridDim.x) {
     WelfordStats<Acc> s;
-    for_each_channel_vector_group<kGroup>(plan, c, blockIdx.y, threadIdx.x, threadIdx.y,
-                                          [&](const int64_t(&at)[kGroup], int count) {
-                                            Raw<T, kVec> raw[kGroup];
-                                            load_group<T, kVec>(x, at, count, raw);
-#pragma unroll
-                                            for (int i = 0; i < kGroup; ++i) {
-                                              if (i >= count) break;
-                                              Acc values[kVec];
-                                              convert_raw<Acc, T, kVec>(raw[i], values);
-                                              s = merge(s, of_values(values));
-                                            }
-                                          });
+    fold_channel_vectors<Acc, T, kVec>(
+        x, plan, c, [&](const Acc(&values)[kVec]) { s = merge(s, of_values(values)); });
     s = block_merge(s);
     if (linear_thread() == 0) {
       Acc* out = partial + (c * plan.splits + blockIdx.y) * 3;
@@ -358,23 +362,13 @@ __global__ __launch_bounds__(kBatchNormThreads) void channel_sum_partial_kernel(
                                                                                 BatchNormPlan plan,
                                                                                 acc_t<T>* partial) {
   using Acc = acc_t<T>;
-  constexpr int kGroup = kGroupedLoads;
   for (int64_t c = blockIdx.x; c < plan.channels; c += gridDim.x) {
     Acc total = 0, none = 0;  // block_sum_pair's second sum, unused
-    for_each_channel_vector_group<kGroup>(plan, c, blockIdx.y, threadIdx.x, threadIdx.y,
-                                          [&](const int64_t(&at)[kGroup], int count) {
-                                            Raw<T, kVec> raw[kGroup];
-                                            load_group<T, kVec>(x, at, count, raw);
+    fold_channel_vectors<Acc, T, kVec>(x, plan, c, [&](const Acc(&values)[kVec]) {
 #pragma unroll
-                                            for (int j = 0; j < kGroup; ++j) {
-                                              if (j >= count) break;
-                                              Acc values[kVec];
-                                              convert_raw<Acc, T, kVec>(raw[j], values);
-#pragma unroll
-                                              for (int i = 0; i < kVec; ++i)
-                                                total += values[i];
-                                            }
-                                          });
+      for (int i = 0; i < kVec; ++i)
+        total += values[i];
+    });
     block_sum_pair(total, none);
     if (linear_thread() == 0) partial[c * plan.splits + blockIdx.y] = total;
   }
