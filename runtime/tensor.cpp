@@ -58,10 +58,14 @@ std::string describe(const Tensor& t) {
 
 // ---- metadata ----------------------------------------------------------------------------------
 
+// (wrap_dim lets dim 0 and -1 through for a 0-d tensor, as reductions over them allow; a 0-d
+// tensor has no size or stride to read.)
 int64_t Tensor::size(int64_t d) const {
+  EMBER_CHECK(dim() > 0, "size: dim ", d, " of a 0-d tensor, which has no dims");
   return sizes()[wrap_dim(d, dim(), "size")];
 }
 int64_t Tensor::stride(int64_t d) const {
+  EMBER_CHECK(dim() > 0, "stride: dim ", d, " of a 0-d tensor, which has no dims");
   return strides()[wrap_dim(d, dim(), "stride")];
 }
 
@@ -325,6 +329,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  EMBER_CHECK(dim() > 0, "narrow: cannot narrow a 0-d tensor");
   d = wrap_dim(d, dim(), "narrow");
   const int64_t n = size(d);
   if (start < 0) start += n;

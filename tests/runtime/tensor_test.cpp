@@ -251,6 +251,22 @@ TEST(Errors, OutOfRangeIndicesAndDimsNameTheOpAndTheRange) {
   EXPECT_THROW(a.expand({2, 4}), Error);
 }
 
+// A 0-d tensor has no dim to read a size or stride of, or to cut: each is an error that says so
+// (size, stride and narrow read past an empty shape before).
+TEST(Errors, AZeroDimTensorHasNoDimToSizeStrideOrCut) {
+  const Tensor scalar = full({}, 2.0);
+  for (int64_t d : {0, -1}) {
+    EXPECT_ERROR_WITH(scalar.size(d), "size: dim", "0-d tensor");
+    EXPECT_ERROR_WITH(scalar.stride(d), "stride: dim", "0-d tensor");
+    EXPECT_ERROR_WITH(scalar.narrow(d, 0, 1), "narrow: cannot narrow a 0-d tensor");
+    EXPECT_ERROR_WITH(scalar.slice(d, 0, 1), "slice: cannot slice a 0-d tensor");
+    EXPECT_ERROR_WITH(scalar.select(d, 0), "select: cannot select from a 0-d tensor");
+  }
+  // What a 0-d tensor does have: its dims through reductions and reshapes, as in PyTorch.
+  EXPECT_EQ(sum(scalar, {0}).item<double>(), 2.0);
+  EXPECT_EQ(scalar.reshape({-1}).sizes(), Shape{1});
+}
+
 TEST(Errors, BadReshapeSaysWhatDoesNotFit) {
   try {
     zeros({3, 4}).reshape({5, 2});
