@@ -1,7 +1,9 @@
 #include "distributed/ddp.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
+#include <vector>
 
 #include "distributed/world.h"
 #include "runtime/autograd/grad_mode.h"
@@ -55,19 +57,72 @@ void check_same_model_on_every_rank(const nn::Module& module, ProcessGroup& grou
   }
 }
 
-void broadcast_from_rank_zero(const std::vector<Tensor>& tensors, ProcessGroup& group) {
+void broadcast_from_rank_zero(const std::vector<Tensor>& tensors, ProcessGroup& group,
+                              int64_t bucket_bytes) {
+  EMBER_CHECK(bucket_bytes > 0, "broadcast_from_rank_zero: bucket_bytes must be positive, got ",
+              bucket_bytes);
+  if (group.size() == 1) return;  // rank 0's values are everywhere already
   NoGradGuard no_grad;
-  std::vector<std::pair<Tensor, WorkPtr>> works;
-  for (const Tensor& tensor : tensors) {
-    // Parameters are leaves that require grad: the broadcast writes a detached handle's data.
-    const Tensor data = tensor.detach();
-    const Tensor wire = data.is_contiguous() ? data : data.contiguous();
-    works.emplace_back(wire, group.broadcast(wire, 0));
+  // Tensors of one dtype on one device travel together, flattened into one wire tensor, up to
+  // bucket_bytes a wire (PyTorch's _broadcast_coalesced): resnet9's 24 batch-norm buffers take
+  // two collectives (the f32 statistics, the i64 batch counts), not 24.
+  struct Bucket {
+    std::vector<size_t> members;  // indices into tensors, in order
+    int64_t bytes = 0;
+    Tensor wire;
+    bool in_place = false;  // the wire is the one member's own storage
+    WorkPtr work;
+  };
+  std::vector<Bucket> buckets;
+  std::vector<size_t> open;  // per dtype and device, the bucket still taking tensors
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& tensor = tensors[i];
+    const int64_t bytes = static_cast<int64_t>(tensor.nbytes());
+    // The open bucket of this dtype and device, or a new one when there is none or it is full.
+    auto it = std::find_if(open.begin(), open.end(), [&](size_t b) {
+      const Tensor& first = tensors[buckets[b].members.front()];
+      return first.dtype() == tensor.dtype() && first.device() == tensor.device();
+    });
+    if (it == open.end() || buckets[*it].bytes + bytes > bucket_bytes) {
+      buckets.emplace_back();
+      if (it == open.end()) {
+        it = open.insert(open.end(), buckets.size() - 1);
+      } else {
+        *it = buckets.size() - 1;
+      }
+    }
+    Bucket& bucket = buckets[*it];
+    bucket.members.push_back(i);
+    bucket.bytes += bytes;
   }
-  for (size_t i = 0; i < works.size(); ++i) {
-    works[i].second->wait();
-    Tensor data = tensors[i].detach();
-    if (!data.is_same(works[i].first) && !data.is_contiguous()) data.copy_(works[i].first);
+  for (Bucket& bucket : buckets) {
+    if (bucket.members.size() == 1) {
+      // Parameters are leaves that require grad: the broadcast writes a detached handle's data.
+      const Tensor data = tensors[bucket.members.front()].detach();
+      bucket.in_place = data.is_contiguous();
+      bucket.wire = bucket.in_place ? data : data.contiguous();
+    } else {
+      std::vector<Tensor> flat;
+      for (size_t i : bucket.members)
+        flat.push_back(tensors[i].detach().reshape({-1}));
+      bucket.wire = cat(flat);
+    }
+    bucket.work = group.broadcast(bucket.wire, 0);
+  }
+  for (Bucket& bucket : buckets) {
+    bucket.work->wait();
+    if (bucket.in_place || group.rank() == 0) continue;  // rank 0's wire holds its own values
+    if (bucket.members.size() == 1) {
+      tensors[bucket.members.front()].detach().copy_(bucket.wire);
+      continue;
+    }
+    int64_t offset = 0;
+    for (size_t i : bucket.members) {
+      Tensor data = tensors[i].detach();
+      const int64_t n = data.numel();
+      data.copy_(bucket.wire.narrow(0, offset, n).view(data.sizes()));
+      offset += n;
+    }
   }
 }
 

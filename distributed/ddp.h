@@ -40,8 +40,11 @@ struct DdpOptions {
 // wrapping it (engines/distributed_engines.h). All are collective over `group`.
 // Throws on every rank when the ranks' models differ in names, shapes or dtypes.
 void check_same_model_on_every_rank(const nn::Module& module, ProcessGroup& group);
-// Rank 0's values for every tensor (parameters and buffers).
-void broadcast_from_rank_zero(const std::vector<Tensor>& tensors, ProcessGroup& group);
+// Rank 0's values for every tensor (parameters and buffers). Tensors of one dtype and device go
+// flattened together, one collective per bucket_bytes; a world of one broadcasts nothing.
+inline constexpr int64_t kBroadcastBucketBytes = int64_t{250} << 20;
+void broadcast_from_rank_zero(const std::vector<Tensor>& tensors, ProcessGroup& group,
+                              int64_t bucket_bytes = kBroadcastBucketBytes);
 // A reducer over the module's parameters that require grad. With DdpOptions, buckets are
 // delayed by EMBER_SIMULATE_GLOBAL_LINK when the world spans several nodes; with
 // ReducerOptions, exactly as given (DASO's node-local reducer).

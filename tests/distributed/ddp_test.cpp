@@ -187,6 +187,83 @@ TEST(Ddp, BuffersAreRankZerosAfterConstructionAndAtEachTrainingForward) {
   }
 }
 
+// A group that counts the broadcasts it passes on to `inner`.
+class CountingBroadcasts final : public ProcessGroup {
+ public:
+  explicit CountingBroadcasts(ProcessGroupPtr inner)
+      : ProcessGroup(inner->rank(), inner->size(), inner->name()), inner_(std::move(inner)) {}
+  const char* backend() const override { return inner_->backend(); }
+  WorkPtr allreduce(const Tensor& t, ReduceOp op) override { return inner_->allreduce(t, op); }
+  WorkPtr broadcast(const Tensor& t, int root) override {
+    ++broadcasts;
+    return inner_->broadcast(t, root);
+  }
+  WorkPtr allgather(const Tensor& out, const Tensor& in) override {
+    return inner_->allgather(out, in);
+  }
+  WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override {
+    return inner_->reduce_scatter(out, in, op);
+  }
+  WorkPtr barrier() override { return inner_->barrier(); }
+  WorkPtr send(const Tensor& t, int to, int tag) override { return inner_->send(t, to, tag); }
+  WorkPtr recv(const Tensor& t, int from, int tag) override { return inner_->recv(t, from, tag); }
+  std::shared_ptr<ProcessGroup> split(int color, int key) override {
+    return inner_->split(color, key);
+  }
+  int broadcasts = 0;
+
+ private:
+  ProcessGroupPtr inner_;
+};
+
+// Every tensor ends with rank 0's values in its own shape and layout: several dtypes
+// interleaved, a scalar, an empty tensor, a transposed (non-contiguous) view written through to
+// its base, a tensor alone in its dtype. Tensors of one dtype share a collective up to the
+// bucket size.
+TEST(BroadcastFromRankZero, EveryTensorGetsRankZerosValuesInOneCollectivePerDtypeAndBucket) {
+  auto counting = std::make_shared<CountingBroadcasts>(world());
+  const int rank = counting->rank();
+  auto values = [](int of_rank, int64_t n, DType dtype) {
+    return (arange(0, static_cast<double>(n)) + 100.0 * of_rank).to(dtype);
+  };
+  auto make = [&](int of_rank) {
+    Tensor base = values(of_rank, 12, DType::f32).reshape({3, 4});
+    return std::vector<Tensor>{
+        values(of_rank, 5, DType::f32),
+        values(of_rank, 1, DType::i64).reshape({}),  // num_batches_tracked
+        values(of_rank, 7, DType::f32).reshape({7, 1}),
+        values(of_rank, 0, DType::f32),  // empty
+        base.transpose(0, 1),            // a view, not contiguous
+        values(of_rank, 3, DType::i64),
+        values(of_rank, 4, DType::f64),  // alone in its dtype
+        values(of_rank, 1, DType::f32).reshape({}),
+    };
+  };
+  const std::vector<Tensor> mine = make(rank), rank_zeros = make(0);
+  const Tensor transposed_base = mine[4].transpose(0, 1);  // the view's base, (3, 4)
+  broadcast_from_rank_zero(mine, *counting);
+  for (size_t i = 0; i < mine.size(); ++i) {
+    EXPECT_EQ(mine[i].sizes(), rank_zeros[i].sizes()) << "tensor " << i;
+    EXPECT_EQ(mine[i].dtype(), rank_zeros[i].dtype()) << "tensor " << i;
+    EXPECT_TRUE(same(mine[i], rank_zeros[i])) << "tensor " << i << " on rank " << rank;
+  }
+  EXPECT_TRUE(same(transposed_base, rank_zeros[4].transpose(0, 1)));
+  EXPECT_FALSE(mine[4].is_contiguous());
+  // f32, i64 and f64: three collectives, whatever the number of tensors (none in a world of one).
+  EXPECT_EQ(counting->broadcasts, counting->size() > 1 ? 3 : 0);
+
+  // Buckets of 40 bytes: the f32 tensors (20, 28, 0, 48 and 4 bytes, in order) take four (20 |
+  // 28 + 0 | 48 | 4), the i64 ones (8 + 24) one, the f64 one one.
+  const std::vector<Tensor> again = make(rank);
+  counting->broadcasts = 0;
+  broadcast_from_rank_zero(again, *counting, 40);
+  for (size_t i = 0; i < again.size(); ++i)
+    EXPECT_TRUE(same(again[i], rank_zeros[i])) << "tensor " << i << ", 40-byte buckets";
+  EXPECT_EQ(counting->broadcasts, counting->size() > 1 ? 6 : 0);
+  EXPECT_ERROR_WITH(broadcast_from_rank_zero(again, *counting, 0),
+                    "bucket_bytes must be positive, got 0");
+}
+
 // PyTorch's require_forward_param_sync: the first forward after a training step (grad on,
 // outside no_sync) starts from rank 0's buffers even in eval mode, so every rank validates with
 // the same statistics; a forward under no_grad leaves the next one unsynchronised.
