@@ -148,8 +148,6 @@ void Reducer::gradient_ready(size_t index) {
   Tensor slot = bucket.buffer.narrow(0, bucket.offsets[position_of_[index]], parameter.numel());
   const bool in_place = options_.gradient_as_bucket_view && is_slot(parameter.grad(), slot);
   if (!in_place) slot.copy_(parameter.grad().reshape({-1}));
-  // Pre-divided by the world size, so the bucket is reduced with a plain sum.
-  slot.mul_(Scalar(1.0 / group_->size()));
   if (options_.gradient_as_bucket_view && !in_place)
     parameter.set_grad(slot.view(parameter.sizes()));
   if (--bucket.pending == 0) launch_ready_buckets();
@@ -158,6 +156,9 @@ void Reducer::gradient_ready(size_t index) {
 void Reducer::launch_ready_buckets() {
   while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_to_launch_];
+    // Pre-divided by the world size, so the bucket is reduced with a plain sum: one kernel a
+    // bucket, as PyTorch's div_ of the bucket (dividing by a world of one changes nothing).
+    if (group_->size() > 1) bucket.buffer.mul_(Scalar(1.0 / group_->size()));
     bucket.wire = options_.compression ? bucket.buffer.to(*options_.compression) : bucket.buffer;
     bucket.work = group_->allreduce(bucket.wire, ReduceOp::sum);
     bucket.launched = std::chrono::steady_clock::now();
@@ -199,7 +200,6 @@ void Reducer::finalize() {
       const Tensor grad = parameter.grad();
       if (grad.defined()) {
         if (!is_slot(grad, slot)) slot.copy_(grad.reshape({-1}));
-        slot.mul_(Scalar(1.0 / group_->size()));
       } else {
         slot.zero_();
       }
