@@ -109,7 +109,7 @@ class NcclWork final : public Work {
     using Clock = std::chrono::steady_clock;
     if (!failure_.empty()) EMBER_FAIL(failure_, " (the communicator was aborted then)");
     const auto deadline = deadline_after(collective_timeout_seconds());
-    while (true) {
+    for (int polls = 0;; ++polls) {
       if (completed()) break;
       ncclResult_t async_error = ncclSuccess;
       {
@@ -127,7 +127,14 @@ class NcclWork final : public Work {
                             " s (EMBER_COLLECTIVE_TIMEOUT): a peer rank has exited, hung, or is "
                             "waiting in a different collective"));
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      // Spin (yielding) while the collective is young, as the MPI worker does, then back off: a
+      // sleep wakes some 50 us late (Linux's timer slack), and the stream stays idle until the
+      // host queues its next work.
+      if (polls < 2000) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
     }
     // The caller's stream continues after the collective (the host already waited: this only
     // orders later kernels on other streams). The guard: the legacy default stream is the
