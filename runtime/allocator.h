@@ -12,6 +12,10 @@
 
 namespace ember {
 
+// More than any machine holds (an exbibyte): a larger request is a size computed wrong, refused
+// with an error before the size arithmetic (its size class, the byte count) can wrap around.
+inline constexpr int64_t kMaxAllocationBytes = int64_t{1} << 60;
+
 struct AllocatorStats {
   size_t allocated_bytes = 0;       // in blocks handed out now
   size_t reserved_bytes = 0;        // held from the system: handed out plus cached

@@ -19,6 +19,8 @@ size_t CachingAllocator::round_to_size_class(size_t nbytes) const {
 }
 
 void* CachingAllocator::allocate(size_t nbytes) {
+  EMBER_CHECK(nbytes <= static_cast<size_t>(kMaxAllocationBytes), name_, ": ", nbytes,
+              " bytes asked, more than any allocation can hold (2^60 bytes)");
   const size_t size = round_to_size_class(nbytes);
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.num_allocs;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/common/convert.h"
+#include "runtime/allocator.h"
 #include "runtime/dispatch.h"
 #include "runtime/ops.h"
 
@@ -16,6 +17,17 @@ void check_shape(const Shape& shape, const char* op) {
   }
 }
 
+// The bytes of `elements` values of dtype, checked: a product past what any allocation can hold
+// is an error, where size_t arithmetic would wrap around and allocate a few bytes for a huge
+// tensor (which the next write then overruns).
+size_t storage_bytes(int64_t elements, DType dtype, const Shape& shape, const char* op) {
+  const int64_t size = static_cast<int64_t>(element_size(dtype));
+  EMBER_CHECK(elements <= kMaxAllocationBytes / size, op, ": shape ", shape_str(shape), " of ",
+              dtype, " needs ", elements, " x ", size,
+              " bytes, more than any allocation can hold (2^60 bytes)");
+  return static_cast<size_t>(elements * size);
+}
+
 Tensor finish(Tensor t, const TensorOptions& options) {
   if (options.requires_grad) t.requires_grad_(true);
   return t;
@@ -26,7 +38,7 @@ Tensor empty(const Shape& shape, TensorOptions options) {
   check_shape(shape, "empty");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(
-      static_cast<size_t>(shape_numel(shape)) * element_size(options.dtype), options.device);
+      storage_bytes(shape_numel(shape), options.dtype, shape, "empty"), options.device);
   impl->sizes = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = options.dtype;
@@ -37,7 +49,7 @@ Tensor empty_pinned(const Shape& shape, DType dtype) {
   check_shape(shape, "empty_pinned");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(
-      static_cast<size_t>(shape_numel(shape)) * element_size(dtype), Storage::Pinned{});
+      storage_bytes(shape_numel(shape), dtype, shape, "empty_pinned"), Storage::Pinned{});
   impl->sizes = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
@@ -58,8 +70,8 @@ Tensor empty_strided(const Shape& shape, const Shape& strides, TensorOptions opt
       span += (shape[i] - 1) * strides[i];
   }
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(span) * element_size(options.dtype),
-                                            options.device);
+  impl->storage = std::make_shared<Storage>(
+      storage_bytes(span, options.dtype, shape, "empty_strided"), options.device);
   impl->sizes = shape;
   impl->strides = strides;
   impl->dtype = options.dtype;
@@ -197,7 +209,7 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype) {
   check_shape(shape, "from_blob");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(
-      data, static_cast<size_t>(shape_numel(shape)) * element_size(dtype), Device::cpu(), nullptr);
+      data, storage_bytes(shape_numel(shape), dtype, shape, "from_blob"), Device::cpu(), nullptr);
   impl->sizes = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "runtime/allocator.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
 #include "tests/common/expect_error.h"
@@ -286,6 +287,16 @@ TEST(Errors, AShapeTooLargeToCountIsAnError) {
                     "more elements than an int64 counts");
   EXPECT_ERROR_WITH(empty({huge, huge, 0}, DType::u8), "strides overflow");
   EXPECT_EQ(empty({huge, 0}, DType::u8).numel(), 0);  // strides (1, 1): nothing overflows
+  // Elements an int64 counts, but bytes that no allocation holds: the byte count wrapped around
+  // (2^62 f32 values are 2^64 bytes, 0 in size_t), and the tensor got a few bytes.
+  for (const Shape& shape : {Shape{int64_t{1} << 62}, Shape{huge, int64_t{1} << 22}}) {
+    EXPECT_ERROR_WITH(empty(shape, DType::f32), "empty: shape", "more than any allocation");
+    EXPECT_ERROR_WITH(zeros(shape, DType::f32), "more than any allocation");
+  }
+  EXPECT_ERROR_WITH(empty_strided({2, 2}, {int64_t{1} << 61, 1}, DType::f64),
+                    "empty_strided: shape", "more than any allocation");
+  // The allocator itself refuses such a size (its size classes would loop or wrap past it).
+  EXPECT_ERROR_WITH(cpu_allocator().allocate(size_t{1} << 62), "more than any allocation");
 }
 
 TEST(Errors, CudaRequestsExplainWhyTheyCannotWork) {
