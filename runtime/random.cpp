@@ -64,7 +64,10 @@ Generator& pick(Generator* generator) {
 // Runs `fill(seed, offset)` over t (dense), reserving the Philox blocks it needs.
 enum class Distribution { uniform, normal, randint, bernoulli };
 
-void fill_random(Tensor& t, Distribution kind, double a, double b, Generator* generator) {
+// a, b: the distribution's parameters; randint's bounds come as low, high, exact (a double holds
+// integers up to 2^53 only).
+void fill_random(Tensor& t, Distribution kind, double a, double b, Generator* generator,
+                 int64_t low = 0, int64_t high = 0) {
   EMBER_CHECK(t.is_contiguous(), "random fill: expected a contiguous tensor");
   const int64_t n = t.numel();
   const bool f64 = t.dtype() == DType::f64;
@@ -100,8 +103,7 @@ void fill_random(Tensor& t, Distribution kind, double a, double b, Generator* ge
             kernels::cuda::normal<T>(out, n, a, b, seed, offset, stream);
           return;
         case Distribution::randint:
-          kernels::cuda::randint<T>(out, n, static_cast<int64_t>(a), static_cast<int64_t>(b), seed,
-                                    offset, stream);
+          kernels::cuda::randint<T>(out, n, low, high, seed, offset, stream);
           return;
         case Distribution::bernoulli:
           kernels::cuda::bernoulli<T>(out, n, a, seed, offset, stream);
@@ -120,8 +122,7 @@ void fill_random(Tensor& t, Distribution kind, double a, double b, Generator* ge
           kernels::cpu::normal<T>(out, n, a, b, seed, offset);
         return;
       case Distribution::randint:
-        kernels::cpu::randint<T>(out, n, static_cast<int64_t>(a), static_cast<int64_t>(b), seed,
-                                 offset);
+        kernels::cpu::randint<T>(out, n, low, high, seed, offset);
         return;
       case Distribution::bernoulli:
         kernels::cpu::bernoulli<T>(out, n, a, seed, offset);
@@ -138,11 +139,11 @@ void fill_random(Tensor& t, Distribution kind, double a, double b, Generator* ge
 }
 
 Tensor make(const Shape& shape, TensorOptions options, Distribution kind, double a, double b,
-            Generator* generator) {
+            Generator* generator, int64_t low = 0, int64_t high = 0) {
   const bool requires_grad = options.requires_grad;
   options.requires_grad = false;
   Tensor t = empty(shape, options);
-  fill_random(t, kind, a, b, generator);
+  fill_random(t, kind, a, b, generator, low, high);
   if (requires_grad) t.requires_grad_(true);
   return t;
 }
@@ -172,8 +173,7 @@ Tensor normal(const Shape& shape, double mean, double std, TensorOptions options
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options,
                Generator* generator) {
   EMBER_CHECK(low < high, "randint: expected low < high, got [", low, ", ", high, ")");
-  return make(shape, options, Distribution::randint, static_cast<double>(low),
-              static_cast<double>(high), generator);
+  return make(shape, options, Distribution::randint, 0.0, 0.0, generator, low, high);
 }
 
 Tensor bernoulli(const Shape& shape, double p, TensorOptions options, Generator* generator) {

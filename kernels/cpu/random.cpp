@@ -35,13 +35,14 @@ void normal(T* out, int64_t n, double mean, double std, uint64_t seed, uint64_t 
 
 template <typename T>
 void randint(T* out, int64_t n, int64_t low, int64_t high, uint64_t seed, uint64_t offset) {
-  const uint64_t range = static_cast<uint64_t>(high - low);
+  // In uint64: a range wider than 2^63 - 1 (low < 0 < high) would overflow int64.
+  const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
   const int threads = threads_for(n);
 #pragma omp parallel for num_threads(threads) if (threads > 1)
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t word = (static_cast<uint64_t>(philox_word(seed, offset, 2 * i)) << 32) |
                           philox_word(seed, offset, 2 * i + 1);
-    out[i] = convert<T>(low + static_cast<int64_t>(word % range));
+    out[i] = convert<T>(static_cast<int64_t>(static_cast<uint64_t>(low) + word % range));
   }
 }
 

@@ -50,7 +50,7 @@ __global__ void randint_kernel(T* out, int64_t n, int64_t low, uint64_t range, u
   for (int64_t i = grid_start(); i < n; i += grid_step()) {
     const uint64_t word = (static_cast<uint64_t>(philox_word(seed, offset, 2 * i)) << 32) |
                           philox_word(seed, offset, 2 * i + 1);
-    out[i] = convert<T>(low + static_cast<int64_t>(word % range));
+    out[i] = convert<T>(static_cast<int64_t>(static_cast<uint64_t>(low) + word % range));
   }
 }
 
@@ -84,7 +84,8 @@ template <typename T>
 void randint(T* out, int64_t n, int64_t low, int64_t high, uint64_t seed, uint64_t offset,
              cudaStream_t stream) {
   if (n <= 0) return;
-  const uint64_t range = static_cast<uint64_t>(high - low);
+  // In uint64: a range wider than 2^63 - 1 (low < 0 < high) would overflow int64.
+  const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
   randint_kernel<T>
       <<<blocks_for(n), kThreadsPerBlock, 0, stream>>>(out, n, low, range, seed, offset);
   EMBER_CUDA_CHECK_LAUNCH("randint<<<>>>");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "runtime/ops.h"
 
@@ -89,6 +90,26 @@ TEST(Distributions, RandintCoversItsRangeUniformly) {
   }
   for (int64_t c : counts)
     EXPECT_NEAR(static_cast<double>(c), 10000.0, 500.0);
+}
+
+// Bounds past 2^53 stay exact (they went through a double and were rounded), and a range wider
+// than an int64 counts (its width overflowed: a division by zero) is drawn from.
+TEST(Distributions, RandintKeepsLargeBoundsExactAndTakesTheWidestRange) {
+  Generator g(9);
+  const int64_t big = (int64_t{1} << 62) + 1;  // 2^62 + 1 is not a double
+  const std::vector<int64_t> near =
+      to_vector<int64_t>(randint(big, big + 2, {256}, DType::i64, &g));
+  EXPECT_EQ(
+      std::count(near.begin(), near.end(), big) + std::count(near.begin(), near.end(), big + 1),
+      256);
+  EXPECT_GT(std::count(near.begin(), near.end(), big), 64);
+  const int64_t lowest = std::numeric_limits<int64_t>::min();
+  const int64_t highest = std::numeric_limits<int64_t>::max();
+  const std::vector<int64_t> wide =
+      to_vector<int64_t>(randint(lowest, highest, {4096}, DType::i64, &g));
+  const auto negative = std::count_if(wide.begin(), wide.end(), [](int64_t x) { return x < 0; });
+  EXPECT_NEAR(static_cast<double>(negative), 2048.0, 200.0);
+  EXPECT_EQ(std::count(wide.begin(), wide.end(), highest), 0);
 }
 
 TEST(Distributions, BernoulliHitsWithProbabilityP) {
