@@ -150,6 +150,14 @@ void Optimizer::step() {
                   ".step: the gradient (", describe(grad_in), ") does not match its parameter (",
                   describe(param), ")");
       ParamState& st = states_[g][i];
+      // The state was made for the parameter's size: a parameter whose data was replaced with
+      // another size would have its update read and write past its state (or its state past it).
+      for (const auto& [key, state] : st.tensors) {
+        EMBER_CHECK(state.numel() == param.numel(), name(), ".step: parameter ", i, " of group ", g,
+                    " (", describe(param), ") no longer matches its ", key, " state (",
+                    describe(state),
+                    "): was its data replaced with another size? Make a new optimizer for it");
+      }
       st.step += 1;
       const bool low_precision = is_low_precision(param.dtype());
       Tensor master = low_precision ? st.tensors.at("master") : param;

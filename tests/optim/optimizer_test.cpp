@@ -14,6 +14,7 @@
 #include "optim/optim.h"
 #include "runtime/io/checkpoint.h"
 #include "runtime/ops.h"
+#include "tests/common/expect_error.h"
 
 namespace ember::optim {
 namespace {
@@ -602,6 +603,47 @@ TEST(ZeroGrad, WorksAfterBackward) {
   EXPECT_EQ(to_vector<float>(p), std::vector<float>(4, 0.0f));
   sgd.zero_grad(false);
   EXPECT_EQ(to_vector<float>(p.grad()), std::vector<float>(4, 0.0f));
+}
+
+// A parameter whose data is replaced with another size no longer fits the state its optimizer
+// made for it (moments after a step, an f16/bf16 master from the start): the step refuses it,
+// where the fused kernels read and wrote past the smaller of the two.
+TEST(StepErrors, AParameterResizedUnderItsOptimizerIsRefused) {
+  for (const bool fused : {true, false}) {
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      for (const bool step_first : {true, false}) {
+        for (const int kind : {0, 1, 2}) {  // SGD with momentum, Adam, AdamW
+          Tensor p = make_param(initial_values(8), dtype);
+          std::unique_ptr<Optimizer> optimizer;
+          if (kind == 0) {
+            optimizer = std::make_unique<SGD>(
+                std::vector<Tensor>{p}, SGDOptions{.lr = 0.1, .momentum = 0.9, .fused = fused});
+          } else if (kind == 1) {
+            optimizer = std::make_unique<Adam>(std::vector<Tensor>{p}, AdamOptions{.fused = fused});
+          } else {
+            AdamWOptions options;
+            options.fused = fused;
+            optimizer = std::make_unique<AdamW>(std::vector<Tensor>{p}, options);
+          }
+          const std::string what = optimizer->name() + (fused ? " fused " : " reference ") +
+                                   dtype_name(dtype) + (step_first ? ", after a step" : "");
+          if (step_first) {
+            p.set_grad(ones({8}, dtype));
+            optimizer->step();
+          }
+          p.set_data(zeros({3}, dtype));
+          p.set_grad(ones({3}, dtype));
+          const bool has_state = step_first || dtype == DType::bf16;
+          if (!has_state) {
+            optimizer->step();  // no state yet: it is made for the new size
+            continue;
+          }
+          SCOPED_TRACE(what);
+          EXPECT_ERROR_WITH(optimizer->step(), "no longer matches its", "Make a new optimizer");
+        }
+      }
+    }
+  }
 }
 
 TEST(HyperParameterErrors, BadValuesAreRefused) {
