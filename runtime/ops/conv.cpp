@@ -1,8 +1,10 @@
 // conv2d: checks, the kernel geometry, autograd through dedicated backward kernels.
 #include "runtime/ops/conv.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -104,6 +106,13 @@ void check_conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
   EMBER_CHECK(o.padding.h >= 0 && o.padding.w >= 0, "conv2d: padding must be non-negative, got ",
               pair_str(o.padding));
   EMBER_CHECK(o.groups > 0, "conv2d: groups must be positive, got ", o.groups);
+  // Beyond int32 (cuDNN's limit too), the padded size and the kernel's span below overflow.
+  constexpr int64_t kLargest = std::numeric_limits<int32_t>::max();
+  EMBER_CHECK(
+      std::max({o.stride.h, o.stride.w, o.dilation.h, o.dilation.w, o.padding.h, o.padding.w}) <=
+          kLargest,
+      "conv2d: stride, dilation and padding must be at most 2^31 - 1, got stride ",
+      pair_str(o.stride), ", dilation ", pair_str(o.dilation), ", padding ", pair_str(o.padding));
   const int64_t channels = input.size(1), filters = weight.size(0);
   EMBER_CHECK(channels % o.groups == 0 && filters % o.groups == 0, "conv2d: input channels (",
               channels, ") and output channels (", filters, ") must both be divisible by groups (",

@@ -631,6 +631,17 @@ TEST(Conv2d, ErrorsSayWhatIsWrong) {
       },
       "expected a bias of shape (1)");
   expect_error([] { conv2d(ones({3, 3, 3}), ones({1, 3, 3, 3})); }, "expected a 4-D input");
+  // Past int32 the padded size and the kernel's span overflowed (and corrupted the heap).
+  const int64_t huge = std::numeric_limits<int64_t>::max() - 1;
+  for (const Conv2dOptions& options :
+       {Conv2dOptions{.padding = {huge, 0}}, Conv2dOptions{.dilation = {1, huge}},
+        Conv2dOptions{.stride = {int64_t{1} << 31, 1}}}) {
+    expect_error(
+        [&] {
+          conv2d(ones({1, 1, 5, 5}), ones({1, 1, 3, 3}), Tensor(), options);
+        },
+        "stride, dilation and padding must be at most 2^31 - 1");
+  }
 }
 
 // ---- pooling ------------------------------------------------------------------------------
