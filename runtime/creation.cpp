@@ -22,8 +22,8 @@ void check_shape(const Shape& shape, const char* op) {
 // tensor (which the next write then overruns).
 size_t storage_bytes(int64_t elements, DType dtype, const Shape& shape, const char* op) {
   const int64_t size = static_cast<int64_t>(element_size(dtype));
-  EMBER_CHECK(elements <= kMaxAllocationBytes / size, op, ": shape ", shape_str(shape), " of ",
-              dtype, " needs ", elements, " x ", size,
+  EMBER_CHECK(elements >= 0 && elements <= kMaxAllocationBytes / size, op, ": shape ",
+              shape_str(shape), " of ", dtype, " needs ", elements, " x ", size,
               " bytes, more than any allocation can hold (2^60 bytes)");
   return static_cast<size_t>(elements * size);
 }
@@ -66,8 +66,13 @@ Tensor empty_strided(const Shape& shape, const Shape& strides, TensorOptions opt
     if (shape[i] == 0) span = 0;
   }
   if (span != 0) {
-    for (size_t i = 0; i < shape.size(); ++i)
-      span += (shape[i] - 1) * strides[i];
+    for (size_t i = 0; i < shape.size(); ++i) {
+      int64_t reach = 0;  // (shape[i] - 1) strides[i], checked: past int64 it wrapped negative
+      EMBER_CHECK(!__builtin_mul_overflow(shape[i] - 1, strides[i], &reach) &&
+                      !__builtin_add_overflow(span, reach, &span),
+                  "empty_strided: shape ", shape_str(shape), " with strides ", shape_str(strides),
+                  " reaches past what an int64 counts");
+    }
   }
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(

@@ -183,16 +183,18 @@ Tensor bernoulli(const Shape& shape, double p, TensorOptions options, Generator*
 
 Tensor randperm(int64_t n, Generator* generator) {
   EMBER_CHECK(n >= 0, "randperm: n must be non-negative, got ", n);
-  // Fisher-Yates driven by one draw of n random words.
-  std::vector<int64_t> perm(static_cast<size_t>(n));
-  std::iota(perm.begin(), perm.end(), 0);
+  // Fisher-Yates driven by one draw of n random words, in a tensor from the allocator (which
+  // refuses what it cannot hold with an ember error, where a std::vector threw its own).
+  Tensor out = empty({n}, DType::i64);
+  int64_t* perm = out.data<int64_t>();
+  std::iota(perm, perm + n, int64_t{0});
   if (n > 1) {
     const Tensor keys = randint(0, int64_t{1} << 62, {n}, DType::i64, generator);
     const int64_t* k = keys.data<int64_t>();
     for (int64_t i = n - 1; i > 0; --i)
       std::swap(perm[i], perm[k[i] % (i + 1)]);
   }
-  return from_vector(perm, {n}, DType::i64);
+  return out;
 }
 
 void uniform_(Tensor& t, double low, double high, Generator* generator) {

@@ -112,6 +112,12 @@ TEST(Distributions, RandintKeepsLargeBoundsExactAndTakesTheWidestRange) {
   EXPECT_EQ(std::count(wide.begin(), wide.end(), highest), 0);
 }
 
+TEST(Distributions, RandpermTooLargeToHoldIsAnEmberError) {
+  // (A std::vector of n threw std::length_error, or std::bad_alloc.)
+  EXPECT_THROW(randperm(std::numeric_limits<int64_t>::max()), Error);
+  EXPECT_EQ(randperm(0).numel(), 0);
+}
+
 TEST(Distributions, BernoulliHitsWithProbabilityP) {
   Generator g(9);
   const Tensor b = bernoulli({100000}, 0.3, DType::f32, &g);

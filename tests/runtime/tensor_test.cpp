@@ -295,6 +295,9 @@ TEST(Errors, AShapeTooLargeToCountIsAnError) {
   }
   EXPECT_ERROR_WITH(empty_strided({2, 2}, {int64_t{1} << 61, 1}, DType::f64),
                     "empty_strided: shape", "more than any allocation");
+  // A span past int64 wrapped negative, which the byte check then let through.
+  EXPECT_ERROR_WITH(empty_strided({3, 3}, {(int64_t{1} << 62) + 1, 1}, DType::f16),
+                    "reaches past what an int64 counts");
   // The allocator itself refuses such a size (its size classes would loop or wrap past it).
   EXPECT_ERROR_WITH(cpu_allocator().allocate(size_t{1} << 62), "more than any allocation");
 }
