@@ -160,6 +160,10 @@ void Optimizer::step() {
       }
       st.step += 1;
       const bool low_precision = is_low_precision(param.dtype());
+      // A parameter made f16/bf16 after the optimizer (model.to(f16) after it was built) gets
+      // its f32 master now, from its current values.
+      if (low_precision && !st.tensors.count("master"))
+        st.tensors["master"] = param.detach().to(DType::f32).contiguous().clone();
       Tensor master = low_precision ? st.tensors.at("master") : param;
       const Tensor grad = grad_in.contiguous();
       // The kernels work on dense f32 masters; anything else (f64, a strided parameter) takes

@@ -646,6 +646,22 @@ TEST(StepErrors, AParameterResizedUnderItsOptimizerIsRefused) {
   }
 }
 
+// model.to(f16) after the optimizer was built (the parameter had no f32 master then): the next
+// step makes the master from the parameter's current values and updates it as any f16 one.
+TEST(StepErrors, AParameterMadeSixteenBitAfterTheOptimizerGetsItsMasterAtTheNextStep) {
+  for (const bool fused : {true, false}) {
+    Tensor p = make_param(initial_values(8));
+    Adam adam({p}, AdamOptions{.fused = fused});
+    p.set_data(p.detach().to(DType::f16));
+    p.set_grad(ones({8}, DType::f16));
+    adam.step();
+    EXPECT_EQ(p.dtype(), DType::f16);
+    EXPECT_EQ(adam.master_param(0, 0).dtype(), DType::f32);
+    const Tensor moved = abs(p.to(DType::f32) - make_param(initial_values(8)).detach());
+    EXPECT_GT(min(moved).item<double>(), 0.0) << (fused ? "fused" : "reference");
+  }
+}
+
 TEST(HyperParameterErrors, BadValuesAreRefused) {
   const auto expect_error = [](auto fn, const std::string& text) {
     try {
