@@ -20,6 +20,12 @@ CausalSelfAttention::CausalSelfAttention(int64_t c, int64_t h, double dropout_p)
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   EMBER_CHECK(x.dim() == 3 && x.size(2) == channels, "CausalSelfAttention: expected input (B, T, ",
               channels, "), got ", describe(x));
+  // (Public fields: checked again here, not only by the constructor.)
+  EMBER_CHECK(heads > 0 && channels % heads == 0, "CausalSelfAttention: heads (", heads,
+              ") must be positive and divide channels (", channels, ")");
+  EMBER_CHECK(qkv && projection && attention_dropout && residual_dropout,
+              "CausalSelfAttention: one of its layers (qkv, projection, attention_dropout, "
+              "residual_dropout) was set to null");
   const int64_t batch = x.size(0), time = x.size(1), head_size = channels / heads;
   // (B, T, 3C) -> three (B, T, C) -> (B, heads, T, head_size)
   const std::vector<Tensor> qkv_parts = chunk((*qkv)(x), 3, 2);
@@ -44,6 +50,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
 }
 
 std::shared_ptr<Module> CausalSelfAttention::make_clone() const {
+  EMBER_CHECK(attention_dropout != nullptr,
+              "CausalSelfAttention: cannot clone: attention_dropout was set to null");
   return make<CausalSelfAttention>(channels, heads, attention_dropout->p);
 }
 

@@ -102,10 +102,12 @@ void ResidualBlock::replace_child(const std::string& name, ModulePtr replacement
 }
 
 Tensor ResidualBlock::forward(const Tensor& x) {
+  EMBER_CHECK(module != nullptr, "ResidualBlock: its module was set to null");
   return x + module->forward(x);
 }
 
 std::shared_ptr<Module> ResidualBlock::make_clone() const {
+  EMBER_CHECK(module != nullptr, "ResidualBlock: cannot clone: its module was set to null");
   return make<ResidualBlock>(make_clone_of(*module));
 }
 

@@ -55,9 +55,12 @@ std::shared_ptr<Module> GptMini::make_clone() const {
   int64_t heads = 1;
   double dropout_p = 0.0;
   if (blocks->size() > 0) {
-    const auto& first = static_cast<const GptBlock&>(*(*blocks)[0]);
-    heads = first.attention->heads;
-    dropout_p = first.attention->attention_dropout->p;
+    const auto* first = dynamic_cast<const GptBlock*>((*blocks)[0].get());
+    EMBER_CHECK(first != nullptr && first->attention && first->attention->attention_dropout,
+                "GptMini: cannot clone: its first block is a ", (*blocks)[0]->type_name(),
+                " now, and clone() rebuilds GptBlocks from it");
+    heads = first->attention->heads;
+    dropout_p = first->attention->attention_dropout->p;
   }
   return make<GptMini>(token_embedding->weight.size(0), context,
                        static_cast<int64_t>(blocks->size()), heads, token_embedding->weight.size(1),

@@ -45,12 +45,23 @@ Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
 void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
   check_new_name(name);
   EMBER_CHECK(module != nullptr, type_name(), ": child module '", name, "' is empty");
-  EMBER_CHECK(module.get() != this, type_name(), ": a module cannot be its own child");
+  EMBER_CHECK(!module->contains(this), type_name(), ": child '", name,
+              "' is this module or holds it: a module tree cannot have a cycle");
   children_.emplace_back(name, std::move(module));
+}
+
+bool Module::contains(const Module* module) const {
+  if (module == this) return true;
+  for (const auto& [name, child] : children_) {
+    if (child->contains(module)) return true;
+  }
+  return false;
 }
 
 void Module::set_child(const std::string& name, std::shared_ptr<Module> module) {
   EMBER_CHECK(module != nullptr, type_name(), ": the module replacing child '", name, "' is empty");
+  EMBER_CHECK(!module->contains(this), type_name(), ": the module replacing child '", name,
+              "' is this module or holds it: a module tree cannot have a cycle");
   for (auto& [child_name, child] : children_) {
     if (child_name == name) {
       child = std::move(module);

@@ -115,6 +115,8 @@ class Module {
 
  private:
   void check_new_name(const std::string& name) const;
+  // Whether `module` is this module or one of its descendants.
+  bool contains(const Module* module) const;
   void convert(std::optional<Device> device, std::optional<DType> dtype);
   void collect(const std::string& prefix, bool recurse, bool want_parameters,
                NamedTensors& out) const;

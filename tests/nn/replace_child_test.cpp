@@ -45,5 +45,35 @@ TEST(ReplaceChild, BadNamesAndTypesWithTheirOwnHandlesAreRefused) {
                     "cannot replace its child 'ln1'");
 }
 
+// A cycle in the module tree recursed without end (parameters(), forward, str): refused where it
+// would be made. Fields a user may change are checked again where they are used.
+TEST(ReplaceChild, CyclesAndBrokenFieldsAreErrorsNotCrashes) {
+  auto a = make<Sequential>(), b = make<Sequential>();
+  a->push_back(b);
+  EXPECT_ERROR_WITH(b->push_back(a), "cannot have a cycle");
+  auto single = make<Sequential>(std::initializer_list<ModulePtr>{make<ReLU>()});
+  EXPECT_ERROR_WITH(single->replace_child("0", single), "cannot have a cycle");
+  EXPECT_ERROR_WITH(a->replace_child("0", a), "cannot have a cycle");
+  EXPECT_EQ(a->parameters().size(), 0u);  // still a tree
+
+  auto gpt = gpt_mini(10, 4, 1, 2, 4);
+  gpt->blocks->replace_child("0", make<Linear>(4, 4));
+  EXPECT_ERROR_WITH(gpt->clone(), "GptMini: cannot clone", "Linear");
+
+  auto attention = make<CausalSelfAttention>(4, 2);
+  attention->heads = 0;
+  EXPECT_ERROR_WITH((*attention)(ones({1, 3, 4})), "heads (0) must be positive");
+  attention->heads = 3;
+  EXPECT_ERROR_WITH((*attention)(ones({1, 3, 4})), "divide channels (4)");
+  attention->heads = 2;
+  attention->attention_dropout = nullptr;
+  EXPECT_ERROR_WITH((*attention)(ones({1, 3, 4})), "was set to null");
+  EXPECT_ERROR_WITH(attention->clone(), "attention_dropout was set to null");
+
+  auto residual = make<ResidualBlock>(make<ReLU>());
+  residual->module = nullptr;
+  EXPECT_ERROR_WITH((*residual)(ones({2})), "ResidualBlock: its module was set to null");
+}
+
 }  // namespace
 }  // namespace ember::nn
