@@ -91,7 +91,8 @@ Tensor reduce_loss(const Tensor& losses, Reduction reduction, double count, DTyp
     case Reduction::mean:
       return (sum(losses) / count).to(dtype);
   }
-  return Tensor();
+  EMBER_FAIL("loss: unknown reduction ", static_cast<int>(reduction),
+             " (expected Reduction::none, sum or mean)");
 }
 
 // The upstream gradient as the kernels take it: dense acc-dtype values, one per position (none)

@@ -208,6 +208,12 @@ TEST(CrossEntropy, BadTargetsAreClearErrors) {
   EXPECT_ERROR_WITH(cross_entropy(logits, class_targets({0, -1, 1})), "target value -1");
   EXPECT_ERROR_WITH(cross_entropy(logits, class_targets({0, 1})), "cross_entropy", "(3)", "(2)");
   EXPECT_ERROR_WITH(nll_loss(logits, class_targets({0, 4, 1})), "nll_loss", "target value 4");
+  // A Reduction outside the enum (a cast) gave an undefined loss, which autograd dereferenced.
+  const Tensor requiring = random_tensor({3, 4}, 9).requires_grad_();
+  const auto unknown = static_cast<Reduction>(9);
+  EXPECT_ERROR_WITH(cross_entropy(requiring, class_targets({0, 3, 1}), {.reduction = unknown}),
+                    "unknown reduction 9");
+  EXPECT_ERROR_WITH(mse_loss(requiring, zeros({3, 4}), unknown), "unknown reduction 9");
 }
 
 // PyTorch's class weights: nll_i = -w[t_i] logp[i, t_i], smooth_i = -sum_c w[c] logp[i, c] (0 at
