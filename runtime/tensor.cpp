@@ -218,7 +218,8 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op, const Shape
       infer_at = static_cast<int>(i);
     } else {
       EMBER_CHECK(out[i] >= 0, op, ": invalid size ", out[i], " in shape ", shape_str(shape));
-      known *= out[i];
+      // Saturated past int64 (no shape that large matches any input; a later 0 still gives 0).
+      if (__builtin_mul_overflow(known, out[i], &known)) known = INT64_MAX;
     }
   }
   if (infer_at >= 0) {
@@ -312,8 +313,9 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
   Shape new_sizes = sizes(), new_strides = strides();
-  new_sizes[d] = (end - start + step - 1) / step;
-  new_strides[d] *= step;
+  // (Written so that a huge step cannot overflow: a slice of at most one value keeps its stride.)
+  new_sizes[d] = end == start ? 0 : (end - start - 1) / step + 1;
+  if (new_sizes[d] > 1) new_strides[d] *= step;
   Tensor out = make_view(*this, new_sizes, new_strides, storage_offset() + start * strides()[d]);
   if (any_requires_grad({this})) {
     Shape in_shape = sizes();
@@ -333,8 +335,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   d = wrap_dim(d, dim(), "narrow");
   const int64_t n = size(d);
   if (start < 0) start += n;
-  EMBER_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: start ", start,
-              " and length ", length, " are out of range for dim ", d, " of size ", n);
+  EMBER_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, "narrow: start ",
+              start, " and length ", length, " are out of range for dim ", d, " of size ", n);
   return slice(d, start, start + length);
 }
 

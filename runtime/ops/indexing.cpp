@@ -445,8 +445,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   const int64_t dim = wrap_dim(dim_in, x.dim(), "split");
   int64_t total = 0;
   for (const int64_t s : sizes) {
-    EMBER_CHECK(s >= 0, "split: sizes must be non-negative, got ", shape_str(sizes));
-    total += s;
+    EMBER_CHECK(s >= 0 && !__builtin_add_overflow(total, s, &total),
+                "split: sizes must be non-negative and sum within int64, got ", shape_str(sizes));
   }
   EMBER_CHECK(total == x.size(dim), "split: sizes ", shape_str(sizes), " sum to ", total,
               " but dim ", dim, " of the tensor of shape ", shape_str(x.sizes()), " has size ",
@@ -460,7 +460,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim_in) {
   const int64_t dim = wrap_dim(dim_in, x.dim(), "chunk");
   // torch.chunk: pieces of ceil(n / chunks), so there may be fewer than `chunks` of them.
   const int64_t n = x.size(dim);
-  return split(x, (n + chunks - 1) / chunks, dim);
+  return split(x, n == 0 ? 0 : (n - 1) / chunks + 1, dim);
 }
 
 // ---- indexing ----------------------------------------------------------------------------------
@@ -569,7 +569,12 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& padding, double value) {
     const int64_t d = x.dim() - 1 - k;
     const int64_t before = padding[2 * k], after = padding[2 * k + 1];
     const int64_t n = x.size(d);
-    out_shape[d] = n + before + after;
+    EMBER_CHECK(before >= -n && after >= -n, "pad: padding ", shape_str(padding), " of dim ", d,
+                " of size ", n, " crops more than the dim holds");
+    EMBER_CHECK(!__builtin_add_overflow(n, before, &out_shape[d]) &&
+                    !__builtin_add_overflow(out_shape[d], after, &out_shape[d]),
+                "pad: padding ", shape_str(padding), " of dim ", d, " of size ", n,
+                " overflows int64");
     EMBER_CHECK(out_shape[d] >= 0, "pad: padding ", shape_str(padding), " of dim ", d, " of size ",
                 n, " gives a negative size ", out_shape[d]);
     in_start[d] = std::max<int64_t>(0, -before);

@@ -271,6 +271,12 @@ TEST(Pad, MatchesNaiveLoopsForPaddingAndCropping) {
   EXPECT_ERROR_WITH(pad(x, {1}), "pad", "even");
   EXPECT_ERROR_WITH(pad(x, {1, 1, 1, 1, 1, 1}), "pad", "covers 3 dims");
   EXPECT_ERROR_WITH(pad(x, {-2, -2}), "pad", "negative size");
+  // Sums past int64 (undefined behaviour before, and a result of some size).
+  const int64_t most = std::numeric_limits<int64_t>::max();
+  EXPECT_ERROR_WITH(pad(x, {std::numeric_limits<int64_t>::min(), most}), "crops more than");
+  EXPECT_ERROR_WITH(pad(x, {most, 1}), "overflows int64");
+  EXPECT_ERROR_WITH(split(x, {most, most, 1}, 0), "sum within int64");
+  EXPECT_EQ(chunk(x, most, 0).size(), 5u);  // pieces of one row: (5 + chunks - 1) overflowed
 }
 
 TEST(Embedding, MatchesNaiveLookupAndSumsGradientsOfRepeatedRows) {

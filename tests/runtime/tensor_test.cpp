@@ -263,6 +263,13 @@ TEST(Errors, AZeroDimTensorHasNoDimToSizeStrideOrCut) {
     EXPECT_ERROR_WITH(scalar.slice(d, 0, 1), "slice: cannot slice a 0-d tensor");
     EXPECT_ERROR_WITH(scalar.select(d, 0), "select: cannot select from a 0-d tensor");
   }
+  // Steps and lengths near int64's end (their sums overflowed): a slice of one value, an error.
+  const int64_t most = std::numeric_limits<int64_t>::max();
+  const Tensor six = arange(6);
+  EXPECT_EQ(six.slice(0, 0, 2, most).sizes(), Shape{1});
+  EXPECT_EQ(six.slice(0, 3, most, most).item<int64_t>(), 3);
+  EXPECT_ERROR_WITH(six.narrow(0, 2, most), "narrow: start 2 and length");
+  EXPECT_ERROR_WITH(six.reshape({most, 2, -1}), "is invalid for input of shape (6)");
   // What a 0-d tensor does have: its dims through reductions and reshapes, as in PyTorch.
   EXPECT_EQ(sum(scalar, {0}).item<double>(), 2.0);
   EXPECT_EQ(scalar.reshape({-1}).sizes(), Shape{1});
