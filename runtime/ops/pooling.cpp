@@ -1,6 +1,10 @@
 // Pooling over NCHW tensors: max (with saved argmax positions), average, adaptive average.
 #include "kernels/cpu/pooling.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/autograd/node.h"
 #include "runtime/dispatch.h"
@@ -39,6 +43,12 @@ kernels::Pool2dGeometry pool_geometry(const Tensor& x, const Pool2dOptions& o, c
               pair_str(stride));
   EMBER_CHECK(o.dilation.h > 0 && o.dilation.w > 0, op, ": dilation must be positive, got ",
               pair_str(o.dilation));
+  // Beyond int32 the kernel's span and the padded size below overflow int64.
+  constexpr int64_t kLargest = std::numeric_limits<int32_t>::max();
+  EMBER_CHECK(
+      std::max({kernel.h, kernel.w, stride.h, stride.w, o.dilation.h, o.dilation.w}) <= kLargest,
+      op, ": kernel_size, stride and dilation must be at most 2^31 - 1, got kernel_size ",
+      pair_str(kernel), ", stride ", pair_str(stride), ", dilation ", pair_str(o.dilation));
   EMBER_CHECK(o.padding.h >= 0 && o.padding.w >= 0 && 2 * o.padding.h <= kernel.h &&
                   2 * o.padding.w <= kernel.w,
               op, ": padding ", pair_str(o.padding),

@@ -199,6 +199,10 @@ TEST(PoolingOptions, BadOptionsAreClearErrors) {
                     "dilation must be positive");
   EXPECT_ERROR_WITH(max_pool2d(x, {.kernel_size = 3, .dilation = 3}), "max_pool2d",
                     "kernel size (3,3) (dilated to (7,7)) is larger than the padded input (5,5)");
+  // Past int32 the dilated span overflowed int64 (undefined behaviour).
+  EXPECT_ERROR_WITH(
+      max_pool2d(x, {.kernel_size = 3, .dilation = std::numeric_limits<int64_t>::max() / 2}),
+      "max_pool2d", "must be at most 2^31 - 1");
 }
 
 }  // namespace
