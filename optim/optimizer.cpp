@@ -55,6 +55,11 @@ bool is_low_precision(DType dtype) {
   return dtype == DType::f16 || dtype == DType::bf16;
 }
 
+// The f32 copy an f16/bf16 parameter is updated in.
+Tensor master_copy_of(const Tensor& param) {
+  return param.detach().to(DType::f32).contiguous().clone();
+}
+
 std::string group_key(size_t group, const std::string& field) {
   return "optim.group." + std::to_string(group) + "." + field;
 }
@@ -88,7 +93,7 @@ void Optimizer::add_param_group(ParamGroup group) {
     const Tensor& param = group.params[i];
     if (is_low_precision(param.dtype())) {
       NoGradGuard no_grad;
-      states[i].tensors["master"] = param.detach().to(DType::f32).contiguous().clone();
+      states[i].tensors["master"] = master_copy_of(param);
     }
   }
   groups_.push_back(std::move(group));
@@ -163,7 +168,7 @@ void Optimizer::step() {
       // A parameter made f16/bf16 after the optimizer (model.to(f16) after it was built) gets
       // its f32 master now, from its current values.
       if (low_precision && !st.tensors.count("master"))
-        st.tensors["master"] = param.detach().to(DType::f32).contiguous().clone();
+        st.tensors["master"] = master_copy_of(param);
       Tensor master = low_precision ? st.tensors.at("master") : param;
       const Tensor grad = grad_in.contiguous();
       // The kernels work on dense f32 masters; anything else (f64, a strided parameter) takes

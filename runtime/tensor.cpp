@@ -335,8 +335,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   d = wrap_dim(d, dim(), "narrow");
   const int64_t n = size(d);
   if (start < 0) start += n;
-  EMBER_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, "narrow: start ",
-              start, " and length ", length, " are out of range for dim ", d, " of size ", n);
+  EMBER_CHECK(start >= 0 && length >= 0 && length <= n - start, "narrow: start ", start,
+              " and length ", length, " are out of range for dim ", d, " of size ", n);
   return slice(d, start, start + length);
 }
 
