@@ -37,6 +37,25 @@ std::vector<double> group_lrs(const Optimizer& optimizer) {
 
 constexpr double kPi = std::numbers::pi;
 
+constexpr int64_t kLastEpoch = std::numeric_limits<int64_t>::max();
+
+// One more epoch, or an error when the count is already int64's largest (a state dict can say so).
+void count_epoch(int64_t& last_epoch, const char* op) {
+  EMBER_CHECK(last_epoch < kLastEpoch, op, ".step: last_epoch is already ", last_epoch,
+              ", the largest int64; it cannot step again");
+  last_epoch += 1;
+}
+
+// PyTorch's (epoch - 1 - T_max) % (2 T_max) == 0, the first epoch of a rising half period, without
+// int64's overflow for a T_max past 2^62 (epoch >= 1).
+bool starts_rising_half_period(int64_t epoch, int64_t t_max) {
+  const int64_t past = epoch - 1;
+  if (past < t_max) return false;  // the difference is in (-T_max, 0): never a multiple
+  return (static_cast<uint64_t>(past) - static_cast<uint64_t>(t_max)) %
+             (2 * static_cast<uint64_t>(t_max)) ==
+         0;
+}
+
 }  // namespace
 
 // ---- LRScheduler --------------------------------------------------------------------------------
@@ -59,8 +78,8 @@ void LRScheduler::step() {
   EMBER_CHECK(groups.size() == base_lrs_.size(), "LRScheduler.step: the optimizer has ",
               groups.size(), " parameter groups but the scheduler was made for ", base_lrs_.size(),
               " (make the scheduler after the last add_param_group)");
-  step_count_ += 1;
-  last_epoch_ += 1;
+  count_epoch(last_epoch_, "LRScheduler");
+  if (step_count_ < kLastEpoch) step_count_ += 1;  // only ever compared with 1
   const std::vector<double> lrs = compute_lr();
   for (size_t g = 0; g < groups.size(); ++g)
     groups[g].lr = lrs[g];
@@ -163,7 +182,7 @@ std::vector<double> CosineAnnealingLR::compute_lr() {
     const double base = base_lrs_[g];
     if (step_count_ == 1 && last_epoch_ > 0) {
       lrs[g] = eta_min_ + (base - eta_min_) * (1 + std::cos(epoch * kPi / t_max)) / 2;
-    } else if ((last_epoch_ - 1 - t_max_) % (2 * t_max_) == 0) {
+    } else if (starts_rising_half_period(last_epoch_, t_max_)) {
       lrs[g] = lrs[g] + (base - eta_min_) * (1 - std::cos(kPi / t_max)) / 2;
     } else {
       lrs[g] = (1 + std::cos(kPi * epoch / t_max)) / (1 + std::cos(kPi * (epoch - 1) / t_max)) *
@@ -336,11 +355,11 @@ bool ReduceLROnPlateau::is_better(double value) const {
 }
 
 void ReduceLROnPlateau::step(double metric) {
-  last_epoch_ += 1;
+  count_epoch(last_epoch_, "ReduceLROnPlateau");
   if (is_better(metric)) {
     best_ = metric;
     num_bad_epochs_ = 0;
-  } else {
+  } else if (num_bad_epochs_ < kLastEpoch) {  // saturates: still more than any patience
     num_bad_epochs_ += 1;
   }
   if (cooldown_counter_ > 0) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numbers>
 
 #include "optim/optim.h"
@@ -289,6 +290,64 @@ TEST(Schedulers, BadArgumentsAreRefused) {
   EXPECT_THROW(CosineAnnealingLR(sgd, 0), Error);
   EXPECT_THROW(OneCycleLR(sgd, 0.1, 0), Error);
   EXPECT_THROW(ReduceLROnPlateau(sgd, {.factor = 1.0}), Error);
+}
+
+// A state dict may hold any int64 (a long run, or a file edited by hand): the counts' end is an
+// error that says so, and a T_max past 2^62 keeps PyTorch's schedule (2 T_max overflowed int64).
+TEST(Schedulers, CountsAtInt64sEndAreAnErrorNotAnOverflow) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  SGD sgd(params(), {.lr = 0.1});
+  StepLR step_lr(sgd, 3, 0.5);
+  Metadata state = step_lr.state_dict();
+  state["scheduler.last_epoch"] = std::to_string(kMax);
+  state["scheduler.step_count"] = std::to_string(kMax);
+  step_lr.load_state_dict(state);
+  EXPECT_ERROR_WITH(step_lr.step(), "last_epoch is already 9223372036854775807");
+  EXPECT_EQ(step_lr.last_epoch(), kMax);
+  EXPECT_EQ(sgd.param_groups()[0].lr, 0.1);
+
+  state["scheduler.last_epoch"] = std::to_string(kMax - 1);
+  step_lr.load_state_dict(state);
+  step_lr.step();  // the last one there is; the step count stays at its end
+  EXPECT_EQ(step_lr.last_epoch(), kMax);
+  EXPECT_EQ(step_lr.state_dict().at("scheduler.step_count"), std::to_string(kMax));
+
+  // The bad-epoch count saturates: at its end it is still more than any patience.
+  ReduceLROnPlateau plateau(sgd, {.factor = 0.5, .patience = kMax - 1});
+  Metadata plateau_state = plateau.state_dict();
+  plateau_state["plateau.best"] = "0";
+  plateau_state["plateau.num_bad_epochs"] = std::to_string(kMax);
+  plateau_state["plateau.last_epoch"] = std::to_string(kMax - 2);
+  plateau.load_state_dict(plateau_state);
+  plateau.step(1.0);  // worse than 0: kMax bad epochs > patience, so the lr halves
+  EXPECT_EQ(sgd.param_groups()[0].lr, 0.05);
+  plateau.step(1.0);
+  EXPECT_EQ(plateau.last_epoch(), kMax);
+  EXPECT_ERROR_WITH(plateau.step(1.0), "last_epoch is already 9223372036854775807");
+}
+
+TEST(CosineAnnealingLR, ATMaxPast2To62KeepsTheSchedule) {
+  for (const int64_t t_max :
+       {int64_t{1} << 62, (int64_t{1} << 62) + 1, std::numeric_limits<int64_t>::max()}) {
+    SGD sgd(params(), {.lr = 1.0});
+    CosineAnnealingLR cosine(sgd, t_max, 0.0);
+    for (int e = 1; e <= 5; ++e) {
+      cosine.step();
+      const double want = (1 + std::cos(kPi * e / static_cast<double>(t_max))) / 2;
+      EXPECT_DOUBLE_EQ(sgd.param_groups()[0].lr, want) << "T_max " << t_max << ", epoch " << e;
+    }
+  }
+  // The rising half period's first epoch, T_max + 1 (and every 2 T_max after): lr goes from
+  // eta_min back up by the first step's drop, as in PyTorch's recursion.
+  SGD sgd(params(), {.lr = 1.0});
+  const int64_t t_max = (int64_t{1} << 62) + 3;
+  CosineAnnealingLR cosine(sgd, t_max, 0.0);
+  Metadata state = cosine.state_dict();
+  state["scheduler.last_epoch"] = std::to_string(t_max);
+  cosine.load_state_dict(state);
+  sgd.param_groups()[0].lr = 0.0;  // eta_min, where the half period ends
+  cosine.step();
+  EXPECT_DOUBLE_EQ(sgd.param_groups()[0].lr, (1 - std::cos(kPi / static_cast<double>(t_max))) / 2);
 }
 
 }  // namespace
