@@ -95,35 +95,53 @@ void broadcast_from_rank_zero(const std::vector<Tensor>& tensors, ProcessGroup& 
     bucket.members.push_back(i);
     bucket.bytes += bytes;
   }
-  for (Bucket& bucket : buckets) {
+  // Flat copies cost memory: at most two buckets are in flight (PyTorch's broadcast_coalesced
+  // keeps two too), each finished (waited on, copied back, its wire released) before the
+  // bucket two after it is flattened.
+  const auto finish = [&](Bucket& bucket) {
+    bucket.work->wait();
+    if (!bucket.in_place && group.rank() != 0) {  // rank 0's wire holds its own values
+      if (bucket.members.size() == 1) {
+        tensors[bucket.members.front()].detach().copy_(bucket.wire);
+      } else {
+        int64_t offset = 0;
+        for (size_t i : bucket.members) {
+          Tensor data = tensors[i].detach();
+          const int64_t n = data.numel();
+          data.copy_(bucket.wire.narrow(0, offset, n).view(data.sizes()));
+          offset += n;
+        }
+      }
+    }
+    bucket.wire = Tensor();
+    bucket.work.reset();
+  };
+  constexpr size_t kInFlight = 2;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (b >= kInFlight) finish(buckets[b - kInFlight]);
+    Bucket& bucket = buckets[b];
     if (bucket.members.size() == 1) {
       // Parameters are leaves that require grad: the broadcast writes a detached handle's data.
       const Tensor data = tensors[bucket.members.front()].detach();
       bucket.in_place = data.is_contiguous();
       bucket.wire = bucket.in_place ? data : data.contiguous();
-    } else {
+    } else if (group.rank() == 0) {
       std::vector<Tensor> flat;
       for (size_t i : bucket.members)
         flat.push_back(tensors[i].detach().reshape({-1}));
       bucket.wire = cat(flat);
+    } else {  // the broadcast overwrites it
+      const Tensor& first = tensors[bucket.members.front()];
+      int64_t numel = 0;
+      for (size_t i : bucket.members)
+        numel += tensors[i].numel();
+      bucket.wire = empty({numel}, TensorOptions(first.dtype(), first.device()));
     }
     bucket.work = group.broadcast(bucket.wire, 0);
   }
-  for (Bucket& bucket : buckets) {
-    bucket.work->wait();
-    if (bucket.in_place || group.rank() == 0) continue;  // rank 0's wire holds its own values
-    if (bucket.members.size() == 1) {
-      tensors[bucket.members.front()].detach().copy_(bucket.wire);
-      continue;
-    }
-    int64_t offset = 0;
-    for (size_t i : bucket.members) {
-      Tensor data = tensors[i].detach();
-      const int64_t n = data.numel();
-      data.copy_(bucket.wire.narrow(0, offset, n).view(data.sizes()));
-      offset += n;
-    }
-  }
+  for (size_t b = buckets.size() > kInFlight ? buckets.size() - kInFlight : 0; b < buckets.size();
+       ++b)
+    finish(buckets[b]);
 }
 
 std::unique_ptr<Reducer> make_reducer(nn::Module& module, ProcessGroupPtr group,

@@ -116,13 +116,15 @@ void OptimizerCallback::on_batch_end(IRunner& runner) {
       runner.loader_batch_step < runner.loader_batch_len)
     return;
   if (accumulated_ > 1) {
-    // The mean of the accumulated batches' gradients, as one larger batch would give.
+    // The mean of the accumulated batches' gradients, as one larger batch would give. Divided
+    // by the integer: 1 / 3 as a number meets an f16/bf16 gradient as a 0-d tensor of its dtype,
+    // 0.333984375 in bf16, where small integers are exact.
     NoGradGuard no_grad;
-    const double inverse = 1.0 / static_cast<double>(accumulated_);
+    const Scalar batches(int64_t{accumulated_});
     for (const optim::ParamGroup& group : optimizer.param_groups()) {
       for (const Tensor& param : group.params) {
         Tensor grad = param.grad();
-        if (grad.defined()) grad.mul_(inverse);
+        if (grad.defined()) grad.div_(batches);
       }
     }
   }

@@ -109,7 +109,8 @@ class NcclWork final : public Work {
     using Clock = std::chrono::steady_clock;
     if (!failure_.empty()) EMBER_FAIL(failure_, " (the communicator was aborted then)");
     const auto deadline = deadline_after(collective_timeout_seconds());
-    for (int polls = 0;; ++polls) {
+    constexpr int kSpinPolls = 2000;
+    for (int polls = 0;; polls = polls < kSpinPolls ? polls + 1 : polls) {  // stops counting
       if (completed()) break;
       ncclResult_t async_error = ncclSuccess;
       {
@@ -130,7 +131,7 @@ class NcclWork final : public Work {
       // Spin (yielding) while the collective is young, as the MPI worker does, then back off: a
       // sleep wakes some 50 us late (Linux's timer slack), and the stream stays idle until the
       // host queues its next work.
-      if (polls < 2000) {
+      if (polls < kSpinPolls) {
         std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(20));
