@@ -400,10 +400,33 @@ int multiprocessors() {
 
 // 16-byte vectors when every plane of every tensor in `pointers` starts 16-byte aligned.
 template <typename T>
+int vector_width_for(int64_t spatial, std::initializer_list<const void*> pointers) {
+  return rows::vector_aligned<T>(spatial, pointers) ? rows::kVectorWidth<T> : 1;
+}
+
+// How many blocks of `Kernel` a multiprocessor holds at once: its registers decide (on sm_90,
+// 4 for the reductions that keep four loads in flight, 6 for the others). Asked once a kernel:
+// the answer depends on the architecture, and a process whose GPUs differ gets a grid sized for
+// the first, which costs speed, not correctness.
+template <auto Kernel>
+int resident_blocks_of() {
+  static const int blocks = [] {
+    int count = 0;
+    EMBER_CUDA_KERNEL_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, Kernel, kBatchNormThreads, 0));
+    return count > 0 ? count : 1;
+  }();
+  return blocks;
+}
+
+// The plan of an elementwise pass (its grid does not depend on the occupancy), or of a reduction
+// whose kernel holds blocks_per_sm blocks a multiprocessor.
+template <typename T>
 BatchNormPlan plan_for(int64_t batch, int64_t channels, int64_t spatial,
-                       std::initializer_list<const void*> pointers) {
-  const int width = rows::vector_aligned<T>(spatial, pointers) ? rows::kVectorWidth<T> : 1;
-  return plan_batch_norm(batch, channels, spatial, width, multiprocessors());
+                       std::initializer_list<const void*> pointers,
+                       int blocks_per_sm = kBatchNormBlocksPerSm) {
+  return plan_batch_norm(batch, channels, spatial, vector_width_for<T>(spatial, pointers),
+                         multiprocessors(), blocks_per_sm);
 }
 
 dim3 block_of(const BatchNormPlan& plan) {
@@ -420,9 +443,9 @@ unsigned finalize_blocks(int64_t channels) {
 // launch.template operator()<kVec, kRelu>() with the plan's vector width (a 16-byte vector or one
 // value) and `relu` as template arguments.
 template <typename T, typename Launch>
-void with_vector_width_and_relu(const BatchNormPlan& plan, bool relu, Launch launch) {
+void with_vector_width_and_relu(int vector_width, bool relu, Launch launch) {
   constexpr int kVector = rows::kVectorWidth<T>;
-  if (plan.vector_width > 1) {
+  if (vector_width > 1) {
     if (relu) {
       launch.template operator()<kVector, true>();
     } else {
@@ -441,7 +464,11 @@ void run_statistics(const T* x, acc_t<T>* variance, const BatchNormChannels<acc_
                     int64_t batch, int64_t channels, int64_t spatial, cudaStream_t stream) {
   using Acc = acc_t<T>;
   if (channels == 0) return;
-  const BatchNormPlan plan = plan_for<T>(batch, channels, spatial, {x});
+  constexpr int kVector = rows::kVectorWidth<T>;
+  const int blocks_per_sm = vector_width_for<T>(spatial, {x}) > 1
+                                ? resident_blocks_of<statistics_partial_kernel<T, kVector>>()
+                                : resident_blocks_of<statistics_partial_kernel<T, 1>>();
+  const BatchNormPlan plan = plan_for<T>(batch, channels, spatial, {x}, blocks_per_sm);
   const Scratch<Acc> partial(plan.channels * plan.splits * 3, stream);
   if (plan.vector_width > 1) {
     statistics_partial_kernel<T, rows::kVectorWidth<T>>
@@ -479,7 +506,7 @@ void batch_norm_apply(const T* x, const acc_t<T>* scale, const acc_t<T>* shift, 
   if (batch * channels * spatial == 0) return;
   const BatchNormPlan plan = plan_for<T>(batch, channels, spatial, {x, y});
   const unsigned blocks = static_cast<unsigned>(plan.plane_blocks);
-  with_vector_width_and_relu<T>(plan, relu, [&]<int kVec, bool kRelu>() {
+  with_vector_width_and_relu<T>(plan.vector_width, relu, [&]<int kVec, bool kRelu>() {
     apply_kernel<T, kVec, kRelu><<<blocks, block_of(plan), 0, stream>>>(x, scale, shift, y, plan);
   });
   EMBER_CUDA_CHECK_LAUNCH("batch_norm: apply_kernel<<<>>>");
@@ -492,11 +519,18 @@ void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
                          bool training, const T* relu_out, cudaStream_t stream) {
   using Acc = acc_t<T>;
   if (channels == 0) return;
-  const BatchNormPlan plan = plan_for<T>(batch, channels, spatial, {grad_out, x, grad_x, relu_out});
+  const bool relu = relu_out != nullptr;
+  int blocks_per_sm = 1;
+  with_vector_width_and_relu<T>(
+      vector_width_for<T>(spatial, {grad_out, x, grad_x, relu_out}), relu,
+      [&]<int kVec, bool kRelu>() {
+        blocks_per_sm = resident_blocks_of<grad_sums_partial_kernel<T, kVec, kRelu>>();
+      });
+  const BatchNormPlan plan =
+      plan_for<T>(batch, channels, spatial, {grad_out, x, grad_x, relu_out}, blocks_per_sm);
   const Scratch<Acc> partial(plan.channels * plan.splits * 2, stream);
   const Scratch<Acc> coefficients(grad_x ? plan.channels * 3 : 0, stream);
-  const bool relu = relu_out != nullptr;
-  with_vector_width_and_relu<T>(plan, relu, [&]<int kVec, bool kRelu>() {
+  with_vector_width_and_relu<T>(plan.vector_width, relu, [&]<int kVec, bool kRelu>() {
     grad_sums_partial_kernel<T, kVec, kRelu><<<reduction_grid(plan), block_of(plan), 0, stream>>>(
         grad_out, relu_out, x, mean, plan, partial.data);
   });
@@ -507,7 +541,7 @@ void batch_norm_backward(const T* grad_out, const T* x, const acc_t<T>* mean, co
   EMBER_CUDA_CHECK_LAUNCH("batch_norm: grad_finalize_kernel<<<>>>");
   if (!grad_x || batch * spatial == 0) return;
   const unsigned blocks = static_cast<unsigned>(plan.plane_blocks);
-  with_vector_width_and_relu<T>(plan, relu, [&]<int kVec, bool kRelu>() {
+  with_vector_width_and_relu<T>(plan.vector_width, relu, [&]<int kVec, bool kRelu>() {
     grad_input_kernel<T, kVec, kRelu><<<blocks, block_of(plan), 0, stream>>>(
         grad_out, relu_out, x, mean, coefficients.data, grad_x, plan, training);
   });
@@ -519,7 +553,11 @@ void channel_sums(const T* x, acc_t<T>* sums, int64_t batch, int64_t channels, i
                   cudaStream_t stream) {
   using Acc = acc_t<T>;
   if (channels == 0) return;
-  const BatchNormPlan plan = plan_for<T>(batch, channels, spatial, {x});
+  constexpr int kVector = rows::kVectorWidth<T>;
+  const int blocks_per_sm = vector_width_for<T>(spatial, {x}) > 1
+                                ? resident_blocks_of<channel_sum_partial_kernel<T, kVector>>()
+                                : resident_blocks_of<channel_sum_partial_kernel<T, 1>>();
+  const BatchNormPlan plan = plan_for<T>(batch, channels, spatial, {x}, blocks_per_sm);
   const Scratch<Acc> partial(plan.channels * plan.splits, stream);
   if (plan.vector_width > 1) {
     channel_sum_partial_kernel<T, rows::kVectorWidth<T>>

@@ -148,7 +148,36 @@ TEST(BatchNormPlan, Resnet9sFirstLayerFillsAnH100) {
   // (512, 64, 64 x 64) in bf16: 64 channels alone would use 64 of 132 multiprocessors.
   const BatchNormPlan p = plan_batch_norm(512, 64, 64 * 64, 8, 132);
   EXPECT_EQ(p.threads_x, 256);
-  EXPECT_GE(p.channel_blocks * p.splits, 132 * kernels::cuda::kBatchNormBlocksPerSm);
+  EXPECT_EQ(p.channel_blocks * p.splits, 132 * kernels::cuda::kBatchNormBlocksPerSm - 32);
+}
+
+// The reductions' grid is one wave: as many blocks as the multiprocessors hold at once
+// (blocks_per_sm, the kernel's occupancy) or fewer, but not fewer by a whole split, unless the
+// planes run out. (Rounded up, resnet9's first layer took 1088 blocks where 528 fit: 2.06 waves.)
+TEST(BatchNormPlan, TheReductionGridIsOneFullWave) {
+  for (const Geometry& g : kGeometries) {
+    for (int width : widths_for(g)) {
+      for (int sms : {1, 132}) {
+        for (int blocks_per_sm : {1, 4, 6, 8}) {
+          const BatchNormPlan p =
+              plan_batch_norm(g.batch, g.channels, g.spatial, width, sms, blocks_per_sm);
+          const std::string what =
+              describe(g, width, sms) + ", " + std::to_string(blocks_per_sm) + " blocks a SM";
+          const int64_t resident = int64_t{sms} * blocks_per_sm;
+          const int64_t blocks = p.channel_blocks * p.splits;
+          const int64_t plane_groups = (g.batch + p.threads_y - 1) / p.threads_y;
+          if (p.splits > 1) {
+            EXPECT_LE(blocks, resident) << what;
+          }
+          if (p.splits < plane_groups && p.splits < kernels::cuda::kBatchNormMaxSplits) {
+            EXPECT_GT(blocks + p.channel_blocks, resident) << what << ": room for another split";
+          }
+        }
+      }
+    }
+  }
+  const BatchNormPlan first = plan_batch_norm(512, 64, 64 * 64, 8, 132, 4);
+  EXPECT_EQ(first.splits, 8);  // 512 blocks of the 528 that fit
 }
 
 // Every value of x visited once: by the reductions, for its own channel; by the elementwise
