@@ -133,6 +133,24 @@ Row bench_softmax(ember::Generator& generator) {
           max_relative_difference(out, tout)};
 }
 
+// A per-channel sum of NCHW activations (a bias gradient, batch norm's statistics written with
+// ops): reduced dims that are not adjacent.
+Row bench_channel_sum(ember::Generator& generator) {
+  const ember::Tensor x = random_tensor({128, 64, 32, 32}, generator);
+  const torch::Tensor tx = to_torch(x);
+  ember::Tensor out;
+  torch::Tensor tout;
+  const double mine = median_seconds([&] { out = ember::sum(x, {0, 2, 3}); }, 3, 20);
+  const double theirs = median_seconds([&] { tout = tx.sum({0, 2, 3}); }, 3, 20);
+  return {"sum over (N, H, W)",
+          "128x64x32x32",
+          "GB/s",
+          mine,
+          theirs,
+          1.0 * x.numel() * sizeof(float),
+          max_relative_difference(out, tout)};
+}
+
 Row bench_layer_norm(ember::Generator& generator) {
   const ember::Tensor x = random_tensor({4096, 1024}, generator);
   const ember::Tensor weight = random_tensor({1024}, generator);
@@ -225,6 +243,7 @@ int main(int argc, char** argv) {
   rows.push_back(bench_matmul(generator, 512));
   rows.push_back(bench_matmul(generator, 1024));
   rows.push_back(bench_softmax(generator));
+  rows.push_back(bench_channel_sum(generator));
   rows.push_back(bench_layer_norm(generator));
   rows.push_back(bench_conv_forward(generator));
   rows.push_back(bench_conv_backward(generator));

@@ -122,6 +122,84 @@ void sum(const T* in, sum_output_t<T>* out, int64_t outer, int64_t reduce, int64
   }
 }
 
+template <typename T>
+void sum_leading(const T* in, sum_output_t<T>* out, int64_t leading, int64_t outer, int64_t reduce,
+                 int64_t inner) {
+  using Out = sum_output_t<T>;
+  using Acc = sum_acc_t<T>;
+  constexpr bool kFloating = std::is_floating_point_v<Acc>;
+  using Total = std::conditional_t<kFloating, double, int64_t>;  // across blocks
+  const int64_t outputs = outer * inner;
+  if (outputs == 0) return;
+  // Adds block (l, o), reduce x inner values, into output o's inner totals; column holds inner
+  // running sums in Acc (f32 for 16-bit types, as sum's column path).
+  const auto add_block = [&](int64_t l, int64_t o, Total* totals, std::vector<Acc>& column) {
+    const T* block = in + (l * outer + o) * reduce * inner;
+    if (inner == 1) {
+      if constexpr (kFloating) {
+        totals[0] += sum_row(block, reduce);
+      } else {
+        totals[0] += sum_row_integer(block, reduce);
+      }
+      return;
+    }
+    std::fill(column.begin(), column.end(), Acc(0));
+    for (int64_t r = 0; r < reduce; ++r) {
+      const T* row = block + r * inner;
+      for (int64_t i = 0; i < inner; ++i)
+        column[i] += convert<Acc>(row[i]);
+    }
+    for (int64_t i = 0; i < inner; ++i)
+      totals[i] += static_cast<Total>(column[i]);
+  };
+  const auto write = [&](int64_t index, Total total) {
+    if constexpr (kFloating) {
+      out[index] = convert<Out>(static_cast<Acc>(total));
+    } else {
+      out[index] = static_cast<Out>(total);
+    }
+  };
+  const int threads = threads_for(leading * outer * reduce * inner);
+  std::vector<std::vector<Total>> partial(static_cast<size_t>(threads));
+  int team = 1;  // the threads OpenMP gave the region (no more than asked for)
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    // Each thread takes whole outputs when there are enough of them (no partials to add up),
+    // else a share of the leading index, whose totals are added in thread order at the end.
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    if (t == 0) team = nt;
+    std::vector<Acc> column(static_cast<size_t>(inner));
+    if (outer >= nt) {
+      const int64_t chunk = (outer + nt - 1) / nt;
+      const int64_t begin = std::min(outer, chunk * t), end = std::min(outer, begin + chunk);
+      std::vector<Total> totals(static_cast<size_t>(inner));
+      for (int64_t o = begin; o < end; ++o) {
+        std::fill(totals.begin(), totals.end(), Total(0));
+        for (int64_t l = 0; l < leading; ++l)
+          add_block(l, o, totals.data(), column);
+        for (int64_t i = 0; i < inner; ++i)
+          write(o * inner + i, totals[i]);
+      }
+    } else {
+      const int64_t chunk = (leading + nt - 1) / nt;
+      const int64_t begin = std::min(leading, chunk * t), end = std::min(leading, begin + chunk);
+      std::vector<Total>& totals = partial[t];
+      totals.assign(static_cast<size_t>(outputs), Total(0));
+      for (int64_t l = begin; l < end; ++l) {
+        for (int64_t o = 0; o < outer; ++o)
+          add_block(l, o, totals.data() + o * inner, column);
+      }
+    }
+  }
+  if (outer >= team) return;
+  for (int64_t index = 0; index < outputs; ++index) {
+    Total total = 0;
+    for (int t = 0; t < team; ++t)
+      total += partial[t][index];
+    write(index, total);
+  }
+}
+
 template void sum<float>(const float*, float*, int64_t, int64_t, int64_t);
 template void sum<double>(const double*, double*, int64_t, int64_t, int64_t);
 template void sum<Half>(const Half*, Half*, int64_t, int64_t, int64_t);
@@ -130,5 +208,14 @@ template void sum<int32_t>(const int32_t*, int64_t*, int64_t, int64_t, int64_t);
 template void sum<int64_t>(const int64_t*, int64_t*, int64_t, int64_t, int64_t);
 template void sum<uint8_t>(const uint8_t*, int64_t*, int64_t, int64_t, int64_t);
 template void sum<bool>(const bool*, int64_t*, int64_t, int64_t, int64_t);
+
+template void sum_leading<float>(const float*, float*, int64_t, int64_t, int64_t, int64_t);
+template void sum_leading<double>(const double*, double*, int64_t, int64_t, int64_t, int64_t);
+template void sum_leading<Half>(const Half*, Half*, int64_t, int64_t, int64_t, int64_t);
+template void sum_leading<BFloat16>(const BFloat16*, BFloat16*, int64_t, int64_t, int64_t, int64_t);
+template void sum_leading<int32_t>(const int32_t*, int64_t*, int64_t, int64_t, int64_t, int64_t);
+template void sum_leading<int64_t>(const int64_t*, int64_t*, int64_t, int64_t, int64_t, int64_t);
+template void sum_leading<uint8_t>(const uint8_t*, int64_t*, int64_t, int64_t, int64_t, int64_t);
+template void sum_leading<bool>(const bool*, int64_t*, int64_t, int64_t, int64_t, int64_t);
 
 }  // namespace ember::kernels::cpu

@@ -35,6 +35,11 @@ using sum_output_t = typename SumOutput<T>::type;
 
 template <typename T>
 void sum(const T* in, sum_output_t<T>* out, int64_t outer, int64_t reduce, int64_t inner);
+// in (leading, outer, reduce, inner) -> out (outer, inner): the sum over dims 0 and 2, reading
+// in once (a per-channel sum of NCHW is (N, C, H W, 1)). Accumulation as sum's.
+template <typename T>
+void sum_leading(const T* in, sum_output_t<T>* out, int64_t leading, int64_t outer, int64_t reduce,
+                 int64_t inner);
 
 // ---- kernels/cpu/reduce_stats.cpp: every type below but the integers computes in acc_t<T> ----
 

@@ -36,10 +36,20 @@ Tensor sum_kernel(const ReductionPlan& plan, const Tensor& x) {
   }
   dispatch_all(x.dtype(), "sum", [&]<typename T>() {
     using Out = kernels::cpu::sum_output_t<T>;
-    kernels::cpu::sum<T>(static_cast<const T*>(plan.input.data_ptr()),
-                         static_cast<Out*>(out.data_ptr()), plan.outer, plan.reduce, plan.inner);
+    const T* in = static_cast<const T*>(plan.input.data_ptr());
+    Out* result = static_cast<Out*>(out.data_ptr());
+    if (plan.leading != 1) {  // 0 too: an empty leading dim leaves every sum 0
+      kernels::cpu::sum_leading<T>(in, result, plan.leading, plan.outer, plan.reduce, plan.inner);
+    } else {
+      kernels::cpu::sum<T>(in, result, plan.outer, plan.reduce, plan.inner);
+    }
   });
   return out;
+}
+
+// The CPU's sum takes a leading reduced dim (sum_leading); the GPU's kernels do not.
+ReductionPlan plan_sum(const Tensor& x, const Dims& dims, bool keepdim, const char* op) {
+  return plan_reduction(x, dims, keepdim, op, x.is_cpu());
 }
 
 // The reduced dims as a list (for the ops that backward calls).
@@ -161,7 +171,7 @@ ValuesAndIndices extreme_with_indices(const Tensor& x, int64_t dim, bool keepdim
 
 Tensor sum(const Tensor& x_in, const Dims& dims, bool keepdim) {
   const Tensor x = autocast_fp32(x_in);
-  const ReductionPlan plan = plan_reduction(x, dims, keepdim, "sum");
+  const ReductionPlan plan = plan_sum(x, dims, keepdim, "sum");
   Tensor out = sum_kernel(plan, x);
   if (any_requires_grad({&x})) {
     Shape in_shape = x.sizes(), keep_shape = plan.keepdim_shape;
@@ -177,8 +187,8 @@ Tensor sum(const Tensor& x_in, const Dims& dims, bool keepdim) {
 Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
   EMBER_CHECK(is_floating(x.dtype()), "mean: expected a floating-point tensor, got ", describe(x),
               " (convert it with to(DType::f32) first)");
-  const ReductionPlan plan = plan_reduction(x, dims, keepdim, "mean");
-  const double count = static_cast<double>(plan.reduce);
+  const ReductionPlan plan = plan_sum(x, dims, keepdim, "mean");
+  const double count = static_cast<double>(reduced_count(plan));
   Tensor out;
   {
     NoGradGuard no_grad;

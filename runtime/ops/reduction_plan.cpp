@@ -5,7 +5,7 @@
 namespace ember {
 
 ReductionPlan plan_reduction(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
-                             const char* op) {
+                             const char* op, bool leading_allowed) {
   ReductionPlan plan;
   const int64_t nd = x.dim();
   plan.reduced.assign(nd, dims.empty());
@@ -43,6 +43,29 @@ ReductionPlan plan_reduction(const Tensor& x, const std::vector<int64_t>& dims, 
     for (int64_t d = 0; d < first; ++d)
       plan.outer *= x.sizes()[d];
     for (int64_t d = first; d <= last; ++d)
+      plan.reduce *= x.sizes()[d];
+    for (int64_t d = last + 1; d < nd; ++d)
+      plan.inner *= x.sizes()[d];
+    return plan;
+  }
+  // A leading run of reduced dims [0, kept_begin), kept dims to kept_end, the last reduced run
+  // [kept_end, last]: (leading, outer, reduce, inner) without a copy.
+  int64_t kept_begin = 0;
+  while (kept_begin < nd && plan.reduced[kept_begin])
+    ++kept_begin;
+  int64_t kept_end = kept_begin;
+  while (kept_end < nd && !plan.reduced[kept_end])
+    ++kept_end;
+  bool one_more_run = kept_begin > 0 && kept_end < nd;
+  for (int64_t d = kept_end; d <= last; ++d)
+    one_more_run = one_more_run && plan.reduced[d];
+  if (leading_allowed && one_more_run && x.is_contiguous()) {
+    plan.input = x;
+    for (int64_t d = 0; d < kept_begin; ++d)
+      plan.leading *= x.sizes()[d];
+    for (int64_t d = kept_begin; d < kept_end; ++d)
+      plan.outer *= x.sizes()[d];
+    for (int64_t d = kept_end; d <= last; ++d)
       plan.reduce *= x.sizes()[d];
     for (int64_t d = last + 1; d < nd; ++d)
       plan.inner *= x.sizes()[d];

@@ -221,6 +221,64 @@ TEST(Reductions, LongRowsUseEveryThread) {
   expect_values_near(min(rows, {1}), naive_reduce(rows, {1}, fold_min), 0, 0, "min rows");
 }
 
+double fold_sum(const std::vector<double>& v) {
+  double total = 0;
+  for (double x : v)
+    total += x;
+  return total;
+}
+
+// Reduced dims that are a leading run and one more (NCHW's per-channel (0, 2, 3)) are summed on
+// the CPU without a copy (sum_leading): every dtype, inner lengths 1 and more, the threads split
+// over the outputs (many channels) or over the leading index (one channel), empty and size-one
+// dims; mean divides by every reduced value. Integers and bool exactly; floats against f64 sums
+// of their values, to their dtype's rounding.
+TEST(Reductions, ALeadingReducedRunAndOneMoreSumAsTheNaiveLoop) {
+  struct Case {
+    Shape shape;
+    Dims dims;
+  };
+  const std::vector<Case> cases = {
+      {{5, 3, 4, 4}, {0, 2, 3}}, {{4, 3, 5, 7}, {0, 2}},       {{2, 3, 4, 5, 6}, {0, 1, 3}},
+      {{6, 1, 7}, {0, 2}},       {{1, 2, 3}, {0, 2}},          {{3, 0, 2}, {0, 2}},
+      {{0, 3, 2}, {0, 2}},       {{64, 1, 32, 32}, {0, 2, 3}}, {{8, 16, 300}, {0, 2}},
+      {{8, 17, 30, 11}, {0, 2}}, {{2, 3, 2, 5}, {-4, -2, -1}},
+  };
+  Generator g(11);
+  for (const Case& c : cases) {
+    for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64,
+                        DType::u8, DType::boolean}) {
+      const Tensor x = dtype == DType::boolean ? lt(rand(c.shape, DType::f32, &g), 0.5)
+                       : is_floating(dtype)    ? randn(c.shape, DType::f32, &g).to(dtype)
+                                               : randint(0, 100, c.shape, DType::i64, &g).to(dtype);
+      const std::string what = describe(x) + " over " + shape_str(c.dims);
+      const std::vector<double> expected = naive_reduce(x, c.dims, fold_sum);
+      const double rtol = dtype == DType::f64   ? 1e-14
+                          : dtype == DType::f32 ? 1e-6
+                          : dtype == DType::f16 ? 1e-3
+                                                : 8e-3;
+      const Tensor sums = sum(x, c.dims);
+      // Sums of random signs cancel: the error scales with the values summed, not the result.
+      const double count = static_cast<double>(x.numel()) / std::max<int64_t>(1, sums.numel());
+      const double atol = is_floating(dtype) ? rtol * (4 + count) : 0.0;
+      EXPECT_EQ(sums.dtype(), is_floating(dtype) ? dtype : DType::i64) << what;
+      expect_values_near(sums, expected, is_floating(dtype) ? rtol : 0.0, atol, what);
+      EXPECT_EQ(sum(x, c.dims, true).dim(), x.dim()) << what;
+      if (!is_floating(dtype) || x.numel() == 0) continue;
+      const Tensor means = mean(x, c.dims);
+      std::vector<double> expected_means = expected;
+      for (double& value : expected_means)
+        value /= count;
+      expect_values_near(means, expected_means, rtol, atol / count, "mean of " + what);
+    }
+  }
+  // The gradient is the broadcast of the result's: ones everywhere for sum, 1 / count for mean.
+  Tensor x = randn({3, 2, 4}, DType::f64, &g);
+  x.requires_grad_();
+  sum(mean(x, {0, 2})).backward();
+  expect_values_near(x.grad(), std::vector<double>(24, 1.0 / 12), 0, 1e-15, "mean's gradient");
+}
+
 TEST(Reductions, ArgmaxTakesTheFirstOfTies) {
   const Tensor x = from_vector(std::vector<float>{1, 3, 3, 2, 5, 5, 5, 5, 0, -1, 7, 7}, {3, 4});
   EXPECT_EQ(to_vector<int64_t>(argmax(x, 1)), (std::vector<int64_t>{1, 0, 2}));
