@@ -525,18 +525,23 @@ void Tensor::set_data(const Tensor& data) const {
 }
 
 // The number becomes a 0-d tensor of the dtype it meets this tensor with, so that promotion rules
-// apply as to the out-of-place op (an i64 tensor cannot take `mul_(1.5)`).
+// apply as to the out-of-place op (an i64 tensor cannot take `mul_(1.5)`); an f16/bf16 tensor
+// keeps a number its dtype cannot hold in f32, as the out-of-place ops do.
 Tensor& Tensor::add_(const Scalar& other) {
-  return add_(scalar_tensor(other, TensorOptions(result_type(*this, other), device())));
+  ember::binary_inplace(kernels::BinaryOp::add, *this, other);
+  return *this;
 }
 Tensor& Tensor::sub_(const Scalar& other) {
-  return sub_(scalar_tensor(other, TensorOptions(result_type(*this, other), device())));
+  ember::binary_inplace(kernels::BinaryOp::sub, *this, other);
+  return *this;
 }
 Tensor& Tensor::mul_(const Scalar& other) {
-  return mul_(scalar_tensor(other, TensorOptions(result_type(*this, other), device())));
+  ember::binary_inplace(kernels::BinaryOp::mul, *this, other);
+  return *this;
 }
 Tensor& Tensor::div_(const Scalar& other) {
-  return div_(scalar_tensor(other, TensorOptions(result_type(*this, other), device())));
+  ember::binary_inplace(kernels::BinaryOp::div, *this, other);
+  return *this;
 }
 
 }  // namespace ember

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "kernels/common/convert.h"
 #include "kernels/cpu/activation_backward.h"
 #include "kernels/cpu/elementwise.h"
 #include "runtime/autocast.h"
@@ -285,6 +286,28 @@ Tensor binary_op(BinaryOp op, const Tensor& a_in, const Tensor& b_in, const Scal
 // A bare number as a 0-d tensor of the dtype it meets `x` with.
 Tensor wrap_scalar(const Tensor& x, const Scalar& s) {
   return scalar_tensor(s, TensorOptions(result_type(x, s), x.device()));
+}
+
+// Whether `x op s` must keep the number out of x's dtype: x is f16 or bf16, the result is of its
+// dtype, and the number is not one of its values (0.1, 1/3, 257 in bf16). PyTorch computes such an
+// op with the number in f32 (its opmath type), where a 0-d tensor of x's dtype would round it
+// first: x * (1/3) in bf16 multiplied by 0.333984375, 0.2% too much, before rounding again. Such
+// numbers go to the kernels as their f32 `alpha` instead (kernels compute 16-bit types in f32).
+bool keeps_number_in_f32(const Tensor& x, const Scalar& s) {
+  if (x.dtype() != DType::f16 && x.dtype() != DType::bf16) return false;
+  if (s.kind() == Scalar::Kind::boolean || result_type(x, s) != x.dtype()) return false;
+  const double value = s.to_double();
+  if (std::isnan(value)) return false;  // a NaN is a NaN in every dtype
+  const float as_f32 = static_cast<float>(value);
+  const double held = x.dtype() == DType::f16
+                          ? static_cast<double>(convert<float>(Half(as_f32)))
+                          : static_cast<double>(convert<float>(BFloat16(as_f32)));
+  return held != value;
+}
+
+// A 0-d tensor of x's dtype and device holding v (exact: -0 and 1 are values of every dtype).
+Tensor exact_constant(const Tensor& x, double v) {
+  return scalar_tensor(v, TensorOptions(x.dtype(), x.device()));
 }
 
 // Integer inputs to a floating-point function compute in f32.
@@ -637,12 +660,18 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 Tensor minimum(const Tensor& a, const Tensor& b) {
   return binary_op(BinaryOp::minimum, a, b, 1);
 }
+// With a number an f16/bf16 tensor cannot hold (keeps_number_in_f32), the ops below are the
+// kernels' a + alpha b with the number as alpha: x + s is x + s 1, x * s is -0 + s x (-0, not
+// +0, keeps x * s's sign where it is -0), x / s is x * (1 / s), as PyTorch's CUDA kernels divide
+// by a number. One rounding, from f32, as PyTorch's.
 Tensor add(const Tensor& a, const Scalar& b) {
+  if (keeps_number_in_f32(a, b)) return add(a, exact_constant(a, 1.0), b);
   return add(a, wrap_scalar(a, b));
 }
 Tensor sub(const Tensor& a, const Scalar& b) {
   EMBER_CHECK(b.kind() != Scalar::Kind::boolean, "sub: subtraction with a bool is not supported (",
               describe(a), " - a bool); to invert a mask use eq(mask, false)");
+  if (keeps_number_in_f32(a, b)) return add(a, exact_constant(a, 1.0), -b.to_double());
   return sub(a, wrap_scalar(a, b));
 }
 Tensor sub(const Scalar& a, const Tensor& b) {
@@ -651,9 +680,11 @@ Tensor sub(const Scalar& a, const Tensor& b) {
   return sub(wrap_scalar(b, a), b);  // not -b + a: -b of an unsigned tensor wraps
 }
 Tensor mul(const Tensor& a, const Scalar& b) {
+  if (keeps_number_in_f32(a, b)) return add(exact_constant(a, -0.0), a, b);
   return mul(a, wrap_scalar(a, b));
 }
 Tensor div(const Tensor& a, const Scalar& b) {
+  if (keeps_number_in_f32(a, b)) return add(exact_constant(a, -0.0), a, 1.0 / b.to_double());
   return div(a, wrap_scalar(a, b));
 }
 Tensor operator/(const Scalar& a, const Tensor& b) {
@@ -785,7 +816,11 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
 
 // ---- in-place ----------------------------------------------------------------------------------
 
-void binary_inplace(BinaryOp op, Tensor& self, const Tensor& other_in, const Scalar& alpha) {
+namespace {
+
+// self = op(self, other), or op(other, self) when self_second.
+void binary_inplace_ordered(BinaryOp op, Tensor& self, const Tensor& other_in, const Scalar& alpha,
+                            bool self_second) {
   const char* name = binary_name(op);
   const Tensor other = on_device_of(other_in, self);
   check_same_device(self, other, name);
@@ -824,7 +859,11 @@ void binary_inplace(BinaryOp op, Tensor& self, const Tensor& other_in, const Sca
     old_self = self.clone();
   }
   const Edge old_edge = track ? gradient_edge(self) : Edge{};
-  launch_binary(op, self, self, cother, alpha.to_double(), name);
+  if (self_second) {
+    launch_binary(op, self, cother, self, alpha.to_double(), name);
+  } else {
+    launch_binary(op, self, self, cother, alpha.to_double(), name);
+  }
   self.bump_version();
   if (!track) return;
   // The node sees self's old value through a detached stand-in that carries self's old edge.
@@ -840,6 +879,17 @@ void binary_inplace(BinaryOp op, Tensor& self, const Tensor& other_in, const Sca
   if (old_self.defined()) saved = {old_self, cother};
   const bool needs_out = op == BinaryOp::div || op == BinaryOp::pow;
   if (needs_out) saved.push_back(self.clone());
+  if (self_second) {
+    // Only add reaches here (a number kept in f32): its gradients need no saved inputs.
+    EMBER_CHECK(op == BinaryOp::add, name, "_: internal error: self as the second operand");
+    const NeedsGrad needs{cother.requires_grad(), before.requires_grad()};
+    record(binary_op_id(op), {cother, before}, self, {},
+           [alpha_value, needs](const Tensor& g, const std::vector<Tensor>&) {
+             const Tensor none;
+             return binary_backward(BinaryOp::add, g, none, none, none, alpha_value, needs);
+           });
+    return;
+  }
   const NeedsGrad needs{before.requires_grad(), cother.requires_grad()};
   record(binary_op_id(op), {before, cother}, self, saved,
          [op, alpha_value, needs_out, needs](const Tensor& g,
@@ -848,6 +898,37 @@ void binary_inplace(BinaryOp op, Tensor& self, const Tensor& other_in, const Sca
            return binary_backward(op, g, s.empty() ? none : s[0], s.empty() ? none : s[1],
                                   needs_out ? s[2] : none, alpha_value, needs);
          });
+}
+
+}  // namespace
+
+void binary_inplace(BinaryOp op, Tensor& self, const Tensor& other, const Scalar& alpha) {
+  binary_inplace_ordered(op, self, other, alpha, false);
+}
+
+void binary_inplace(BinaryOp op, Tensor& self, const Scalar& other) {
+  const char* name = binary_name(op);
+  if (keeps_number_in_f32(self, other)) {  // as the out-of-place ops above
+    const double s = other.to_double();
+    switch (op) {
+      case BinaryOp::add:
+        return binary_inplace_ordered(op, self, exact_constant(self, 1.0), s, false);
+      case BinaryOp::sub:
+        return binary_inplace_ordered(BinaryOp::add, self, exact_constant(self, 1.0), -s, false);
+      case BinaryOp::mul:
+        return binary_inplace_ordered(BinaryOp::add, self, exact_constant(self, -0.0), s, true);
+      case BinaryOp::div:
+        return binary_inplace_ordered(BinaryOp::add, self, exact_constant(self, -0.0), 1.0 / s,
+                                      true);
+      default:
+        break;
+    }
+  }
+  EMBER_CHECK(op != BinaryOp::sub || other.kind() != Scalar::Kind::boolean, name,
+              "_: subtraction with a bool is not supported; to invert a mask use eq(mask, false)");
+  binary_inplace_ordered(
+      op, self, scalar_tensor(other, TensorOptions(result_type(self, other), self.device())), 1,
+      false);
 }
 
 }  // namespace ember

@@ -86,6 +86,9 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);  /
 
 // ---- in-place: self = op(self, other); bumps self's version ----
 void binary_inplace(kernels::BinaryOp op, Tensor& self, const Tensor& other, const Scalar& alpha);
+// self = op(self, number): add, sub, mul, div. The number meets self as a 0-d tensor of the
+// result's dtype, except one that an f16/bf16 self cannot hold, kept in f32 as PyTorch does.
+void binary_inplace(kernels::BinaryOp op, Tensor& self, const Scalar& other);
 
 // ---- operators ----
 inline Tensor operator-(const Tensor& x) {

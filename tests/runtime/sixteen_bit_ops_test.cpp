@@ -103,5 +103,94 @@ TEST(SixteenBitUnary, EveryLayoutGivesTheF32ResultRounded) {
       }
 }
 
+// A number that f16 or bf16 cannot hold (0.1, 1/3, 257) meets the tensor in f32, as in PyTorch
+// (its opmath type): x * (1/3) is round(f32(x) * f32(1/3)), once, not x times bf16's 0.333984375.
+// x / s is x * f32(1 / s) (PyTorch's CUDA kernels; its CPU divides). Numbers the dtype holds
+// keep the 0-d tensor path; so do NaN, -0 and infinities. In-place forms give the same bits;
+// signs of zero are kept; the gradient is the number, rounded once.
+TEST(SixteenBitScalar, ANumberTheDtypeCannotHoldMeetsTheTensorInF32) {
+  manual_seed(7);
+  Tensor wide = randn({3, 700});
+  float* values = wide.data<float>();
+  values[0] = -0.0f;
+  values[1] = 0.0f;
+  values[2] = std::nanf("");
+  values[3] = std::numeric_limits<float>::infinity();
+  values[4] = 65504.0f;  // f16's largest: x * 1.1 overflows to inf there, as in f32 then rounded
+  const double numbers[] = {0.1, 1.0 / 3.0, -0.7, 257.0, 1e-5, 3.0, 0.5, -0.0, 2049.0, 1e30};
+  using Op = std::function<Tensor(const Tensor&, double)>;
+  struct Case {
+    std::string name;
+    Op op, in_place;
+    std::function<float(float, double)> f32;  // the reference on the widened value
+  };
+  const std::vector<Case> cases = {
+      {"mul", [](const Tensor& x, double s) { return x * s; },
+       [](const Tensor& x, double s) { return x.clone().mul_(s); },
+       [](float x, double s) { return x * static_cast<float>(s); }},
+      {"div", [](const Tensor& x, double s) { return x / s; },
+       [](const Tensor& x, double s) { return x.clone().div_(s); },
+       [](float x, double s) { return x * static_cast<float>(1.0 / s); }},
+      {"add", [](const Tensor& x, double s) { return x + s; },
+       [](const Tensor& x, double s) { return x.clone().add_(s); },
+       [](float x, double s) { return x + static_cast<float>(s); }},
+      {"sub", [](const Tensor& x, double s) { return x - s; },
+       [](const Tensor& x, double s) { return x.clone().sub_(s); },
+       [](float x, double s) { return x - static_cast<float>(s); }},
+  };
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    const Tensor x = wide.to(dtype);
+    const std::vector<float> widened = to_vector<float>(x.to(DType::f32));
+    for (const Case& c : cases) {
+      for (double s : numbers) {
+        const Tensor held = full({}, s, dtype);  // the number as a 0-d tensor of the dtype
+        const bool holds = held.item<double>() == s;
+        std::vector<float> want(widened.size());
+        if (holds) {  // the 0-d path, as before: the op against the held value
+          want = to_vector<float>((c.name == "mul"   ? x.to(DType::f32) * held.to(DType::f32)
+                                   : c.name == "div" ? x.to(DType::f32) / held.to(DType::f32)
+                                   : c.name == "add" ? x.to(DType::f32) + held.to(DType::f32)
+                                                     : x.to(DType::f32) - held.to(DType::f32))
+                                      .to(dtype)
+                                      .to(DType::f32));
+        } else {
+          for (size_t i = 0; i < widened.size(); ++i)
+            want[i] = c.f32(widened[i], s);
+          want = to_vector<float>(from_vector(want, x.sizes()).to(dtype).to(DType::f32));
+        }
+        const std::string what = c.name + " " + dtype_name(dtype) + " by " + std::to_string(s);
+        const Tensor out = c.op(x, s);
+        EXPECT_EQ(out.dtype(), dtype) << what;
+        expect_same_bits(to_vector<float>(out.to(DType::f32)), want, what);
+        expect_same_bits(to_vector<float>(c.in_place(x, s).to(DType::f32)), want,
+                         what + ", in place");
+      }
+    }
+  }
+  // bf16(1/3) = 0.333984375 rounded these up a step: x = 1.0390625 gave 0.34765625, f32 gives
+  // 0.345703125 (PyTorch's value).
+  const Tensor x = full({1}, 1.0390625, DType::bf16);
+  EXPECT_EQ((x * (1.0 / 3.0)).item<double>(), 0.345703125);
+  EXPECT_EQ((x / 3).item<double>(), 0.345703125);
+  // The mean divides by its count in f32 too.
+  EXPECT_EQ(mean(full({3}, 1.0390625, DType::bf16)).item<double>(), 1.0390625);
+
+  // The gradient of x * s is s, rounded once to the gradient's dtype; of x + s, 1.
+  Tensor leaf = randn({5}).to(DType::bf16);
+  leaf.requires_grad_();
+  sum(leaf * 0.1 + 0.3).backward();
+  expect_same_bits(to_vector<float>(leaf.grad().to(DType::f32)),
+                   std::vector<float>(5, static_cast<float>(BFloat16(0.1f))), "d(x s)/dx");
+  // In place on a tensor in a graph: the same gradient.
+  Tensor base = randn({5}).to(DType::bf16);
+  base.requires_grad_();
+  Tensor y = base * 1.0;
+  y.mul_(0.1);
+  y.sub_(0.3);
+  sum(y).backward();
+  expect_same_bits(to_vector<float>(base.grad().to(DType::f32)),
+                   std::vector<float>(5, static_cast<float>(BFloat16(0.1f))), "in place");
+}
+
 }  // namespace
 }  // namespace ember
