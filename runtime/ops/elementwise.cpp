@@ -859,7 +859,17 @@ void binary_inplace_ordered(BinaryOp op, Tensor& self, const Tensor& other_in, c
     old_self = self.clone();
   }
   const Edge old_edge = track ? gradient_edge(self) : Edge{};
-  if (self_second) {
+  if (dtype != self.dtype()) {
+    // A result wider than self (bf16 += f32, f32 *= f64): computed in the result's dtype and
+    // rounded once into self, as PyTorch casts its common dtype to the output. other rounded to
+    // self's dtype first would round twice. (Backward still sees other in self's dtype.)
+    NoGradGuard no_grad;
+    const Tensor wide_self = self.to(dtype), wide_other = other.to(dtype);
+    const Tensor result = empty(self.sizes(), TensorOptions(dtype, self.device()));
+    launch_binary(op, result, self_second ? wide_other : wide_self,
+                  self_second ? wide_self : wide_other, alpha.to_double(), name);
+    copy_into(self, result);
+  } else if (self_second) {
     launch_binary(op, self, cother, self, alpha.to_double(), name);
   } else {
     launch_binary(op, self, self, cother, alpha.to_double(), name);

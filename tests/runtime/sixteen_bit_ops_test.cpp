@@ -192,5 +192,41 @@ TEST(SixteenBitScalar, ANumberTheDtypeCannotHoldMeetsTheTensorInF32) {
                    std::vector<float>(5, static_cast<float>(BFloat16(0.1f))), "in place");
 }
 
+// In place with a wider operand (bf16 += f32, f16 *= bf16, f32 -= f64): the op in the result's
+// dtype, rounded once into self, as PyTorch computes in its common dtype and casts to the output.
+// Rounding the operand to self's dtype first rounded twice: a hand-written bf16 update
+// p.add_(u_f32, -lr) lost the low bits of u.
+TEST(SixteenBitInPlace, AWiderOperandIsRoundedOnceWithTheResult) {
+  manual_seed(9);
+  const Tensor base = randn({4, 300});
+  const Tensor update = randn({4, 300}) * 0.01;
+  struct Pair {
+    DType self, other, common;
+  };
+  for (const Pair& pair :
+       {Pair{DType::bf16, DType::f32, DType::f32}, Pair{DType::f16, DType::f32, DType::f32},
+        Pair{DType::f16, DType::bf16, DType::f32}, Pair{DType::f32, DType::f64, DType::f64}}) {
+    const Tensor self = base.to(pair.self), other = update.to(pair.other);
+    const Tensor wide_self = self.to(pair.common), wide_other = other.to(pair.common);
+    const std::string what = std::string(dtype_name(pair.self)) + " with " + dtype_name(pair.other);
+    const auto check = [&](const Tensor& got, const Tensor& want, const std::string& op) {
+      EXPECT_EQ(got.dtype(), pair.self) << what << " " << op;
+      expect_same_bits(to_vector<float>(got.to(DType::f32)),
+                       to_vector<float>(want.to(pair.self).to(DType::f32)), what + " " + op);
+    };
+    check(self.clone().add_(other, -0.3), add(wide_self, wide_other, -0.3), "add_ alpha");
+    check(self.clone().sub_(other), sub(wide_self, wide_other), "sub_");
+    check(self.clone().mul_(other), mul(wide_self, wide_other), "mul_");
+    check(self.clone().div_(other), div(wide_self, wide_other), "div_");
+    // A row of other broadcast over self.
+    check(self.clone().add_(other.slice(0, 0, 1)), add(wide_self, wide_other.slice(0, 0, 1)),
+          "add_ row");
+  }
+  // A bf16 parameter's update by an f32 step: the step's low bits count.
+  Tensor p = full({1}, 1.0, DType::bf16);
+  p.add_(full({1}, 0.00390625 + 1e-6, DType::f32));  // just past half of bf16's step at 1
+  EXPECT_EQ(p.item<double>(), 1.0078125);
+}
+
 }  // namespace
 }  // namespace ember
