@@ -32,7 +32,7 @@ enum class BinaryOp {
   add,  // a + alpha * b
   sub,  // a - alpha * b
   mul,
-  div,
+  div,  // a / (alpha * b): alpha is 1 but for a number kept in f32 (b then 1), x / s
   pow,
   maximum,
   minimum,

@@ -290,7 +290,8 @@ void binary_typed(BinaryOp op, const StridedLayout& layout, T* out, const T* a, 
     case BinaryOp::mul:
       return run([](Acc x, Acc y) { return wrapping_mul(x, y); });
     case BinaryOp::div:
-      return run([](Acc x, Acc y) { return static_cast<Acc>(x / y); });
+      if (alpha == Acc(1)) return run([](Acc x, Acc y) { return static_cast<Acc>(x / y); });
+      return run([alpha](Acc x, Acc y) { return static_cast<Acc>(x / (alpha * y)); });
     case BinaryOp::pow:
       if constexpr (std::is_integral_v<Acc> && !std::is_same_v<Acc, bool>) {
         return run([](Acc x, Acc y) { return integer_pow(x, y); });

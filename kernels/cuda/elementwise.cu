@@ -89,7 +89,7 @@ __device__ __forceinline__ Acc apply_binary(BinaryOp op, Acc x, Acc y, Acc alpha
     case BinaryOp::mul:
       return wrapping_mul(x, y);
     case BinaryOp::div:
-      return static_cast<Acc>(x / y);
+      return alpha == Acc(1) ? static_cast<Acc>(x / y) : static_cast<Acc>(x / (alpha * y));
     case BinaryOp::pow:
       if constexpr (std::is_integral_v<Acc> && !std::is_same_v<Acc, bool>) {
         return integer_pow(x, y);

@@ -209,8 +209,9 @@ std::vector<Tensor> binary_backward(BinaryOp op, const Tensor& g, const Tensor& 
       return only([&] { return g; }, [&] { return g * (-alpha); });
     case BinaryOp::mul:
       return only([&] { return g * b; }, [&] { return g * a; });
-    case BinaryOp::div:
-      return only([&] { return g / b; }, [&] { return -g * out / b; });
+    case BinaryOp::div:  // out = a / (alpha b)
+      return only([&] { return alpha == 1.0 ? g / b : g / b / alpha; },
+                  [&] { return -g * out / b; });
     case BinaryOp::pow:
       // d/da = b a^(b-1), taken as 0 where b == 0 (0^0 would give 0 * inf); d/db = out ln(a),
       // taken as 0 where a == 0 and b >= 0 (0^-1 keeps inf * -inf = -inf). PyTorch's
@@ -288,11 +289,13 @@ Tensor wrap_scalar(const Tensor& x, const Scalar& s) {
   return scalar_tensor(s, TensorOptions(result_type(x, s), x.device()));
 }
 
-// Whether `x op s` must keep the number out of x's dtype: x is f16 or bf16, the result is of its
-// dtype, and the number is not one of its values (0.1, 1/3, 257 in bf16). PyTorch computes such an
-// op with the number in f32 (its opmath type), where a 0-d tensor of x's dtype would round it
-// first: x * (1/3) in bf16 multiplied by 0.333984375, 0.2% too much, before rounding again. Such
-// numbers go to the kernels as their f32 `alpha` instead (kernels compute 16-bit types in f32).
+// Whether `x * s` or `x / s` must keep the number out of x's dtype: x is f16 or bf16, the result
+// is of its dtype, and the number is not one of its values (0.1, 1/3, 257 in bf16). PyTorch's mul
+// and div kernels read such a number in f32 (its opmath type, `original_scalar_value`), where a
+// 0-d tensor of x's dtype would round it first: x * (1/3) in bf16 multiplied by 0.333984375, 0.2%
+// too much, before rounding again. Such numbers go to the kernels as their f32 `alpha` instead
+// (kernels compute 16-bit types in f32). (PyTorch's add and sub read the number in the tensor's
+// dtype, bf16 + 0.3 adding 0.30078125; ember's do too.)
 bool keeps_number_in_f32(const Tensor& x, const Scalar& s) {
   if (x.dtype() != DType::f16 && x.dtype() != DType::bf16) return false;
   if (s.kind() == Scalar::Kind::boolean || result_type(x, s) != x.dtype()) return false;
@@ -660,18 +663,12 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 Tensor minimum(const Tensor& a, const Tensor& b) {
   return binary_op(BinaryOp::minimum, a, b, 1);
 }
-// With a number an f16/bf16 tensor cannot hold (keeps_number_in_f32), the ops below are the
-// kernels' a + alpha b with the number as alpha: x + s is x + s 1, x * s is -0 + s x (-0, not
-// +0, keeps x * s's sign where it is -0), x / s is x * (1 / s), as PyTorch's CUDA kernels divide
-// by a number. One rounding, from f32, as PyTorch's.
 Tensor add(const Tensor& a, const Scalar& b) {
-  if (keeps_number_in_f32(a, b)) return add(a, exact_constant(a, 1.0), b);
   return add(a, wrap_scalar(a, b));
 }
 Tensor sub(const Tensor& a, const Scalar& b) {
   EMBER_CHECK(b.kind() != Scalar::Kind::boolean, "sub: subtraction with a bool is not supported (",
               describe(a), " - a bool); to invert a mask use eq(mask, false)");
-  if (keeps_number_in_f32(a, b)) return add(a, exact_constant(a, 1.0), -b.to_double());
   return sub(a, wrap_scalar(a, b));
 }
 Tensor sub(const Scalar& a, const Tensor& b) {
@@ -679,12 +676,16 @@ Tensor sub(const Scalar& a, const Tensor& b) {
               "a bool - ", describe(b), "); to invert a mask use eq(mask, false)");
   return sub(wrap_scalar(b, a), b);  // not -b + a: -b of an unsigned tensor wraps
 }
+// With a number an f16/bf16 tensor cannot hold (keeps_number_in_f32), the number is the kernels'
+// alpha: x * s is -0 + s x (-0, not +0, keeps the sign of a product that is -0), x / s is
+// x / (s 1). One rounding, from f32, as PyTorch's CPU kernels (its CUDA kernels multiply by the
+// reciprocal instead).
 Tensor mul(const Tensor& a, const Scalar& b) {
   if (keeps_number_in_f32(a, b)) return add(exact_constant(a, -0.0), a, b);
   return mul(a, wrap_scalar(a, b));
 }
 Tensor div(const Tensor& a, const Scalar& b) {
-  if (keeps_number_in_f32(a, b)) return add(exact_constant(a, -0.0), a, 1.0 / b.to_double());
+  if (keeps_number_in_f32(a, b)) return binary_op(BinaryOp::div, a, exact_constant(a, 1.0), b);
   return div(a, wrap_scalar(a, b));
 }
 Tensor operator/(const Scalar& a, const Tensor& b) {
@@ -920,19 +921,10 @@ void binary_inplace(BinaryOp op, Tensor& self, const Scalar& other) {
   const char* name = binary_name(op);
   if (keeps_number_in_f32(self, other)) {  // as the out-of-place ops above
     const double s = other.to_double();
-    switch (op) {
-      case BinaryOp::add:
-        return binary_inplace_ordered(op, self, exact_constant(self, 1.0), s, false);
-      case BinaryOp::sub:
-        return binary_inplace_ordered(BinaryOp::add, self, exact_constant(self, 1.0), -s, false);
-      case BinaryOp::mul:
-        return binary_inplace_ordered(BinaryOp::add, self, exact_constant(self, -0.0), s, true);
-      case BinaryOp::div:
-        return binary_inplace_ordered(BinaryOp::add, self, exact_constant(self, -0.0), 1.0 / s,
-                                      true);
-      default:
-        break;
-    }
+    if (op == BinaryOp::mul)
+      return binary_inplace_ordered(BinaryOp::add, self, exact_constant(self, -0.0), s, true);
+    if (op == BinaryOp::div)
+      return binary_inplace_ordered(op, self, exact_constant(self, 1.0), s, false);
   }
   EMBER_CHECK(op != BinaryOp::sub || other.kind() != Scalar::Kind::boolean, name,
               "_: subtraction with a bool is not supported; to invert a mask use eq(mask, false)");

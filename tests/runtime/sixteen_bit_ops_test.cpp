@@ -103,12 +103,14 @@ TEST(SixteenBitUnary, EveryLayoutGivesTheF32ResultRounded) {
       }
 }
 
-// A number that f16 or bf16 cannot hold (0.1, 1/3, 257) meets the tensor in f32, as in PyTorch
-// (its opmath type): x * (1/3) is round(f32(x) * f32(1/3)), once, not x times bf16's 0.333984375.
-// x / s is x * f32(1 / s) (PyTorch's CUDA kernels; its CPU divides). Numbers the dtype holds
-// keep the 0-d tensor path; so do NaN, -0 and infinities. In-place forms give the same bits;
-// signs of zero are kept; the gradient is the number, rounded once.
-TEST(SixteenBitScalar, ANumberTheDtypeCannotHoldMeetsTheTensorInF32) {
+// A number that f16 or bf16 cannot hold (0.1, 1/3, 257) meets the tensor in f32 in x * s and
+// x / s, as in PyTorch's mul and div kernels (their opmath type): x * (1/3) is round(f32(x) *
+// f32(1/3)), once, not x times bf16's 0.333984375; x / s is round(f32(x) / f32(s)). x + s and
+// x - s take the number in the tensor's dtype, as PyTorch's add does (bf16 + 0.3 adds
+// 0.30078125). Numbers the dtype holds keep the 0-d tensor path; so do NaN, -0 and infinities.
+// In-place forms give the same bits; signs of zero are kept; the gradient is the number, rounded
+// once.
+TEST(SixteenBitScalar, ANumberTheDtypeCannotHoldMeetsTheTensorInF32InMulAndDiv) {
   manual_seed(7);
   Tensor wide = randn({3, 700});
   float* values = wide.data<float>();
@@ -122,42 +124,34 @@ TEST(SixteenBitScalar, ANumberTheDtypeCannotHoldMeetsTheTensorInF32) {
   struct Case {
     std::string name;
     Op op, in_place;
-    std::function<float(float, double)> f32;  // the reference on the widened value
+    bool keeps_f32;                          // else the number is rounded to x's dtype
+    std::function<float(float, float)> f32;  // the reference on the widened values
   };
   const std::vector<Case> cases = {
       {"mul", [](const Tensor& x, double s) { return x * s; },
-       [](const Tensor& x, double s) { return x.clone().mul_(s); },
-       [](float x, double s) { return x * static_cast<float>(s); }},
+       [](const Tensor& x, double s) { return x.clone().mul_(s); }, true,
+       [](float x, float s) { return x * s; }},
       {"div", [](const Tensor& x, double s) { return x / s; },
-       [](const Tensor& x, double s) { return x.clone().div_(s); },
-       [](float x, double s) { return x * static_cast<float>(1.0 / s); }},
+       [](const Tensor& x, double s) { return x.clone().div_(s); }, true,
+       [](float x, float s) { return x / s; }},
       {"add", [](const Tensor& x, double s) { return x + s; },
-       [](const Tensor& x, double s) { return x.clone().add_(s); },
-       [](float x, double s) { return x + static_cast<float>(s); }},
+       [](const Tensor& x, double s) { return x.clone().add_(s); }, false,
+       [](float x, float s) { return x + s; }},
       {"sub", [](const Tensor& x, double s) { return x - s; },
-       [](const Tensor& x, double s) { return x.clone().sub_(s); },
-       [](float x, double s) { return x - static_cast<float>(s); }},
+       [](const Tensor& x, double s) { return x.clone().sub_(s); }, false,
+       [](float x, float s) { return x - s; }},
   };
   for (DType dtype : {DType::f16, DType::bf16}) {
     const Tensor x = wide.to(dtype);
     const std::vector<float> widened = to_vector<float>(x.to(DType::f32));
     for (const Case& c : cases) {
       for (double s : numbers) {
-        const Tensor held = full({}, s, dtype);  // the number as a 0-d tensor of the dtype
-        const bool holds = held.item<double>() == s;
+        const float held = full({}, s, dtype).item<float>();  // the number in the dtype
+        const float number = c.keeps_f32 ? static_cast<float>(s) : held;
         std::vector<float> want(widened.size());
-        if (holds) {  // the 0-d path, as before: the op against the held value
-          want = to_vector<float>((c.name == "mul"   ? x.to(DType::f32) * held.to(DType::f32)
-                                   : c.name == "div" ? x.to(DType::f32) / held.to(DType::f32)
-                                   : c.name == "add" ? x.to(DType::f32) + held.to(DType::f32)
-                                                     : x.to(DType::f32) - held.to(DType::f32))
-                                      .to(dtype)
-                                      .to(DType::f32));
-        } else {
-          for (size_t i = 0; i < widened.size(); ++i)
-            want[i] = c.f32(widened[i], s);
-          want = to_vector<float>(from_vector(want, x.sizes()).to(dtype).to(DType::f32));
-        }
+        for (size_t i = 0; i < widened.size(); ++i)
+          want[i] = c.f32(widened[i], number);
+        want = to_vector<float>(from_vector(want, x.sizes()).to(dtype).to(DType::f32));
         const std::string what = c.name + " " + dtype_name(dtype) + " by " + std::to_string(s);
         const Tensor out = c.op(x, s);
         EXPECT_EQ(out.dtype(), dtype) << what;
@@ -172,10 +166,12 @@ TEST(SixteenBitScalar, ANumberTheDtypeCannotHoldMeetsTheTensorInF32) {
   const Tensor x = full({1}, 1.0390625, DType::bf16);
   EXPECT_EQ((x * (1.0 / 3.0)).item<double>(), 0.345703125);
   EXPECT_EQ((x / 3).item<double>(), 0.345703125);
+  EXPECT_EQ((full({1}, 1.0, DType::bf16) + 0.3).item<double>(), 1.296875);  // 1 + 0.30078125
   // The mean divides by its count in f32 too.
   EXPECT_EQ(mean(full({3}, 1.0390625, DType::bf16)).item<double>(), 1.0390625);
 
-  // The gradient of x * s is s, rounded once to the gradient's dtype; of x + s, 1.
+  // The gradient of x * s is s, rounded once to the gradient's dtype; of x - s, 1; of x / s,
+  // 1 / s.
   Tensor leaf = randn({5}).to(DType::bf16);
   leaf.requires_grad_();
   sum(leaf * 0.1 + 0.3).backward();
@@ -190,6 +186,11 @@ TEST(SixteenBitScalar, ANumberTheDtypeCannotHoldMeetsTheTensorInF32) {
   sum(y).backward();
   expect_same_bits(to_vector<float>(base.grad().to(DType::f32)),
                    std::vector<float>(5, static_cast<float>(BFloat16(0.1f))), "in place");
+  Tensor divided = randn({5}).to(DType::bf16);
+  divided.requires_grad_();
+  sum(divided / 0.3).backward();
+  expect_same_bits(to_vector<float>(divided.grad().to(DType::f32)),
+                   std::vector<float>(5, static_cast<float>(BFloat16(1.0f / 0.3f))), "d(x / s)/dx");
 }
 
 // In place with a wider operand (bf16 += f32, f16 *= bf16, f32 -= f64): the op in the result's
