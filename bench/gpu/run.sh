@@ -442,6 +442,8 @@ if wants torch; then
   step torch_side_by_side 150 torch_side_by_side.log python3 bench/gpu/torch_side_by_side.py \
     --ember-json $WORK/logs/gpu_bench.json --ember-skipped $WORK/logs/gpu_bench_skipped.json \
     --out $WORK/logs "${compile_flags[@]}"
+  # Which precision PyTorch reads a number in, in f16/bf16 arithmetic (ember: keeps_number_in_f32).
+  step torch_scalar_rounding 20 torch_scalar_rounding.log python3 bench/gpu/torch_scalar_rounding.py
   pack
 fi
 
