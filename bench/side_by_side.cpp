@@ -82,21 +82,25 @@ ember::Tensor random_tensor(const ember::Shape& shape, ember::Generator& generat
   return ember::uniform(shape, -1.0, 1.0, ember::DType::f32, &generator);
 }
 
+// One op in both libraries, `repetitions` timed runs each after 3 warm-ups: its row, with the
+// distance between the last results.
+Row timed_row(const char* op, const char* shape, const char* unit, double work, int repetitions,
+              const std::function<ember::Tensor()>& mine,
+              const std::function<torch::Tensor()>& theirs) {
+  ember::Tensor out;
+  torch::Tensor tout;
+  const double mine_seconds = median_seconds([&] { out = mine(); }, 3, repetitions);
+  const double theirs_seconds = median_seconds([&] { tout = theirs(); }, 3, repetitions);
+  return {op, shape, unit, mine_seconds, theirs_seconds, work, max_relative_difference(out, tout)};
+}
+
 Row bench_add(ember::Generator& generator) {
   const int64_t n = 16 * 1024 * 1024;
   const ember::Tensor a = random_tensor({n}, generator), b = random_tensor({n}, generator);
   const torch::Tensor ta = to_torch(a), tb = to_torch(b);
-  ember::Tensor out;
-  torch::Tensor tout;
-  const double mine = median_seconds([&] { out = ember::add(a, b); }, 3, 20);
-  const double theirs = median_seconds([&] { tout = ta + tb; }, 3, 20);
-  return {"add",
-          "16M",
-          "GB/s",
-          mine,
-          theirs,
-          3.0 * n * sizeof(float),
-          max_relative_difference(out, tout)};
+  return timed_row(
+      "add", "16M", "GB/s", 3.0 * n * sizeof(float), 20, [&] { return ember::add(a, b); },
+      [&] { return ta + tb; });
 }
 
 Row bench_matmul(ember::Generator& generator, int64_t n) {
@@ -120,17 +124,9 @@ Row bench_matmul(ember::Generator& generator, int64_t n) {
 Row bench_softmax(ember::Generator& generator) {
   const ember::Tensor x = random_tensor({4096, 1024}, generator);
   const torch::Tensor tx = to_torch(x);
-  ember::Tensor out;
-  torch::Tensor tout;
-  const double mine = median_seconds([&] { out = ember::softmax(x, -1); }, 3, 20);
-  const double theirs = median_seconds([&] { tout = torch::softmax(tx, -1); }, 3, 20);
-  return {"softmax (last dim)",
-          "4096x1024",
-          "GB/s",
-          mine,
-          theirs,
-          2.0 * x.numel() * sizeof(float),
-          max_relative_difference(out, tout)};
+  return timed_row(
+      "softmax (last dim)", "4096x1024", "GB/s", 2.0 * x.numel() * sizeof(float), 20,
+      [&] { return ember::softmax(x, -1); }, [&] { return torch::softmax(tx, -1); });
 }
 
 // A per-channel sum of NCHW activations (a bias gradient, batch norm's statistics written with
@@ -138,17 +134,14 @@ Row bench_softmax(ember::Generator& generator) {
 Row bench_channel_sum(ember::Generator& generator) {
   const ember::Tensor x = random_tensor({128, 64, 32, 32}, generator);
   const torch::Tensor tx = to_torch(x);
-  ember::Tensor out;
-  torch::Tensor tout;
-  const double mine = median_seconds([&] { out = ember::sum(x, {0, 2, 3}); }, 3, 20);
-  const double theirs = median_seconds([&] { tout = tx.sum({0, 2, 3}); }, 3, 20);
-  return {"sum over (N, H, W)",
-          "128x64x32x32",
-          "GB/s",
-          mine,
-          theirs,
-          1.0 * x.numel() * sizeof(float),
-          max_relative_difference(out, tout)};
+  return timed_row(
+      "sum over (N, H, W)", "128x64x32x32", "GB/s", 1.0 * x.numel() * sizeof(float), 20,
+      [&] {
+        return ember::sum(x, {0, 2, 3});
+      },
+      [&] {
+        return tx.sum({0, 2, 3});
+      });
 }
 
 Row bench_layer_norm(ember::Generator& generator) {
@@ -156,19 +149,10 @@ Row bench_layer_norm(ember::Generator& generator) {
   const ember::Tensor weight = random_tensor({1024}, generator);
   const ember::Tensor bias = random_tensor({1024}, generator);
   const torch::Tensor tx = to_torch(x), tweight = to_torch(weight), tbias = to_torch(bias);
-  ember::Tensor out;
-  torch::Tensor tout;
-  const double mine =
-      median_seconds([&] { out = ember::layer_norm(x, {1024}, weight, bias); }, 3, 20);
-  const double theirs =
-      median_seconds([&] { tout = torch::layer_norm(tx, {1024}, tweight, tbias); }, 3, 20);
-  return {"layer_norm (last dim)",
-          "4096x1024",
-          "GB/s",
-          mine,
-          theirs,
-          2.0 * x.numel() * sizeof(float),
-          max_relative_difference(out, tout)};
+  return timed_row(
+      "layer_norm (last dim)", "4096x1024", "GB/s", 2.0 * x.numel() * sizeof(float), 20,
+      [&] { return ember::layer_norm(x, {1024}, weight, bias); },
+      [&] { return torch::layer_norm(tx, {1024}, tweight, tbias); });
 }
 
 // input (128, 32, 32, 32), weight (32, 32, 3, 3), padding 1, no bias.

@@ -3,6 +3,17 @@
 #include "runtime/autograd/grad_mode.h"
 
 namespace ember {
+namespace {
+
+// The product of x's sizes over dims [begin, end).
+int64_t size_product(const Tensor& x, int64_t begin, int64_t end) {
+  int64_t product = 1;
+  for (int64_t d = begin; d < end; ++d)
+    product *= x.sizes()[d];
+  return product;
+}
+
+}  // namespace
 
 ReductionPlan plan_reduction(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
                              const char* op, bool leading_allowed) {
@@ -40,12 +51,9 @@ ReductionPlan plan_reduction(const Tensor& x, const std::vector<int64_t>& dims, 
   }
   if (adjacent && x.is_contiguous()) {
     plan.input = x;
-    for (int64_t d = 0; d < first; ++d)
-      plan.outer *= x.sizes()[d];
-    for (int64_t d = first; d <= last; ++d)
-      plan.reduce *= x.sizes()[d];
-    for (int64_t d = last + 1; d < nd; ++d)
-      plan.inner *= x.sizes()[d];
+    plan.outer = size_product(x, 0, first);
+    plan.reduce = size_product(x, first, last + 1);
+    plan.inner = size_product(x, last + 1, nd);
     return plan;
   }
   // A leading run of reduced dims [0, kept_begin), kept dims to kept_end, the last reduced run
@@ -61,14 +69,10 @@ ReductionPlan plan_reduction(const Tensor& x, const std::vector<int64_t>& dims, 
     one_more_run = one_more_run && plan.reduced[d];
   if (leading_allowed && one_more_run && x.is_contiguous()) {
     plan.input = x;
-    for (int64_t d = 0; d < kept_begin; ++d)
-      plan.leading *= x.sizes()[d];
-    for (int64_t d = kept_begin; d < kept_end; ++d)
-      plan.outer *= x.sizes()[d];
-    for (int64_t d = kept_end; d <= last; ++d)
-      plan.reduce *= x.sizes()[d];
-    for (int64_t d = last + 1; d < nd; ++d)
-      plan.inner *= x.sizes()[d];
+    plan.leading = size_product(x, 0, kept_begin);
+    plan.outer = size_product(x, kept_begin, kept_end);
+    plan.reduce = size_product(x, kept_end, last + 1);
+    plan.inner = size_product(x, last + 1, nd);
     return plan;
   }
   std::vector<int64_t> order;
