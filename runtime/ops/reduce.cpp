@@ -12,6 +12,7 @@
 #include "runtime/ops/reduction_plan.h"
 
 #if EMBER_WITH_CUDA
+#include "kernels/cuda/batch_norm.h"
 #include "kernels/cuda/reduce.h"
 #include "runtime/cuda/stream.h"
 #endif
@@ -25,11 +26,29 @@ Tensor sum_kernel(const ReductionPlan& plan, const Tensor& x) {
   Tensor out = empty(plan.out_shape, TensorOptions(out_dtype, x.device()));
   if (x.is_cuda()) {
 #if EMBER_WITH_CUDA
+    const cuda::StreamOnDevice stream(x.device().index);
+    if (plan.leading != 1) {
+      // (leading, outer, reduce, 1), floating (plan_sum): per-channel sums of (N, C, H W), one
+      // read on batch norm's plan (conv2d's bias gradient), in acc_t, then rounded once.
+      NoGradGuard no_grad;
+      dispatch_floating(x.dtype(), "sum", [&]<typename T>() {
+        using Acc = acc_t<T>;
+        const Tensor sums =
+            empty({plan.outer},
+                  TensorOptions(std::is_same_v<Acc, double> ? DType::f64 : DType::f32, x.device()));
+        kernels::cuda::channel_sums<T>(static_cast<const T*>(plan.input.data_ptr()),
+                                       static_cast<Acc*>(sums.data_ptr()), plan.leading, plan.outer,
+                                       plan.reduce, stream);
+        Tensor flat = out.reshape({plan.outer});
+        flat.copy_(sums);
+      });
+      return out;
+    }
     dispatch_all(x.dtype(), "sum", [&]<typename T>() {
       using Out = kernels::cpu::sum_output_t<T>;
       kernels::cuda::sum<T>(static_cast<const T*>(plan.input.data_ptr()),
                             static_cast<Out*>(out.data_ptr()), plan.outer, plan.reduce, plan.inner,
-                            cuda::StreamOnDevice(x.device().index));
+                            stream);
     });
 #endif
     return out;
@@ -47,9 +66,14 @@ Tensor sum_kernel(const ReductionPlan& plan, const Tensor& x) {
   return out;
 }
 
-// The CPU's sum takes a leading reduced dim (sum_leading); the GPU's kernels do not.
+// The CPU's sum takes a leading reduced dim (sum_leading), the GPU's where the last reduced run
+// ends the shape, in a floating dtype (channel_sums); otherwise the plan copies.
 ReductionPlan plan_sum(const Tensor& x, const Dims& dims, bool keepdim, const char* op) {
-  return plan_reduction(x, dims, keepdim, op, x.is_cpu());
+  ReductionPlan plan = plan_reduction(x, dims, keepdim, op, true);
+  if (plan.leading != 1 && x.is_cuda() &&
+      (plan.inner != 1 || !is_floating(x.dtype()) || x.numel() == 0))
+    plan = plan_reduction(x, dims, keepdim, op, false);
+  return plan;
 }
 
 // The reduced dims as a list (for the ops that backward calls).

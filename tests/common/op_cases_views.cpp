@@ -64,6 +64,15 @@ EMBER_OP_CASES(views_and_reductions) {
                   return sum(x, {0, 2}, true);
                 }),
       one_input("sum/last", OpId::sum, {3, 5}, [](const Tensor& x) { return sum(x, {-1}); }),
+      // Per channel over (N, H, W): the CPU's sum_leading, the GPU's channel_sums.
+      one_input("sum/channels", OpId::sum, {3, 4, 5, 6},
+                [](const Tensor& x) {
+                  return sum(x, {0, 2, 3});
+                }),
+      one_input("mean/channels", OpId::mean, {3, 4, 5, 6},
+                [](const Tensor& x) {
+                  return mean(x, {0, 2, 3});
+                }),
       one_input("mean/dim", OpId::mean, {3, 4, 2}, [](const Tensor& x) { return mean(x, {1}); }),
       to_device_round_trip(),
   };
