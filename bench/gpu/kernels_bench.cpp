@@ -316,6 +316,15 @@ void bm_bias_add(benchmark::State& state) {
            [&] { const Tensor out = add(x, bias); });
 }
 
+// A per-channel sum over resnet9's first activations (sum(x, {0, 2, 3}), the bias gradient's
+// reduction written with ops): one read of x on batch norm's plan.
+void bm_sum_channels(benchmark::State& state) {
+  const Tensor x = randn({512, 64, 32, 32}, on_gpu()).to(DType::bf16);
+  run_case(state, {.bytes = 2.0 * static_cast<double>(x.numel())}, [&] {
+    const Tensor out = sum(x, {0, 2, 3});
+  });
+}
+
 // 256 MB of f32 cast to a 16-bit dtype (f16 or bf16).
 void bm_cast_from_f32(benchmark::State& state, DType to) {
   const Tensor x = randn({k256MBofF32}, on_gpu());
@@ -475,6 +484,7 @@ void register_cases() {
            [](State& s) { bm_binary(s, false, DType::bf16, true); });
   add_case("mul_f32_256MB", 20, [](State& s) { bm_binary(s, true, DType::f32); });
   add_case("bias_add_bf16_r9", 20, bm_bias_add);
+  add_case("sum_channels_bf16_r9", 20, bm_sum_channels);
   add_case("cast_f32_bf16_256MB", 20, [](State& s) { bm_cast_from_f32(s, DType::bf16); });
   add_case("cast_f32_f16_256MB", 20, [](State& s) { bm_cast_from_f32(s, DType::f16); });
   for (const auto& [row, label] :

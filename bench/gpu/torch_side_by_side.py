@@ -120,6 +120,16 @@ def case_bias_add():
     return ("bytes", 2 * 2 * 512 * 64 * 32 * 32, make)
 
 
+def case_sum_channels():
+    """A per-channel sum over resnet9's first activations, bf16 (kernels_bench.cpp's)."""
+    def make(compiled):
+        x = torch.randn(512, 64, 32, 32, device="cuda").to(torch.bfloat16)
+        f = maybe_compile(lambda t: t.sum((0, 2, 3)), compiled)
+        return (lambda: f(x)), None
+
+    return ("bytes", 2 * 512 * 64 * 32 * 32, make)
+
+
 def case_cast(dtype=torch.bfloat16):
     def make(compiled):
         x = torch.randn(N256, device="cuda")
@@ -271,6 +281,7 @@ def all_cases():
         "add_bf16_256MB_misaligned": case_binary(torch.add, torch.bfloat16, misaligned=True),
         "mul_f32_256MB": case_binary(torch.mul, torch.float32),
         "bias_add_bf16_r9": case_bias_add(),
+        "sum_channels_bf16_r9": case_sum_channels(),
         "cast_f32_bf16_256MB": case_cast(),
         "cast_f32_f16_256MB": case_cast(torch.float16),
     }
