@@ -135,6 +135,58 @@ void DataParallelEngine<Base>::sync_device(nn::Module& module) const {
   Base::sync_device(module);
 }
 
+namespace {
+
+constexpr std::string_view kWrapped = "module.";
+
+bool has_prefix(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+// A key holding a parameter's name in an optimizer's state dict ("optimizer.group.G.param.I.name").
+bool names_a_parameter(const std::string& key) {
+  return has_prefix(key, "optimizer.") && key.ends_with(".name");
+}
+
+// Every model tensor and optimizer parameter name with DataParallel's prefix (wrap), or without
+// it (unwrap); names already in the asked form are left as they are.
+Checkpoint with_wrapped_names(Checkpoint checkpoint, bool wrap) {
+  const auto rename = [wrap](const std::string& name) {
+    if (wrap) return has_prefix(name, kWrapped) ? name : std::string(kWrapped) + name;
+    return has_prefix(name, kWrapped) ? name.substr(kWrapped.size()) : name;
+  };
+  for (auto& [key, tensor] : checkpoint.tensors) {
+    if (has_prefix(key, "model.")) key = "model." + rename(key.substr(6));
+  }
+  for (auto& [key, value] : checkpoint.metadata) {
+    if (names_a_parameter(key)) value = rename(value);
+  }
+  return checkpoint;
+}
+
+}  // namespace
+
+template <typename Base>
+Checkpoint DataParallelEngine<Base>::pack_checkpoint(const nn::Module* model,
+                                                     const optim::Optimizer* optimizer,
+                                                     const optim::LRScheduler* scheduler,
+                                                     const Metadata& extra) const {
+  Checkpoint checkpoint = Base::pack_checkpoint(model, optimizer, scheduler, extra);
+  if (dynamic_cast<const dist::DataParallel*>(model) == nullptr) return checkpoint;
+  return with_wrapped_names(std::move(checkpoint), false);
+}
+
+template <typename Base>
+void DataParallelEngine<Base>::unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* model,
+                                                 optim::Optimizer* optimizer,
+                                                 optim::LRScheduler* scheduler) {
+  if (dynamic_cast<const dist::DataParallel*>(model) == nullptr) {
+    Base::unpack_checkpoint(checkpoint, model, optimizer, scheduler);
+    return;
+  }
+  Base::unpack_checkpoint(with_wrapped_names(checkpoint, true), model, optimizer, scheduler);
+}
+
 template class DataParallelEngine<DeviceEngine>;
 template class DataParallelEngine<AMPEngine>;
 template class DataParallelEngine<O2Engine>;

@@ -94,6 +94,14 @@ class DataParallelEngine : public Base {
   using Base::sync_device;
   // A DataParallel places its own replicas; any other module goes to devices[0].
   void sync_device(nn::Module& module) const override;
+  // The wrapper's "module." prefix (PyTorch's DataParallel names) stays out of checkpoints: they
+  // hold the model's own names, as every other engine writes them (Catalyst unwraps the model
+  // too), so that a run resumes on any engine. Checkpoints with the prefix still load.
+  Checkpoint pack_checkpoint(const nn::Module* model, const optim::Optimizer* optimizer,
+                             const optim::LRScheduler* scheduler,
+                             const Metadata& extra = {}) const override;
+  void unpack_checkpoint(const Checkpoint& checkpoint, nn::Module* model,
+                         optim::Optimizer* optimizer, optim::LRScheduler* scheduler) override;
 
  private:
   std::vector<Device> devices_;

@@ -85,6 +85,49 @@ TEST(DistributedEngines, EveryDataParallelEngineResumesIdentically) {
   }
 }
 
+// A dp checkpoint holds the model's own names (no DataParallel "module." prefix), so a run
+// stopped on dp resumes on the device engine and the other way round, and a checkpoint written
+// with the prefix (before 2026-11-29) still resumes on dp.
+TEST(DistributedEngines, DataParallelCheckpointsResumeOnTheDeviceEngineAndBack) {
+  if (dist::world()->size() > 1) GTEST_SKIP() << "dp is one process";
+  const auto dp = [] {
+    return std::make_shared<DataParallelEngine<DeviceEngine>>(
+        std::vector<Device>{Device::cpu(), Device::cpu()});
+  };
+  const auto device = [] { return std::make_shared<DeviceEngine>(); };
+  const std::string from_dp = shared_dir("dp_to_device"), to_dp = shared_dir("device_to_dp");
+  testing::small_run(dp, from_dp, 1, false, /*dropout=*/true, 8);
+  const Checkpoint written = load_checkpoint(from_dp + "/last.ckpt");
+  for (const auto& [key, tensor] : written.tensors)
+    EXPECT_EQ(key.rfind("model.module.", 0), std::string::npos) << key;
+  for (const auto& [key, value] : written.metadata) {
+    if (key.ends_with(".name")) {
+      EXPECT_EQ(value.rfind("module.", 0), std::string::npos) << key;
+    }
+  }
+  testing::small_run(device, from_dp, 0, true, /*dropout=*/true, 8);
+  EXPECT_EQ(load_checkpoint(from_dp + "/last.ckpt").meta("checkpoint.epoch"), "2");
+
+  testing::small_run(device, to_dp, 1, false, /*dropout=*/true, 8);
+  testing::small_run(dp, to_dp, 0, true, /*dropout=*/true, 8);
+  EXPECT_EQ(load_checkpoint(to_dp + "/last.ckpt").meta("checkpoint.epoch"), "2");
+
+  // The old form: every name with the prefix.
+  NamedTensors prefixed;
+  for (const auto& [key, tensor] : written.tensors)
+    prefixed.emplace_back(key.rfind("model.", 0) == 0 ? "model.module." + key.substr(6) : key,
+                          tensor);
+  Metadata metadata = written.metadata;
+  for (auto& [key, value] : metadata) {
+    if (key.rfind("optimizer.", 0) == 0 && key.ends_with(".name")) value = "module." + value;
+  }
+  save_checkpoint(from_dp + "/last.ckpt", prefixed, metadata);
+  testing::small_run(dp, from_dp, 0, true, /*dropout=*/true, 8);
+  EXPECT_EQ(load_checkpoint(from_dp + "/last.ckpt").meta("checkpoint.epoch"), "2");
+  std::filesystem::remove_all(from_dp);
+  std::filesystem::remove_all(to_dp);
+}
+
 // DASO's schedule state in a checkpoint edited by hand: each daso.* value replaced in turn by text
 // DASO never writes. A resume works or throws an ember::Error naming the key; it never throws
 // std::stod's bare message, nor casts nan or 1e400 to int (tests/engines/
