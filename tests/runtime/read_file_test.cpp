@@ -51,5 +51,15 @@ TEST_F(ReadWholeFile, ADirectoryOpensButCannotBeRead) {
                     dir.c_str(), "Is a directory");
 }
 
+// A file without an end (a checkpoint path that is a link to /dev/zero) is refused before it is
+// read, not read until memory runs out.
+TEST_F(ReadWholeFile, AFileWithoutAnEndIsRefused) {
+  EXPECT_ERROR_WITH(read_whole_file("/dev/zero", "load_checkpoint"), "load_checkpoint",
+                    "'/dev/zero' is not a regular file (a character device)");
+  fs::create_symlink("/dev/zero", file("last.ckpt"));
+  EXPECT_ERROR_WITH(read_whole_file(file("last.ckpt"), "load_checkpoint"),
+                    "is not a regular file (a character device)");
+}
+
 }  // namespace
 }  // namespace ember
