@@ -45,6 +45,13 @@ Flags::Flags(int argc, char** argv, const std::vector<std::string>& valued,
     } else if (known(valued, name)) {
       if (!inline_value) {
         EMBER_CHECK(i + 1 < argc, command_, ": --", name, " needs a value");
+        // `--logdir --quiet`: the next flag is not taken for the value (argparse's rule too).
+        const std::string next = argv[i + 1];
+        EMBER_CHECK(next.rfind("--", 0) != 0, command_, ": --", name,
+                    " needs a value, got the flag ", next,
+                    " (for a value that starts with --, "
+                    "write --",
+                    name, "=", next, ")");
         value = argv[++i];
       }
       values_[name] = value;
@@ -65,10 +72,12 @@ int64_t Flags::integer(const std::string& name, int64_t fallback, int64_t min, i
   int64_t value = 0;
   const std::string& s = it->second;
   auto [ptr, error] = std::from_chars(s.data(), s.data() + s.size(), value);
-  EMBER_CHECK(error == std::errc() && ptr == s.data() + s.size(), command_, ": --", name,
-              " expects an integer, got '", s, "'");
-  EMBER_CHECK(value >= min && value <= max, command_, ": --", name, " must be in [", min, ", ", max,
-              "], got ", value);
+  const bool whole = ptr == s.data() + s.size();
+  // An integer past int64's range is out of the flag's range, not "not an integer".
+  EMBER_CHECK((error == std::errc() || error == std::errc::result_out_of_range) && whole, command_,
+              ": --", name, " expects an integer, got '", s, "'");
+  EMBER_CHECK(error == std::errc() && value >= min && value <= max, command_, ": --", name,
+              " must be in [", min, ", ", max, "], got ", s);
   return value;
 }
 
@@ -78,15 +87,20 @@ double Flags::number(const std::string& name, double fallback, double min, doubl
   const std::string& s = it->second;
   size_t used = 0;
   double value = 0;
+  bool out_of_range = false;  // 1e-400, 1e400: a number, outside double's range
   try {
     value = std::stod(s, &used);
+  } catch (const std::out_of_range&) {
+    out_of_range = true;
+    used = s.size();
   } catch (const std::exception&) {
     used = 0;
   }
   EMBER_CHECK(used == s.size() && !s.empty(), command_, ": --", name, " expects a number, got '", s,
               "'");
-  EMBER_CHECK(value >= min && value <= max, command_, ": --", name, " must be in [", min, ", ", max,
-              "], got ", value);
+  // The text as given: 10.000001 printed back would read 10, inside [1e-08, 10].
+  EMBER_CHECK(!out_of_range && value >= min && value <= max, command_, ": --", name,
+              " must be in [", min, ", ", max, "], got ", s);
   return value;
 }
 

@@ -40,13 +40,26 @@ int run_report(int argc, char** argv) {
               " holds no epoch yet (the logs get a row at the end of each epoch)");
   const std::string svg = engines::training_curves_svg(metrics, "ember report: " + logdir);
   const std::string out = flags.text("out", logdir + "/report.svg");
+  EMBER_CHECK(!out.empty(), "report: --out is empty; expected a file name (default ", logdir,
+              "/report.svg)");
+  EMBER_CHECK(!std::filesystem::is_directory(out), "report: --out ", out,
+              " is a directory; expected a file name, e.g. ", out, "/report.svg");
+  // Written beside its place, then renamed over it: a reader never sees half a file.
+  const std::string temporary = out + ".tmp";
   {
-    std::ofstream file(out + ".tmp", std::ios::trunc);
+    std::ofstream file(temporary, std::ios::trunc);
     file << svg;
     file.flush();
-    EMBER_CHECK(file.good(), "report: cannot write '", out, ".tmp' (is the directory writable?)");
+    EMBER_CHECK(file.good(), "report: cannot write '", temporary,
+                "' (does its directory exist, and is it writable?)");
   }
-  std::filesystem::rename(out + ".tmp", out);
+  std::error_code error;
+  std::filesystem::rename(temporary, out, error);
+  if (error) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    EMBER_FAIL("report: cannot write '", out, "': ", error.message());
+  }
   std::cout << "wrote " << out << " (" << metrics.epochs.size()
             << (metrics.epochs.size() == 1 ? " epoch)\n" : " epochs)\n");
   return 0;

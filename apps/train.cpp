@@ -39,6 +39,8 @@ constexpr const char* kUsage =
     "                      ./logdir); `ember report DIR` draws the curves\n"
     "  --seed N            weights, shuffling and augmentation (default 42)\n"
     "  --resume            continue from DIR/last.ckpt (same flags as the run that wrote it)\n"
+    "  --overwrite         replace the run a --logdir holds (without --resume or --overwrite,\n"
+    "                      a logdir with last.ckpt or metrics is refused, not overwritten)\n"
     "  --stop-after N      end this run after N epochs (continue later with --resume)\n"
     "  --limit-train N     use the first N training images (default all 60000)\n"
     "  --limit-valid N     use the first N test images (default all 10000)\n"
@@ -75,7 +77,7 @@ int run_train(int argc, char** argv) {
       argc, argv,
       {"epochs", "batch-size", "lr", "model-size", "engine", "amp", "device", "logdir", "seed",
        "limit-train", "limit-valid", "data", "stop-after", "daso-warmup", "daso-cooldown"},
-      {"resume", "quiet", "sync-bn", "tf32", "cudnn-benchmark"});
+      {"resume", "overwrite", "quiet", "sync-bn", "tf32", "cudnn-benchmark"});
   if (!flags.positional().empty()) {
     const std::string& after = flags.switch_before(0);
     std::string why;  // a value given to a switch, said as such
@@ -100,6 +102,7 @@ int run_train(int argc, char** argv) {
   config.logdir = flags.text("logdir", "logdir");
   config.seed = static_cast<uint64_t>(flags.integer("seed", 42, 0, INT64_MAX));
   config.resume = flags.has("resume");
+  config.overwrite = flags.has("overwrite");
   config.stop_after = flags.integer("stop-after", 0, 1, 1000);
   config.limit_train = flags.integer("limit-train", 0, 1, INT64_MAX);
   config.limit_valid = flags.integer("limit-valid", 0, 1, INT64_MAX);

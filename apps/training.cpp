@@ -179,6 +179,21 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
   EMBER_CHECK(!config.resume || std::filesystem::exists(last_path),
               "train: --resume: no checkpoint at '", last_path,
               "' (train without --resume first, or pass --logdir)");
+  EMBER_CHECK(!(config.resume && config.overwrite),
+              "train: --resume continues the run in --logdir and --overwrite replaces it: pass "
+              "one of them");
+  if (!config.resume && !config.overwrite) {
+    // An earlier run's checkpoints and metrics are continued or replaced on request, never
+    // silently (the default --logdir is the same for every run).
+    std::string found;
+    for (const char* name : {"last.ckpt", "best.ckpt", "metrics.csv", "metrics.jsonl"}) {
+      std::error_code error;
+      if (std::filesystem::exists(config.logdir + "/" + name, error))
+        found += (found.empty() ? "" : ", ") + std::string(name);
+    }
+    EMBER_CHECK(found.empty(), "train: --logdir ", config.logdir, " holds an earlier run (", found,
+                "): pass --resume to continue it, --overwrite to replace it, or another --logdir");
+  }
   const engines::EnginePtr engine = make_train_engine(config);
   EMBER_CHECK(engine->world_size() > 1 || !dist::launched_with_several_processes(),
               "train: --engine ", config.engine, " (", engine->name(),
@@ -280,11 +295,19 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
   // ---- callbacks and loggers ----
   // What a resumed run must share with the run that wrote the checkpoint (the engine and the
   // number of processes may change: see note_a_change_of_world_size).
+  // The precision the engine trains in, not --amp alone: --engine amp without --amp is bf16.
+  const auto* mixed = dynamic_cast<const engines::AMPEngine*>(engine.get());
+  const std::string precision = mixed == nullptr                  ? "none"
+                                : mixed->precision() == DType::f16 ? "fp16"
+                                                                   : "bf16";
+  // lr too: the optimizer's state (and schedule) come back from the checkpoint, so a new --lr
+  // would be announced and not used.
   std::map<std::string, std::string> run_identity = {
       {"model_size", std::to_string(config.model_size)},
       {"batch_size", std::to_string(batch_size)},
       {"seed", std::to_string(config.seed)},
-      {"amp", config.amp},
+      {"amp", precision},
+      {"lr", format_exact(config.lr)},
       {"epochs", std::to_string(config.epochs)},
       {"limit_train", std::to_string(config.limit_train)}};
   if (daso) {

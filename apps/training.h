@@ -24,6 +24,7 @@ struct TrainConfig {
   std::string logdir = "logdir";
   uint64_t seed = 42;
   bool resume = false;
+  bool overwrite = false;   // a logdir holding an earlier run is replaced, not refused
   int64_t stop_after = 0;   // > 0: end this run after that many epochs (resume later)
   int64_t limit_train = 0;  // 0: all
   int64_t limit_valid = 0;

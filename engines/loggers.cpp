@@ -162,6 +162,14 @@ void CSVLogger::start(const IRunner& runner) {
     const auto rows = first_csv_rows(path_, runner.global_epoch + 1);
     has_header_ = !rows.empty() && !rows[0].empty();
     const std::vector<std::string> leading = leading_columns(runner);
+    // A header this logger did not write (the file edited or damaged) would shift every row it
+    // appends: refused, the file left as it is.
+    const bool ours = has_header_ && rows[0].size() >= leading.size() &&
+                      std::equal(leading.begin(), leading.end(), rows[0].begin());
+    EMBER_CHECK(!has_header_ || ours, "logger: ", path_, "'s header does not start with ",
+                csv::join(leading), " (got '", csv::join(rows[0]).substr(0, 80),
+                "'): it was changed since this run wrote it; put it back, or move it away to "
+                "continue without the earlier epochs' rows");
     if (has_header_) {
       for (const std::string& name : rows[0])
         if (std::find(leading.begin(), leading.end(), name) == leading.end())

@@ -2,10 +2,12 @@
 // and cross-node groups, and the end of MPI.
 #include <mpi.h>
 
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -33,8 +35,13 @@ int env_int(const char* name, int fallback) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') return fallback;
   char* end = nullptr;
+  errno = 0;
   const long value = std::strtol(text, &end, 10);
   EMBER_CHECK(end != text && *end == '\0', name, "='", text, "': expected an integer");
+  // 4294967297 cast to int is 1: a value past int's range is refused, not wrapped.
+  EMBER_CHECK(errno != ERANGE && value >= std::numeric_limits<int>::min() &&
+                  value <= std::numeric_limits<int>::max(),
+              name, "='", text, "': out of range (at most ", std::numeric_limits<int>::max(), ")");
   return static_cast<int>(value);
 }
 

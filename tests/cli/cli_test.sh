@@ -45,6 +45,19 @@ check "--cudnn-benchmark on the CPU is refused" fails_saying "where there is not
 check "device contradicts engine" fails_saying "contradicts --engine" \
   "$ember" train --engine cpu --device cuda --data "$work/nowhere"
 check "--help after other flags" bash -c "'$ember' train --epochs 2 --help | grep -q -- --resume"
+check "a text flag does not take the next flag as its value" \
+  fails_saying "--logdir needs a value, got the flag --quiet" "$ember" train --logdir --quiet
+check "an integer past int64 is out of range" \
+  fails_saying "--epochs must be in [1, 1000], got 9999999999999999999" \
+  "$ember" train --epochs 9999999999999999999
+check "a number is shown as given" fails_saying "--lr must be in [1e-08, 10], got 10.000001" \
+  "$ember" train --lr 10.000001
+check "a number past double's range is out of range" \
+  fails_saying "--lr must be in [1e-08, 10], got 1e-400" "$ember" train --lr 1e-400
+check "version takes no arguments" fails_saying "version: takes no arguments, got '--bogus'" \
+  "$ember" version --bogus
+check "a checkpoint that is no file is refused" \
+  fails_saying "'/dev/zero' is not a regular file" timeout 20 "$ember" ckpt inspect /dev/zero
 check "report --help" bash -c "'$ember' report --help | grep -q LOGDIR"
 check "report without logs" fails_saying "no metrics.csv or metrics.jsonl" "$ember" report "$work"
 check "resume without checkpoint" fails_saying "no checkpoint at" \
@@ -68,6 +81,32 @@ check "metrics have a header and two epochs" \
 check "resume with other flags is refused" fails_saying "resume with the same flags" \
   "$ember" train "${small[@]}" --epochs 2 --model-size 8 --resume --logdir "$work/resumed"
 check "metrics.jsonl has two epochs" bash -c "[ \$(wc -l < '$work/resumed/metrics.jsonl') -eq 2 ]"
+cp "$work/straight/metrics.csv" "$work/straight_metrics.csv"
+check "a new run into a logdir that holds one is refused" \
+  fails_saying "holds an earlier run (last.ckpt, best.ckpt, metrics.csv, metrics.jsonl): pass --resume" \
+  "$ember" train "${small[@]}" --epochs 1 --logdir "$work/straight"
+check "... and leaves the earlier run as it was" cmp "$work/straight/metrics.csv" "$work/straight_metrics.csv"
+check "--resume with --overwrite is refused" fails_saying "pass one of them" \
+  "$ember" train "${small[@]}" --epochs 1 --resume --overwrite --logdir "$work/resumed"
+check "--overwrite replaces the run" bash -c "'$ember' train ${small[*]} --epochs 1 --overwrite \
+  --logdir '$work/overwritten' && '$ember' train ${small[*]} --epochs 1 --seed 7 --overwrite \
+  --logdir '$work/overwritten' && [ \$(wc -l < '$work/overwritten/metrics.csv') -eq 2 ]"
+check "resume with another --lr is refused" fails_saying "was made with lr = 0.002, this run asks for 0.5" \
+  "$ember" train "${small[@]}" --epochs 2 --lr 0.5 --resume --logdir "$work/resumed"
+check "resume of an f32 run on --engine amp is refused" \
+  fails_saying "was made with amp = none, this run asks for bf16" \
+  "$ember" train "${small[@]}" --epochs 2 --engine amp --resume --logdir "$work/resumed"
+mkdir -p "$work/edited"
+cp "$work/epoch1.ckpt" "$work/edited/last.ckpt"
+{ printf 'garbage,header\n'; tail -n +2 "$work/resumed/metrics.csv"; } > "$work/edited/metrics.csv"
+cp "$work/edited/metrics.csv" "$work/edited_metrics.csv"
+check "resume refuses a metrics.csv whose header it did not write" \
+  fails_saying "metrics.csv's header does not start with epoch" \
+  "$ember" train "${small[@]}" --epochs 2 --resume --logdir "$work/edited"
+check "... and leaves it as it was" cmp "$work/edited/metrics.csv" "$work/edited_metrics.csv"
+mkdir -p "$work/report_dir"
+check "report --out an existing directory is refused" fails_saying "is a directory; expected a file name" \
+  "$ember" report "$work/straight" --out "$work/report_dir"
 check "tensorboard events written" bash -c "ls '$work/straight/tensorboard/' | grep -q '^events.out.tfevents.'"
 check "report draws the curves" bash -c "'$ember' report '$work/straight' && grep -q valid_accuracy '$work/straight/report.svg' && grep -q '</svg>' '$work/straight/report.svg'"
 check "--amp fp16 runs the AMP engine" bash -c "'$ember' train ${small[*]} --epochs 1 --amp fp16 --logdir '$work/amp' | grep -q 'engine amp-fp16 cpu'"
@@ -87,6 +126,10 @@ if "$ember" version 2>&1 | grep -q "CUDA devices visible: 0"; then
   check "dp fp16 resumed run is byte-identical" \
     same_checkpoints "$work/dp_straight/last.ckpt" "$work/dp_resumed/last.ckpt"
 fi
+check "dp: 1 of 2 epochs" "$ember" train "${few[@]}" --epochs 2 --engine dp --stop-after 1 \
+  --logdir "$work/dp_to_cpu"
+check "a dp run resumes on the cpu engine" "$ember" train "${small[@]}" --epochs 2 --resume \
+  --logdir "$work/dp_to_cpu"
 check "--engine o2 --device cpu runs O2 on the CPU" bash -c "'$ember' train ${small[*]} --epochs 1 --engine o2 --device cpu --amp bf16 --logdir '$work/o2_cpu' | grep -q 'engine o2-bf16 cpu'"
 check "--engine amp --device cpu without --amp is bf16" bash -c "'$ember' train ${small[*]} --epochs 1 --engine amp --device cpu --logdir '$work/amp_cpu' | grep -q 'engine amp-bf16 cpu'"
 if "$ember" version 2>&1 | grep -q "CUDA devices visible: 0"; then
@@ -115,7 +158,8 @@ if command -v mpirun >/dev/null && "$ember" version | grep -q "MPI backend: buil
     "${mpi[@]}" "$ember" train "${few[@]}" --epochs 1 --engine cpu --logdir "$work/mpi_cpu"
   mkdir -p "$work/mpi_badlog/metrics.csv"
   check "an error on rank 0 alone ends the job" fails_saying "ending the other 1 processes" \
-    timeout 120 "${mpi[@]}" "$ember" train "${few[@]}" --epochs 1 --engine ddp --logdir "$work/mpi_badlog"
+    timeout 120 "${mpi[@]}" "$ember" train "${few[@]}" --epochs 1 --engine ddp --overwrite \
+    --logdir "$work/mpi_badlog"
   check "one process, 1 of 2 epochs" "$ember" train "${few[@]}" --epochs 2 --stop-after 1 --engine cpu \
     --logdir "$work/mpi_grow"
   check "resumed on 2 ranks, saying so" bash -c "${mpi[*]} '$ember' train ${few[*]} --epochs 2 --resume \
