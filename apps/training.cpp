@@ -297,7 +297,7 @@ TrainResult train_resnet9(const TrainConfig& config, std::ostream& out) {
   // number of processes may change: see note_a_change_of_world_size).
   // The precision the engine trains in, not --amp alone: --engine amp without --amp is bf16.
   const auto* mixed = dynamic_cast<const engines::AMPEngine*>(engine.get());
-  const std::string precision = mixed == nullptr                  ? "none"
+  const std::string precision = mixed == nullptr                   ? "none"
                                 : mixed->precision() == DType::f16 ? "fp16"
                                                                    : "bf16";
   // lr too: the optimizer's state (and schedule) come back from the checkpoint, so a new --lr
