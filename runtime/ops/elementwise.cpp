@@ -678,8 +678,8 @@ Tensor sub(const Scalar& a, const Tensor& b) {
 }
 // With a number an f16/bf16 tensor cannot hold (keeps_number_in_f32), the number is the kernels'
 // alpha: x * s is -0 + s x (-0, not +0, keeps the sign of a product that is -0), x / s is
-// x / (s 1). One rounding, from f32, as PyTorch's CPU kernels (its CUDA kernels multiply by the
-// reciprocal instead).
+// x / (s 1). One rounding, from f32, as PyTorch's kernels (for x / s its CUDA kernel multiplies
+// by the reciprocal instead; its CPU kernel divides, as here).
 Tensor mul(const Tensor& a, const Scalar& b) {
   if (keeps_number_in_f32(a, b)) return add(exact_constant(a, -0.0), a, b);
   return mul(a, wrap_scalar(a, b));
