@@ -1,6 +1,11 @@
 #include "engines/callbacks.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -237,10 +242,44 @@ std::string CheckpointCallback::topk_file(const IRunner& runner, int64_t epoch) 
   return options_.logdir + "/" + stage + name;
 }
 
+namespace {
+
+// The temporaries (NAME.ckpt.tmp-PID, save_checkpoint's) that a save killed midway left in
+// `logdir`: those of processes that no longer run. A full checkpoint's size each, never read.
+// Returns how many were removed.
+int remove_abandoned_temporaries(const std::string& logdir) {
+  int removed = 0;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(logdir, error)) {
+    const std::string name = entry.path().filename().string();
+    const size_t mark = name.find(".ckpt.tmp-");
+    if (mark == std::string::npos) continue;
+    const char* digits = name.data() + mark + 10;
+    const char* end = name.data() + name.size();
+    pid_t pid = 0;
+    const auto [stop, parsed] = std::from_chars(digits, end, pid);
+    if (parsed != std::errc() || stop != end || pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // it runs (EPERM: another user's)
+    std::error_code ignored;
+    if (std::filesystem::remove(entry.path(), ignored)) ++removed;
+  }
+  return removed;
+}
+
+}  // namespace
+
 void CheckpointCallback::on_stage_start(IRunner& runner) {
   best_.clear();
   last_was_best_ = false;
-  if (runner.engine->is_master_process()) std::filesystem::create_directories(options_.logdir);
+  if (runner.engine->is_master_process()) {
+    std::filesystem::create_directories(options_.logdir);
+    const int removed = remove_abandoned_temporaries(options_.logdir);
+    if (removed > 0 && options_.out != nullptr) {
+      *options_.out << "removed " << removed << " temporary checkpoint file"
+                    << (removed == 1 ? "" : "s") << " left in " << options_.logdir
+                    << " by a save that did not finish\n";
+    }
+  }
   if (options_.resume.empty()) return;
   // A run's logdir stands for its last checkpoint.
   const std::string path = std::filesystem::is_directory(options_.resume)

@@ -1,10 +1,13 @@
 // The runner: the order of hooks and callback events, gradient accumulation, the scheduler's
 // rules, checkpoints' top-k and early stopping, and the errors a user meets.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -659,6 +662,33 @@ TEST(Runner, CheckpointTopKKeepsTheBestEpochsFiles) {
               std::to_string(best_epochs[0]));
     std::filesystem::remove_all(logdir);
   }
+}
+
+// A save killed midway leaves NAME.ckpt.tmp-PID (save_checkpoint's temporary). The next run in
+// that logdir removes those of processes that no longer run, and says so; a temporary of a
+// running process, and other files, stay.
+TEST(Runner, CheckpointRemovesTemporariesThatAKilledSaveLeft) {
+  const std::string logdir = fresh_dir("abandoned_temporaries");
+  // A pid above the system's largest cannot run; the test's parent does.
+  int64_t pid_max = 4194304;
+  std::ifstream("/proc/sys/kernel/pid_max") >> pid_max;
+  const std::string dead = logdir + "/last.ckpt.tmp-" + std::to_string(pid_max + 1);
+  const std::string running = logdir + "/best.ckpt.tmp-" + std::to_string(::getppid());
+  const std::string other = logdir + "/notes.ckpt.tmp-x";
+  for (const std::string& path : {dead, running, other})
+    std::ofstream(path) << "half a checkpoint";
+  std::ostringstream out;
+  auto checkpoint = std::make_shared<CheckpointCallback>(
+      CheckpointOptions{.logdir = logdir, .metric_key = "score", .minimize = false, .out = &out});
+  TrainOptions options = scored_training(logdir, {0.5});
+  options.callbacks.emplace_back("checkpoint", checkpoint);
+  SupervisedRunner().train(std::move(options));
+  EXPECT_FALSE(std::filesystem::exists(dead));
+  EXPECT_TRUE(std::filesystem::exists(running));
+  EXPECT_TRUE(std::filesystem::exists(other));
+  EXPECT_NE(out.str().find("removed 1 temporary checkpoint file left in"), std::string::npos)
+      << out.str();
+  std::filesystem::remove_all(logdir);
 }
 
 // With topk 1 best.ckpt is the top-1 file: no epoch-NNNN.ckpt is written (none would ever be
