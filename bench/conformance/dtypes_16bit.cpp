@@ -346,6 +346,21 @@ void elementwise_16bit() {
                     " values differ"});
       }
     }
+    // In place with a wider operand: computed in f32 and rounded once into the 16-bit tensor.
+    const TTensor wide = torch::randn({1 << 18}) * 0.01;
+    const ETensor ewide = from_torch(wide);
+    {
+      TTensor t = a.clone();
+      ETensor e = from_torch(a);
+      t.add_(wide, -0.3);
+      e.add_(ewide, -0.3);
+      ulp_case("add_ " + dn + " += f32 * -0.3 (in place)", e, t, 0);
+      TTensor tm = a.clone();
+      ETensor em = from_torch(a);
+      tm.mul_(wide);
+      em.mul_(ewide);
+      ulp_case("mul_ " + dn + " *= f32 (in place)", em, tm, 0);
+    }
     // softmax and layer_norm on rows of 64.
     const TTensor x = (torch::randn({512, 64}) * 3).to(torch_dtype(d));
     const ETensor ex = from_torch(x);
