@@ -139,24 +139,20 @@ namespace {
 
 constexpr std::string_view kWrapped = "module.";
 
-bool has_prefix(std::string_view text, std::string_view prefix) {
-  return text.substr(0, prefix.size()) == prefix;
-}
-
 // A key holding a parameter's name in an optimizer's state dict ("optimizer.group.G.param.I.name").
 bool names_a_parameter(const std::string& key) {
-  return has_prefix(key, "optimizer.") && key.ends_with(".name");
+  return key.starts_with("optimizer.") && key.ends_with(".name");
 }
 
 // Every model tensor and optimizer parameter name with DataParallel's prefix (wrap), or without
 // it (unwrap); names already in the asked form are left as they are.
 Checkpoint with_wrapped_names(Checkpoint checkpoint, bool wrap) {
   const auto rename = [wrap](const std::string& name) {
-    if (wrap) return has_prefix(name, kWrapped) ? name : std::string(kWrapped) + name;
-    return has_prefix(name, kWrapped) ? name.substr(kWrapped.size()) : name;
+    if (wrap) return name.starts_with(kWrapped) ? name : std::string(kWrapped) + name;
+    return name.starts_with(kWrapped) ? name.substr(kWrapped.size()) : name;
   };
   for (auto& [key, tensor] : checkpoint.tensors) {
-    if (has_prefix(key, "model.")) key = "model." + rename(key.substr(6));
+    if (key.starts_with("model.")) key = "model." + rename(key.substr(6));
   }
   for (auto& [key, value] : checkpoint.metadata) {
     if (names_a_parameter(key)) value = rename(value);
