@@ -111,10 +111,10 @@ TEST(CudnnGraphConv, AGeometryCudnnRefusesIsAnExceptionThatSaysSo) {
 }
 
 // An NVIDIA H200 as cuDNN describes a device (CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION), from
-// bench/gpu/h200_described.json: written by hand from the H200's properties (132 SMs, compute
-// capability 9.0, 227 KiB of shared memory a block, 50 MiB of L2). The GPU test
-// CudnnGraphConvOnTheGpu.DescribesItsDeviceAsItsHandleSeesIt prints the one cuDNN writes for the
-// machine's device, to replace it with.
+// bench/gpu/h200_described.json: the JSON cuDNN wrote for the H200 of the GPU runs (132 SMs,
+// compute capability 9.0, 227 KiB of shared memory a block, 60 MiB of L2), as printed by the GPU
+// test CudnnGraphConvOnTheGpu.DescribesItsDeviceAsItsHandleSeesIt on 2026-11-29 (before that, a
+// description written by hand, which ranked the same engines first).
 std::string h200_json() {
   std::ifstream file(EMBER_H200_DESCRIBED_JSON);
   if (!file) ADD_FAILURE() << "cannot read " << EMBER_H200_DESCRIBED_JSON;
