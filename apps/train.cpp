@@ -28,11 +28,13 @@ constexpr const char* kUsage =
     "                      incomplete batch is dropped (batch norm needs 2 images or more)\n"
     "  --lr X              Adam's learning rate (default 0.002); MultiStepLR x0.3 at 60% and 85%\n"
     "  --model-size N      ResNet9's base width (default 16, as the tutorial)\n"
-    "  --engine E          auto | cpu | cuda | amp | o2 | dp | ddp | ddp-amp | ddp-o2 | daso\n"
-    "                      (default auto: ddp under mpirun, else cuda when a GPU is visible,\n"
-    "                      else cpu); amp: autocast, o2: f16/bf16 model with f32 master weights\n"
+    "  --engine E          auto | cpu | cuda | amp | o2 | dp | dp-amp | dp-o2 | ddp | ddp-amp |\n"
+    "                      ddp-o2 | daso (default auto: ddp under mpirun, else cuda when a GPU\n"
+    "                      is visible, else cpu); amp: autocast, o2: f16/bf16 model with f32\n"
+    "                      master weights; dp: one process, DataParallel over the GPUs (two\n"
+    "                      replicas on the CPU); --engine dp --amp X is dp-amp\n"
     "  --amp MODE          none | fp16 | bf16: autocast (fp16 with a GradScaler) on the chosen\n"
-    "                      device, or the precision of amp/o2/ddp-amp/ddp-o2 (default none)\n"
+    "                      device, or the precision of the amp and o2 engines (default none)\n"
     "  --device D          auto | cpu | cuda (default auto: cuda when a GPU is visible); the\n"
     "                      device of cpu/cuda/amp/o2\n"
     "  --logdir DIR        metrics.csv/.jsonl, tensorboard/, last.ckpt, best.ckpt (default\n"
@@ -94,9 +96,9 @@ int run_train(int argc, char** argv) {
   config.batch_size = flags.integer("batch-size", 128, 1, 65536);
   config.lr = flags.number("lr", 2e-3, 1e-8, 10.0);
   config.model_size = flags.integer("model-size", 16, 1, 1024);
-  config.engine =
-      flags.choice("engine", "auto",
-                   {"auto", "cpu", "cuda", "amp", "o2", "dp", "ddp", "ddp-amp", "ddp-o2", "daso"});
+  config.engine = flags.choice("engine", "auto",
+                               {"auto", "cpu", "cuda", "amp", "o2", "dp", "dp-amp", "dp-o2", "ddp",
+                                "ddp-amp", "ddp-o2", "daso"});
   config.amp = flags.choice("amp", "none", {"none", "fp16", "bf16"});
   config.device = flags.choice("device", "auto", {"auto", "cpu", "cuda"});
   config.logdir = flags.text("logdir", "logdir");

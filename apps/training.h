@@ -18,7 +18,8 @@ struct TrainConfig {
   int64_t batch_size = 128;
   double lr = 2e-3;
   int64_t model_size = 16;
-  std::string engine = "auto";  // auto | cpu | cuda | amp | o2 | dp | ddp | ddp-amp | ddp-o2 | daso
+  // auto | cpu | cuda | amp | o2 | dp | dp-amp | dp-o2 | ddp | ddp-amp | ddp-o2 | daso
+  std::string engine = "auto";
   std::string amp = "none";     // none | fp16 | bf16: the AMP engine, or the precision of o2/ddp-*
   std::string device = "auto";  // auto | cpu | cuda
   std::string logdir = "logdir";

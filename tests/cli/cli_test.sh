@@ -29,7 +29,7 @@ check "a path after --resume" fails_saying "--resume takes no value: it continue
 check "bad integer" fails_saying "--epochs expects an integer, got 'two'" "$ember" train --epochs two
 check "bad choice" fails_saying "--amp must be one of {none, fp16, bf16}" "$ember" train --amp fp8
 check "missing data" fails_saying "does not exist" "$ember" train --data "$work/nowhere"
-check "bad engine" fails_saying "--engine must be one of {auto, cpu, cuda, amp, o2, dp, ddp" \
+check "bad engine" fails_saying "--engine must be one of {auto, cpu, cuda, amp, o2, dp, dp-amp, dp-o2, ddp" \
   "$ember" train --engine tpu
 if "$ember" version 2>&1 | grep -q "CUDA devices visible: 0"; then
   check "cuda engine without a GPU" fails_saying "engine 'cuda'" "$ember" train --engine cuda --data "$work/nowhere"
@@ -126,6 +126,10 @@ if "$ember" version 2>&1 | grep -q "CUDA devices visible: 0"; then
   check "dp fp16 resumed run is byte-identical" \
     same_checkpoints "$work/dp_straight/last.ckpt" "$work/dp_resumed/last.ckpt"
 fi
+check "--engine dp-o2 trains O2 in DataParallel" bash -c "'$ember' train ${few[*]} --epochs 1 \
+  --engine dp-o2 --amp bf16 --logdir '$work/dp_o2' | grep -q 'on dp-o2-bf16'"
+check "--engine dp-amp without --amp is bf16 on the CPU" bash -c "'$ember' train ${few[*]} \
+  --epochs 1 --engine dp-amp --logdir '$work/dp_amp' | grep -q 'on dp-amp-bf16'"
 check "dp: 1 of 2 epochs" "$ember" train "${few[@]}" --epochs 2 --engine dp --stop-after 1 \
   --logdir "$work/dp_to_cpu"
 check "a dp run resumes on the cpu engine" "$ember" train "${small[@]}" --epochs 2 --resume \
