@@ -32,6 +32,7 @@
 #include "kernels/common/scalar_types.h"
 #include "kernels/common/strided_layout.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/row_vector_plan.h"
 
 namespace ember::kernels::cuda {
 
@@ -70,11 +71,7 @@ __device__ __forceinline__ void store_packet(T* base, int64_t first, const Packe
   *reinterpret_cast<Packet<T, W>*>(base + first) = packet;
 }
 
-// Whether `pointer` may be read as Packet<T, W>s starting at element 0.
-template <int W, typename T>
-inline bool packet_aligned(const T* pointer) {
-  return reinterpret_cast<uintptr_t>(pointer) % (sizeof(T) * W) == 0;
-}
+// packet_aligned and packet_aligned_operands (host) are in row_vector_plan.h.
 
 template <int N>
 __device__ __forceinline__ void strided_offsets(const StridedLayout& layout, int64_t linear,
