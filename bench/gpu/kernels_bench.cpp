@@ -21,7 +21,8 @@
 //   add, mul        a, b read, out written                    3 N 4      (N = 64M: 256 MB each)
 //                   (_misaligned: inputs one element into their buffers: the scalar path)
 //   bias add        x (512, 64, 32, 32) + b (1, 64, 1, 1) in bf16 into a new tensor, conv2d's
-//                   bias (the strided path: a broadcast): x read, out written  2 N 2
+//                   bias (a broadcast: the vectorised row path): x read, out written  2 N 2
+//                   (_f32: the same in f32, 2 N 4; _4x4: x (512, 512, 4, 4), rows of 16)
 //   cast f32->bf16  read 4 N, write 2 N                       6 N
 //   softmax fwd     x read, y written                         2 N 4
 //   layer_norm fwd  x read, y written (weight, bias, stats: one row each, not counted)  2 N 4
@@ -307,12 +308,17 @@ void bm_binary(benchmark::State& state, bool multiply, DType dtype, bool misalig
            [&] { const Tensor out = multiply ? mul(a, b) : add(a, b); });
 }
 
-// conv2d's bias add over resnet9's first activations: a broadcast, so the strided elementwise
-// path, which walks (N, C, H * W) with a quotient and a remainder per dim.
-void bm_bias_add(benchmark::State& state) {
-  const Tensor x = randn({512, 64, 32, 32}, on_gpu()).to(DType::bf16);
-  const Tensor bias = randn({64}, on_gpu()).to(DType::bf16).reshape({1, 64, 1, 1});
-  run_case(state, {.bytes = 2.0 * 2 * static_cast<double>(x.numel())},
+// conv2d's bias add, x (512, channels, side, side) + bias (1, channels, 1, 1): a broadcast, the
+// layout (N, C, H * W) with the bias's strides (0, 1, 0). Rows of H * W elements that are whole
+// packets (16 bytes) take the elementwise loop's vectorised row path (one walk of the dims per
+// packet, kernels/cuda/strided_loop.cuh), others the scalar strided path (one per element).
+// resnet9's first activations (64 channels of 32x32) and its last (512 channels of 4x4: rows of
+// two bf16 packets).
+void bm_bias_add(benchmark::State& state, DType dtype, int64_t channels, int64_t side) {
+  const Tensor x = randn({512, channels, side, side}, on_gpu()).to(dtype);
+  const Tensor bias = randn({channels}, on_gpu()).to(dtype).reshape({1, channels, 1, 1});
+  const double element = static_cast<double>(element_size(dtype));
+  run_case(state, {.bytes = 2.0 * element * static_cast<double>(x.numel())},
            [&] { const Tensor out = add(x, bias); });
 }
 
@@ -483,7 +489,9 @@ void register_cases() {
   add_case("add_bf16_256MB_misaligned", 20,
            [](State& s) { bm_binary(s, false, DType::bf16, true); });
   add_case("mul_f32_256MB", 20, [](State& s) { bm_binary(s, true, DType::f32); });
-  add_case("bias_add_bf16_r9", 20, bm_bias_add);
+  add_case("bias_add_bf16_r9", 20, [](State& s) { bm_bias_add(s, DType::bf16, 64, 32); });
+  add_case("bias_add_f32_r9", 20, [](State& s) { bm_bias_add(s, DType::f32, 64, 32); });
+  add_case("bias_add_bf16_r9_4x4", 20, [](State& s) { bm_bias_add(s, DType::bf16, 512, 4); });
   add_case("sum_channels_bf16_r9", 20, bm_sum_channels);
   add_case("cast_f32_bf16_256MB", 20, [](State& s) { bm_cast_from_f32(s, DType::bf16); });
   add_case("cast_f32_f16_256MB", 20, [](State& s) { bm_cast_from_f32(s, DType::f16); });

@@ -109,15 +109,17 @@ def case_binary(op, dtype, misaligned=False):
     return ("bytes", 3 * 256 * MB, make)
 
 
-def case_bias_add():
-    """conv2d's bias over resnet9's first activations, broadcast, bf16 (kernels_bench.cpp's)."""
+def case_bias_add(dtype=torch.bfloat16, channels=64, side=32):
+    """conv2d's bias over resnet9's activations (512, channels, side, side), broadcast
+    (kernels_bench.cpp's)."""
     def make(compiled):
-        x = torch.randn(512, 64, 32, 32, device="cuda").to(torch.bfloat16)
-        bias = torch.randn(64, device="cuda").to(torch.bfloat16).reshape(1, 64, 1, 1)
+        x = torch.randn(512, channels, side, side, device="cuda").to(dtype)
+        bias = torch.randn(channels, device="cuda").to(dtype).reshape(1, channels, 1, 1)
         f = maybe_compile(torch.add, compiled)
         return (lambda: f(x, bias)), None
 
-    return ("bytes", 2 * 2 * 512 * 64 * 32 * 32, make)
+    element = torch.tensor([], dtype=dtype).element_size()
+    return ("bytes", 2 * element * 512 * channels * side * side, make)
 
 
 def case_sum_channels():
@@ -281,6 +283,8 @@ def all_cases():
         "add_bf16_256MB_misaligned": case_binary(torch.add, torch.bfloat16, misaligned=True),
         "mul_f32_256MB": case_binary(torch.mul, torch.float32),
         "bias_add_bf16_r9": case_bias_add(),
+        "bias_add_f32_r9": case_bias_add(torch.float32),
+        "bias_add_bf16_r9_4x4": case_bias_add(channels=512, side=4),
         "sum_channels_bf16_r9": case_sum_channels(),
         "cast_f32_bf16_256MB": case_cast(),
         "cast_f32_f16_256MB": case_cast(torch.float16),

@@ -124,8 +124,11 @@ __device__ __forceinline__ bool apply_compare(CompareOp op, Acc x, Acc y) {
   return false;
 }
 
-// Each body handles one element through operator()(offsets) and, on the vectorised flat path
-// (strided_loop.cuh), kVector elements at `first` with one packet load or store per operand.
+// Each body handles one element through operator()(offsets); on the vectorised paths
+// (strided_loop.cuh) kVector elements with one packet load or store per operand: at `first` for
+// every operand (vector, the flat path), or at each operand's own offset, broadcast operands
+// repeating one element (vector_row, the row path). Both go through the body's `apply`, the
+// arithmetic of one() on a packet.
 
 // operands {out, in}
 template <typename T>
@@ -140,18 +143,27 @@ struct UnaryBody {
   __device__ void operator()(const int64_t (&offset)[2]) const {
     out[offset[0]] = one(in[offset[1]]);
   }
-  __device__ void vector(int64_t first) const {
+  __device__ Packet<T, kVector> apply(const Packet<T, kVector>& in_values) const {
     Acc x[kVector];
-    convert_values(load_packet<kVector>(in, first).values, x);
+    convert_values(in_values.values, x);
 #pragma unroll
     for (int j = 0; j < kVector; ++j)
       x[j] = apply_unary<Acc>(op, x[j], scalar);
     Packet<T, kVector> y;
     convert_values(x, y.values);
-    store_packet<kVector>(out, first, y);
+    return y;
+  }
+  __device__ void vector(int64_t first) const {
+    store_packet<kVector>(out, first, apply(load_packet<kVector>(in, first)));
+  }
+  __device__ void vector_row(const RowPacket<2>& at) const {
+    store_packet<kVector>(out, at.first[0], apply(load_row_packet<kVector>(in, at, 1)));
   }
   bool vector_aligned() const {
     return packet_aligned<kVector>(out) && packet_aligned<kVector>(in);
+  }
+  uint32_t aligned_operands() const {
+    return packet_aligned_operands<kVector>(out, in);
   }
 };
 
@@ -171,19 +183,33 @@ struct BinaryBody {
   __device__ void operator()(const int64_t (&offset)[3]) const {
     out[offset[0]] = one(a[offset[1]], b[offset[2]]);
   }
-  __device__ void vector(int64_t first) const {
+  __device__ Packet<T, kVector> apply(const Packet<T, kVector>& a_values,
+                                      const Packet<T, kVector>& b_values) const {
     Acc x[kVector], y[kVector];
-    convert_values(load_packet<kVector>(a, first).values, x);
-    convert_values(load_packet<kVector>(b, first).values, y);
+    convert_values(a_values.values, x);
+    convert_values(b_values.values, y);
 #pragma unroll
     for (int j = 0; j < kVector; ++j)
       x[j] = apply_binary<Acc>(op, x[j], y[j], alpha);
     Packet<T, kVector> z;
     convert_values(x, z.values);
-    store_packet<kVector>(out, first, z);
+    return z;
+  }
+  __device__ void vector(int64_t first) const {
+    store_packet<kVector>(out, first,
+                          apply(load_packet<kVector>(a, first), load_packet<kVector>(b, first)));
+  }
+  // conv2d's bias add: out and x dense along the row, the bias broadcast along it.
+  __device__ void vector_row(const RowPacket<3>& at) const {
+    store_packet<kVector>(
+        out, at.first[0],
+        apply(load_row_packet<kVector>(a, at, 1), load_row_packet<kVector>(b, at, 2)));
   }
   bool vector_aligned() const {
     return packet_aligned<kVector>(out) && packet_aligned<kVector>(a) && packet_aligned<kVector>(b);
+  }
+  uint32_t aligned_operands() const {
+    return packet_aligned_operands<kVector>(out, a, b);
   }
 };
 
@@ -202,18 +228,31 @@ struct CompareBody {
   __device__ void operator()(const int64_t (&offset)[3]) const {
     out[offset[0]] = one(a[offset[1]], b[offset[2]]);
   }
-  __device__ void vector(int64_t first) const {
+  __device__ Packet<bool, kVector> apply(const Packet<T, kVector>& a_values,
+                                         const Packet<T, kVector>& b_values) const {
     Acc x[kVector], y[kVector];
-    convert_values(load_packet<kVector>(a, first).values, x);
-    convert_values(load_packet<kVector>(b, first).values, y);
+    convert_values(a_values.values, x);
+    convert_values(b_values.values, y);
     Packet<bool, kVector> z;
 #pragma unroll
     for (int j = 0; j < kVector; ++j)
       z.values[j] = apply_compare<Acc>(op, x[j], y[j]);
-    store_packet<kVector>(out, first, z);
+    return z;
+  }
+  __device__ void vector(int64_t first) const {
+    store_packet<kVector>(out, first,
+                          apply(load_packet<kVector>(a, first), load_packet<kVector>(b, first)));
+  }
+  __device__ void vector_row(const RowPacket<3>& at) const {
+    store_packet<kVector>(
+        out, at.first[0],
+        apply(load_row_packet<kVector>(a, at, 1), load_row_packet<kVector>(b, at, 2)));
   }
   bool vector_aligned() const {
     return packet_aligned<kVector>(out) && packet_aligned<kVector>(a) && packet_aligned<kVector>(b);
+  }
+  uint32_t aligned_operands() const {
+    return packet_aligned_operands<kVector>(out, a, b);
   }
 };
 
@@ -226,14 +265,22 @@ struct CopyBody {
   __device__ void operator()(const int64_t (&offset)[2]) const {
     out[offset[0]] = convert<Dst>(in[offset[1]]);
   }
-  __device__ void vector(int64_t first) const {
+  __device__ Packet<Dst, kVector> apply(const Packet<Src, kVector>& in_values) const {
     Packet<Dst, kVector> y;
-    convert_values(load_packet<kVector>(in, first).values, y.values);
-    store_packet<kVector>(out, first, y);
+    convert_values(in_values.values, y.values);
+    return y;
+  }
+  __device__ void vector(int64_t first) const {
+    store_packet<kVector>(out, first, apply(load_packet<kVector>(in, first)));
+  }
+  // bias.expand(N, C, H, W).contiguous(); a view whose rows are padded, made dense.
+  __device__ void vector_row(const RowPacket<2>& at) const {
+    store_packet<kVector>(out, at.first[0], apply(load_row_packet<kVector>(in, at, 1)));
   }
   bool vector_aligned() const {
     return packet_aligned<kVector>(out) && packet_aligned<kVector>(in);
   }
+  uint32_t aligned_operands() const { return packet_aligned_operands<kVector>(out, in); }
 };
 
 // operands {out}
@@ -243,15 +290,24 @@ struct FillBody {
   T* out;
   T value;
   __device__ void operator()(const int64_t (&offset)[1]) const { out[offset[0]] = value; }
-  __device__ void vector(int64_t first) const {
+  __device__ Packet<T, kVector> values() const {
     Packet<T, kVector> y;
 #pragma unroll
     for (int j = 0; j < kVector; ++j)
       y.values[j] = value;
-    store_packet<kVector>(out, first, y);
+    return y;
+  }
+  __device__ void vector(int64_t first) const {
+    store_packet<kVector>(out, first, values());
+  }
+  __device__ void vector_row(const RowPacket<1>& at) const {
+    store_packet<kVector>(out, at.first[0], values());
   }
   bool vector_aligned() const {
     return packet_aligned<kVector>(out);
+  }
+  uint32_t aligned_operands() const {
+    return packet_aligned_operands<kVector>(out);
   }
 };
 
@@ -266,19 +322,31 @@ struct WhereBody {
   __device__ void operator()(const int64_t (&offset)[4]) const {
     out[offset[0]] = cond[offset[1]] ? a[offset[2]] : b[offset[3]];
   }
-  __device__ void vector(int64_t first) const {
-    const Packet<bool, kVector> c = load_packet<kVector>(cond, first);
-    const Packet<T, kVector> x = load_packet<kVector>(a, first);
-    const Packet<T, kVector> y = load_packet<kVector>(b, first);
+  __device__ Packet<T, kVector> apply(const Packet<bool, kVector>& c, const Packet<T, kVector>& x,
+                                      const Packet<T, kVector>& y) const {
     Packet<T, kVector> z;
 #pragma unroll
     for (int j = 0; j < kVector; ++j)
       z.values[j] = c.values[j] ? x.values[j] : y.values[j];
-    store_packet<kVector>(out, first, z);
+    return z;
+  }
+  __device__ void vector(int64_t first) const {
+    store_packet<kVector>(out, first,
+                          apply(load_packet<kVector>(cond, first), load_packet<kVector>(a, first),
+                                load_packet<kVector>(b, first)));
+  }
+  __device__ void vector_row(const RowPacket<4>& at) const {
+    store_packet<kVector>(
+        out, at.first[0],
+        apply(load_row_packet<kVector>(cond, at, 1), load_row_packet<kVector>(a, at, 2),
+              load_row_packet<kVector>(b, at, 3)));
   }
   bool vector_aligned() const {
     return packet_aligned<kVector>(out) && packet_aligned<kVector>(cond) &&
            packet_aligned<kVector>(a) && packet_aligned<kVector>(b);
+  }
+  uint32_t aligned_operands() const {
+    return packet_aligned_operands<kVector>(out, cond, a, b);
   }
 };
 

@@ -18,7 +18,24 @@
 // flat and the pointers are aligned, each thread moves 16 bytes per operand in one load or store
 // (LDG.E.128 / STG.E.128 for 16-byte operands) and the last numel % kVector elements go through
 // `body(offsets)`. Misaligned views (x.slice(0, 1, n): the base pointer is one
-// element in) take the scalar flat path; strided layouts are unchanged.
+// element in) take the scalar flat path.
+//
+// Vectorised row path, for layouts that are not flat but whose innermost dim (the row) every
+// operand walks densely or not at all: conv2d's bias add, x (N, C, H, W) + bias (1, C, 1, 1),
+// is the layout [N, C, H*W] with bias strides [0, 1, 0]. A Body may also define
+//   void vector_row(const RowPacket<N>& at) const;   kVector elements of one row: operand k's
+//                                                    first at at.first[k], the rest one element
+//                                                    apart, or all the same element when bit k of
+//                                                    at.broadcast is set (load_row_packet)
+//   uint32_t aligned_operands() const;               (host) bit k: operand k's base pointer is
+//                                                    aligned to kVector elements of its type
+// When row_vector_plan.h's plan_row_vectors allows it (the row a whole number of packets, the
+// dense operands' packets all aligned, fewer than 2^31 elements), each thread walks the dims once
+// per packet instead of once per element, and moves a dense operand's packet in one access; a
+// broadcast operand's element is loaded once for the packet. Any other layout (a row of 49
+// elements, a row-padding stride that is not a multiple of kVector, a view one element in) takes
+// the scalar strided path, whose values are the same bit for bit: the arithmetic per element
+// (convert to Acc, apply, convert back) does not change.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,6 +49,7 @@
 #include "kernels/common/scalar_types.h"
 #include "kernels/common/strided_layout.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/row_vector_plan.h"
 
 namespace ember::kernels::cuda {
 
@@ -70,10 +88,31 @@ __device__ __forceinline__ void store_packet(T* base, int64_t first, const Packe
   *reinterpret_cast<Packet<T, W>*>(base + first) = packet;
 }
 
-// Whether `pointer` may be read as Packet<T, W>s starting at element 0.
-template <int W, typename T>
-inline bool packet_aligned(const T* pointer) {
-  return reinterpret_cast<uintptr_t>(pointer) % (sizeof(T) * W) == 0;
+// packet_aligned and packet_aligned_operands (host) are in row_vector_plan.h.
+
+// Where one packet of the row path lies: operand k's offset of its first element, and which
+// operands are broadcast along the row (bit k: operand k's innermost stride is 0). `broadcast` is
+// the same for every packet of a launch, so its tests do not diverge.
+template <int N>
+struct RowPacket {
+  int64_t first[N];
+  uint32_t broadcast;
+};
+
+// Operand `operand`'s packet at `at`: W elements in one access, or its one element W times when
+// it is broadcast along the row.
+template <int W, typename T, int N>
+__device__ __forceinline__ Packet<T, W> load_row_packet(const T* base, const RowPacket<N>& at,
+                                                        int operand) {
+  if (at.broadcast >> operand & 1u) {
+    const T value = base[at.first[operand]];
+    Packet<T, W> packet;
+#pragma unroll
+    for (int j = 0; j < W; ++j)
+      packet.values[j] = value;
+    return packet;
+  }
+  return load_packet<W>(base, at.first[operand]);
 }
 
 template <int N>
@@ -164,12 +203,35 @@ __global__ void vector_kernel(int64_t numel, Body body) {
   }
 }
 
+// The row path: thread t handles packets t, t + step, ..., each W elements of one row. One walk
+// of the dims per packet, from its first element (linear p * W). packets * W < 2^31, so p * W
+// and p + step fit in 32 bits.
+template <int N, typename Body>
+__global__ void row_vector_kernel(StridedLayout layout, SizeDividers dividers, uint32_t packets,
+                                  uint32_t row_broadcast, Body body) {
+  constexpr uint32_t W = Body::kVector;
+  const uint32_t step = blockDim.x * gridDim.x;
+  for (uint32_t p = blockIdx.x * blockDim.x + threadIdx.x; p < packets; p += step) {
+    RowPacket<N> at;
+    at.broadcast = row_broadcast;
+    strided_offsets_32<N>(layout, dividers, p * W, at.first);
+    body.vector_row(at);
+  }
+}
+
 // A body with a vectorised path (taken when its kVector > 1). A body that defines none still
 // compiles: it always takes strided_kernel.
 template <typename Body>
 concept VectorBody = requires(const Body& body) {
   { Body::kVector } -> std::convertible_to<int>;
   { body.vector_aligned() } -> std::convertible_to<bool>;
+};
+
+// A vectorised body with a row path too, over N operands.
+template <typename Body, int N>
+concept RowVectorBody = VectorBody<Body> && requires(const Body& body, const RowPacket<N>& at) {
+  body.vector_row(at);
+  { body.aligned_operands() } -> std::convertible_to<uint32_t>;
 };
 
 template <int N, typename Body>
@@ -185,6 +247,17 @@ void launch_strided(const char* what, const StridedLayout& layout, const Body& b
         vector_kernel<N, Body><<<blocks_for(packets), kThreadsPerBlock, 0, stream>>>(numel, body);
         EMBER_CUDA_CHECK_LAUNCH(what);
         return;
+      }
+      if constexpr (RowVectorBody<Body, N>) {
+        const RowVectorPlan plan = plan_row_vectors(layout, Body::kVector, body.aligned_operands());
+        if (plan.usable) {
+          const int64_t packets = numel / Body::kVector;
+          row_vector_kernel<N, Body><<<blocks_for(packets), kThreadsPerBlock, 0, stream>>>(
+              layout, size_dividers(layout), static_cast<uint32_t>(packets), plan.row_broadcast,
+              body);
+          EMBER_CUDA_CHECK_LAUNCH(what);
+          return;
+        }
       }
     }
   }
