@@ -37,6 +37,7 @@ void print_usage(std::ostream& os) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ember::apps::restart_with_better_blas_kernels(argv);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     print_usage(argc < 2 ? std::cerr : std::cout);
     return argc < 2 ? 2 : 0;

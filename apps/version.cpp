@@ -18,7 +18,8 @@ int run_version(int argc, char** argv) {
             << "  CUDA backend: " << (cuda_compiled() ? "built" : "not built") << "\n"
             << "  CUDA devices visible: " << cuda_device_count() << "\n"
             << "  MPI backend: " << (EMBER_WITH_MPI ? "built" : "not built") << "\n"
-            << "  NCCL backend: " << (EMBER_WITH_NCCL ? "built" : "not built") << "\n";
+            << "  NCCL backend: " << (EMBER_WITH_NCCL ? "built" : "not built") << "\n"
+            << "  OpenBLAS kernels: " << blas_kernels_description() << "\n";
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "kernels/common/scalar_types.h"
+#include "kernels/cpu/blas_kernels_advice.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/convert_runs.h"
 #include "kernels/cpu/elementwise.h"
@@ -391,7 +392,7 @@ BENCHMARK(BM_cross_entropy)->Unit(benchmark::kMillisecond)->UseRealTime();
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("openblas_kernels", ember::kernels::cpu::blas_kernels());
+  benchmark::AddCustomContext("openblas_kernels", ember::kernels::cpu::blas_kernels_report());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

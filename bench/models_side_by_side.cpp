@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "bench/torch_twins.h"
+#include "kernels/cpu/blas_kernels_advice.h"
 #include "kernels/cpu/gemm.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
@@ -342,7 +343,7 @@ void print_tables(const std::vector<ModelResult>& results, int threads) {
       "\nember vs LibTorch %s, training steps, f32, %d thread(s), OMP_WAIT_POLICY=%s, OpenBLAS "
       "kernels: %s, median of 10 steps after 3 warm-up steps (alternating libraries)\n\n",
       TORCH_VERSION, threads, wait_policy != nullptr ? wait_policy : "<unset>",
-      ember::kernels::cpu::blas_kernels());
+      ember::kernels::cpu::blas_kernels_report().c_str());
   std::printf(
       "| model | workload | ember ms/step | LibTorch ms/step | ember | LibTorch | ratio | "
       "eval loss rel diff (initial) | eval loss rel diff (after 1 step) |\n");

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/blas_kernels_advice.h"
 #include "kernels/cpu/gemm.h"
 #include "runtime/ops.h"
 
@@ -64,7 +65,7 @@ struct Row {
 
 void print_table(const std::vector<Row>& rows, int threads) {
   std::printf("\nember vs LibTorch %s, f32, %d thread(s), median times; OpenBLAS kernels: %s\n\n",
-              TORCH_VERSION, threads, ember::kernels::cpu::blas_kernels());
+              TORCH_VERSION, threads, ember::kernels::cpu::blas_kernels_report().c_str());
   std::printf(
       "| op | shape | ember ms | LibTorch ms | ember | LibTorch | ratio | max rel diff |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|---:|\n");

@@ -56,6 +56,16 @@ check "a number past double's range is out of range" \
   fails_saying "--lr must be in [1e-08, 10], got 1e-400" "$ember" train --lr 1e-400
 check "version takes no arguments" fails_saying "version: takes no arguments, got '--bogus'" \
   "$ember" version --bogus
+# OpenBLAS's kernels (kernels/cpu/blas_kernels_advice.h): a user's OPENBLAS_CORETYPE is kept, and
+# on a CPU with AVX2 ember never runs OpenBLAS's pre-AVX2 kernels (Debian 12's OpenBLAS takes its
+# Prescott kernels on Intel's Emerald Rapids; ember then starts itself again with better ones).
+check "version names OpenBLAS's kernels" bash -c "'$ember' version | grep -q 'OpenBLAS kernels: '"
+check "a user's OPENBLAS_CORETYPE is kept" \
+  bash -c "OPENBLAS_CORETYPE=Prescott '$ember' version | grep -q 'OpenBLAS kernels: Prescott (OPENBLAS_CORETYPE)'"
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+  check "on a CPU with AVX2, no pre-AVX2 OpenBLAS kernels" bash -c "env -u OPENBLAS_CORETYPE \
+    '$ember' version | grep 'OpenBLAS kernels: ' | grep -vqiE 'kernels: (Unknown|Katmai|Coppermine|Northwood|Prescott|Banias|Atom|Core2|Penryn|Dunnington|Nehalem|Athlon|Opteron|Opteron_SSE3|Barcelona|Nano|Sandybridge|Bobcat|Bulldozer|Piledriver) '"
+fi
 check "a checkpoint that is no file is refused" \
   fails_saying "'/dev/zero' is not a regular file" timeout 20 "$ember" ckpt inspect /dev/zero
 check "report --help" bash -c "'$ember' report --help | grep -q LOGDIR"
