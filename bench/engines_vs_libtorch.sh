@@ -21,6 +21,12 @@ mpiexec=$(readlink -f "$(command -v mpirun)")
 for binary in "$ember" "$loop"; do
   [ -x "$binary" ] || { echo "missing $binary: cmake -DEMBER_BENCH=ON, build ember_cli and ember_libtorch_train_loop" >&2; exit 1; }
 done
+# The same OpenBLAS kernels for both: `ember` overrules OpenBLAS's pre-AVX2 choice on a CPU with
+# AVX2 or AVX-512 (kernels/cpu/blas_kernels_advice.h), the LibTorch loop would not.
+if [[ -z ${OPENBLAS_CORETYPE+set} ]]; then
+  kernels=$("$ember" version | sed -n 's/^  OpenBLAS kernels: \([A-Za-z0-9_]*\).*/\1/p')
+  [[ -n $kernels ]] && export OPENBLAS_CORETYPE=$kernels
+fi
 common=(--epochs 1 --batch-size 128 --model-size 16 --limit-train "$limit")
 logdir=$(mktemp -d)
 trap 'rm -rf "$logdir"' EXIT
@@ -102,3 +108,4 @@ echo
 echo "ember: \`ember train --engine E ${common[*]}\`; LibTorch: \`ember_libtorch_train_loop ${common[*]}\`"
 echo "(f32, plain MPI_Allreduce of all gradients after backward under mpirun); $reps runs each, medians;"
 echo "the LibTorch column is the median of every LibTorch run at that process count so far."
+echo "OpenBLAS kernels for both: ${OPENBLAS_CORETYPE:-as OpenBLAS picks them} (OPENBLAS_CORETYPE)."
