@@ -3,10 +3,10 @@
 // OpenBLAS (built with DYNAMIC_ARCH, as Debian's) picks its kernels from the CPU's family and
 // model when the library loads. A model it does not know may send it to its oldest x86-64 kernels:
 // Debian 12's OpenBLAS 0.3.21 takes "Prescott" (SSE3) on Intel's Emerald Rapids (family 6, model
-// 207), an AVX-512 CPU. On 2 cores of one, sgemm at 512^2 ran at 31 GFLOP/s with those kernels and
-// at 174-245 GFLOP/s with its Cooperlake ones; ember's GPT-like model trained 2.4x faster
-// (bench/results/cpu-blas-kernels-2026-11-30.md). OpenBLAS takes a choice from the environment,
-// OPENBLAS_CORETYPE, read once when it loads.
+// 207), an AVX-512 CPU. On 2 cores of one, sgemm at 1024^2 ran at 61 GFLOP/s with those kernels
+// and at 295 GFLOP/s (92% of the FMA units' measured ceiling) with its Cooperlake ones; ember's
+// GPT-like model trained 2.4x faster (bench/results/cpu-blas-kernels-2026-11-30.md). OpenBLAS takes
+// a choice from the environment, OPENBLAS_CORETYPE, read once when it loads.
 //
 // `ember` (apps/main.cpp) asks this before anything else and, when OpenBLAS's choice is one of
 // these old kernels on a CPU with AVX2 or AVX-512 and OPENBLAS_CORETYPE is not set, starts itself
